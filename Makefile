@@ -1,0 +1,56 @@
+# conductor — build, run and test entry points. `make test` is what CI runs.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/conductor
+FUZZTIME ?= 30s
+FUZZ_SMOKE_TIME ?= 3s
+BENCH ?= .
+BENCHTIME ?= 1s
+RUN_ARGS ?= --demo
+
+.PHONY: all deps build run test vet fmt-check race fuzz fuzz-smoke bench clean
+
+all: build
+
+# deps installs what a fresh Debian machine lacks: libzmq (cgo, via pkg-config).
+deps:
+	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq; then \
+		echo "installing libzmq3-dev (apt-get)"; \
+		SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+		$$SUDO apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
+	fi
+	@pkg-config --exists libzmq || { echo "libzmq still missing after install" >&2; exit 1; }
+
+build: deps
+	$(GO) build -o $(BIN) ./cmd/conductor
+
+run: build
+	./$(BIN) $(RUN_ARGS)
+
+vet: deps
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+race: deps
+	$(GO) test -race -count=1 -timeout 15m ./...
+
+# fuzz-smoke runs every fuzz target briefly (part of `make test`).
+fuzz-smoke: deps
+	@FUZZTIME=$(FUZZ_SMOKE_TIME) ./fuzz/run.sh
+
+# fuzz runs every fuzz target for FUZZTIME each.
+fuzz: deps
+	@FUZZTIME=$(FUZZTIME) ./fuzz/run.sh
+
+test: deps vet fmt-check race fuzz-smoke
+	@echo "make test: all checks passed"
+
+bench: deps
+	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+clean:
+	rm -rf bin

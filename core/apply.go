@@ -1,0 +1,579 @@
+package core
+
+import (
+	"bytes"
+	"encoding/binary"
+	"sort"
+
+	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/zeebo/xxh3"
+)
+
+// ApplyStats counts what one Apply did.
+type ApplyStats struct {
+	Events, Stored, Removed, Cleared int
+	// Blocks is the number of block holdings added or removed.
+	Blocks int
+	// Dropped counts events (or blocks of events) that could not be applied.
+	Dropped int
+	// Closed is set when the subscription was unregistered: nothing was applied.
+	Closed bool
+}
+
+// subCtx is a subscription's private state in one context; only the
+// subscription's single writer touches it.
+type subCtx struct {
+	ctx    *context
+	owners map[ownerKey]uint32
+	// engine maps an engine block hash to the prefix key it was filed under
+	// (xxh3 profile only), so removes and parent links from engines that hash
+	// differently resolve to the standard chain.
+	engine map[uint64]engineRef
+}
+
+type engineRef struct {
+	key uint64
+	n   uint32 // stores minus removes seen for this engine hash
+}
+
+func (s *Subscription) newSubCtx(c *context) *subCtx {
+	return &subCtx{ctx: c, owners: make(map[ownerKey]uint32)}
+}
+
+// ctxState returns the subscription's state for context k, or nil when the
+// context does not exist (events for unknown contexts are dropped, never
+// create state).
+func (s *Subscription) ctxState(k *ContextKey) *subCtx {
+	if s.home.key == *k {
+		return s.state[s.home]
+	}
+	c := s.ix.lookupContext(*k)
+	if c == nil {
+		return nil
+	}
+	if sc, ok := s.state[c]; ok {
+		return sc
+	}
+	ix := s.ix
+	ix.mu.Lock()
+	if c.reclaimed {
+		ix.mu.Unlock()
+		return nil
+	}
+	c.refs++
+	ix.mu.Unlock()
+	sc := s.newSubCtx(c)
+	s.state[c] = sc
+	return sc
+}
+
+func (sc *subCtx) owner(k ownerKey) uint32 {
+	if id, ok := sc.owners[k]; ok {
+		return id
+	}
+	id := sc.ctx.internOwner(k)
+	sc.owners[k] = id
+	return id
+}
+
+// Apply applies one decoded batch in order. It is called by the subscription's
+// single writer; the batch may be reused after Apply returns. After the
+// subscription is unregistered Apply does nothing and reports Closed.
+func (s *Subscription) Apply(b *Batch) ApplyStats {
+	var st ApplyStats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		st.Closed = true
+		return st
+	}
+	for i := range b.Events {
+		ev := &b.Events[i]
+		st.Events++
+		switch s.reg.Type {
+		case PublisherVLLM, PublisherSGLang:
+			rank := s.reg.DPRank
+			if b.HasDPRank {
+				rank = int32(b.DPRank)
+			}
+			s.applyEngine(s.state[s.home], ev, rank, &st)
+		default:
+			s.applyRFC(b, ev, &st)
+		}
+	}
+	c := &s.ix.counters
+	c.Events.Add(uint64(st.Events))
+	c.Dropped.Add(uint64(st.Dropped))
+	return st
+}
+
+// engineEventOK applies the admission rules common to engine events: only the
+// main full-attention group is a prefix-cache event for this context, and the
+// event's LoRA must be the context's.
+func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) bool {
+	if ev.HasGroupIdx && ev.GroupIdx != 0 {
+		return false
+	}
+	if len(ev.SpecKind) > 0 && !fullAttention(ev.SpecKind) {
+		return false
+	}
+	if ev.HasSlidingWindow {
+		return false
+	}
+	if ev.LoraName != nil {
+		if string(ev.LoraName) != sc.ctx.key.LoraName {
+			return false
+		}
+	} else if ev.HasLoraID && sc.ctx.key.LoraName == "" {
+		// A numeric LoRA id without a name cannot be checked against the
+		// registration: filing it under the base model would fabricate hits.
+		return false
+	}
+	return true
+}
+
+func fullAttention(kind []byte) bool {
+	switch string(kind) {
+	case "full_attention", "mla_attention", "sink_full_attention":
+		return true
+	}
+	return false
+}
+
+func (s *Subscription) placement(medium []byte, pool bool) (Placement, bool) {
+	m := s.ix.opts.EngineMedia
+	if pool {
+		m = s.ix.opts.PoolMedia
+	}
+	if medium == nil {
+		if pool {
+			return Placement{}, false
+		}
+		return Placement{Tier: TierDevice}, true
+	}
+	p, ok := m.lookup(medium)
+	if !ok {
+		s.ix.counters.UnknownMedia.Add(1)
+		if _, seen := s.ix.warned.LoadOrStore(string(medium), struct{}{}); !seen {
+			s.ix.opts.Logger.Warn("unknown KV-event medium; events dropped", "medium", string(medium),
+				"service", s.reg.Key().String())
+		}
+	}
+	return p, ok
+}
+
+// applyEngine applies a vLLM or SGLang event to the subscription's home context.
+func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyStats) {
+	switch ev.Kind {
+	case EventCleared:
+		st.Cleared++
+		s.ix.counters.Cleared.Add(1)
+		s.clearOwners(sc, func(o ownerInfo) bool { return true })
+		sc.engine = nil
+		return
+	case EventStored, EventRemoved:
+	default:
+		st.Dropped++
+		return
+	}
+	if !s.engineEventOK(sc, ev) {
+		st.Dropped++
+		return
+	}
+	p, ok := s.placement(ev.Medium, false)
+	if !ok {
+		st.Dropped++
+		return
+	}
+	okey := ownerKey{sub: s.id, shared: p.Shared, name: s.reg.InstanceID}
+	if !p.Shared {
+		okey.rank = rank
+	}
+	if ev.Kind == EventStored {
+		id := sc.owner(okey)
+		st.Stored++
+		s.ix.counters.Stored.Add(1)
+		if ev.BlockSize != 0 && ev.BlockSize != sc.ctx.key.BlockSize {
+			// SGLang's final partial page (or a finer hash granularity): not a
+			// block of this context.
+			s.ix.counters.PartialBlocks.Add(uint64(len(ev.Hashes)))
+			st.Dropped++
+			return
+		}
+		keys, ok := s.storeKeys(sc, ev, s.reg.AdditionalSalt)
+		if !ok {
+			st.Dropped++
+			return
+		}
+		s.addBlocks(sc.ctx, keys, id, p.Tier, st)
+		return
+	}
+	st.Removed++
+	s.ix.counters.Removed.Add(1)
+	if id, ok := sc.owners[okey]; ok {
+		s.removeBlocks(sc, ev.Hashes, id, p.Tier, true, st)
+	}
+}
+
+// storeKeys returns the prefix keys for a stored event's blocks.
+func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, bool) {
+	prof := &sc.ctx.profile
+	if prof.Strategy != hash.StrategyXXH3 {
+		return ev.Hashes, true
+	}
+	bs := sc.ctx.key.BlockSize
+	if ev.HasTokens && len(ev.Tokens) > 0 && !ev.Bigram && len(ev.Tokens) == len(ev.Hashes)*bs {
+		var parent uint64
+		if ev.HasParent {
+			ref, ok := sc.engine[ev.Parent]
+			if !ok {
+				s.ix.counters.UnknownParents.Add(1)
+				return nil, false
+			}
+			parent = ref.key
+		}
+		seed := hash.XXH3NamespaceSeed(prof.XXH3Seed, []byte(sc.ctx.key.LoraName), saltBytes(salt, ev.CacheSalt))
+		s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], seed, parent, ev.HasParent, ev.Tokens, bs)
+		if sc.engine == nil {
+			sc.engine = make(map[uint64]engineRef)
+		}
+		for i, h := range ev.Hashes {
+			ref := sc.engine[h]
+			ref.key = s.seqScratch[i]
+			ref.n++
+			sc.engine[h] = ref
+		}
+		return s.seqScratch, true
+	}
+	// No tokens (e.g. an offload placeholder): only blocks already known from
+	// this engine's own stores can be located.
+	keys := s.seqScratch[:0]
+	for _, h := range ev.Hashes {
+		if ref, ok := sc.engine[h]; ok {
+			keys = append(keys, ref.key)
+			ref.n++
+			sc.engine[h] = ref
+		}
+	}
+	s.seqScratch = keys
+	return keys, len(keys) > 0 || len(ev.Hashes) == 0
+}
+
+func saltBytes(reg string, ev []byte) []byte {
+	if len(ev) > 0 {
+		return ev
+	}
+	if reg == "" {
+		return nil
+	}
+	return []byte(reg)
+}
+
+func (s *Subscription) addBlocks(c *context, keys []uint64, id uint32, t Tier, st *ApplyStats) {
+	for _, k := range keys {
+		c.blocks.Compute(k, func(old blockVal, _ bool) (blockVal, bool) {
+			return old.withAdded(id, t, 1), false
+		})
+	}
+	st.Blocks += len(keys)
+	s.ix.counters.BlocksStored.Add(uint64(len(keys)))
+}
+
+// removeBlocks removes one copy per hash. viaEngine resolves engine hashes
+// through the subscription's map under the xxh3 profile.
+func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id uint32, t Tier, viaEngine bool, st *ApplyStats) {
+	c := sc.ctx
+	rehashed := viaEngine && c.profile.Strategy == hash.StrategyXXH3
+	for _, h := range hashes {
+		k := h
+		if rehashed {
+			ref, ok := sc.engine[h]
+			if !ok {
+				continue
+			}
+			k = ref.key
+			if ref.n <= 1 {
+				delete(sc.engine, h)
+			} else {
+				ref.n--
+				sc.engine[h] = ref
+			}
+		}
+		removed := false
+		c.blocks.Compute(k, func(old blockVal, loaded bool) (blockVal, bool) {
+			if !loaded {
+				return old, true
+			}
+			nv, changed := old.withRemoved(id, t, 1)
+			removed = changed
+			return nv, nv.empty()
+		})
+		if removed {
+			st.Blocks++
+			s.ix.counters.BlocksRemoved.Add(1)
+		}
+	}
+}
+
+// clearOwners removes every holding of this subscription's owners in sc that
+// match keep, and returns the number of blocks changed.
+func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
+	ids := sc.ctx.ownersOf(s.id, keep)
+	n := sc.ctx.removeOwnersFromBlocks(ids)
+	s.ix.counters.ClearedBlocks.Add(uint64(n))
+	return n
+}
+
+// Clear drops every block this subscription contributed, in every context
+// (used when its stream went stale or its publisher restarted). It returns the
+// number of block entries changed.
+func (s *Subscription) Clear(reason string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0
+	}
+	n := 0
+	for _, sc := range s.state {
+		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
+		sc.engine = nil
+	}
+	s.rfc = nil
+	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
+	return n
+}
+
+// ---- RFC #1527 / Mooncake events ------------------------------------------
+
+// rfcStream tracks event_id order for one RFC stream key.
+type rfcStream struct {
+	last    uint64
+	hasLast bool
+	held    []heldEvent // sorted by event id
+}
+
+type heldEvent struct {
+	ev     Event
+	dpRank int32
+}
+
+// rfcStreamID hashes the RFC stream dimensions (model, block_size, salt, lora,
+// tenant, backend, medium, dp_rank) of an event.
+func rfcStreamID(ev *Event, rank int32) uint64 {
+	h := xxh3.New()
+	var n [8]byte
+	for _, f := range [][]byte{ev.ModelName, ev.AdditionalSalt, ev.LoraName, ev.TenantID, ev.BackendID, ev.Medium} {
+		binary.LittleEndian.PutUint32(n[:4], uint32(len(f)))
+		_, _ = h.Write(n[:4])
+		_, _ = h.Write(f)
+	}
+	binary.LittleEndian.PutUint64(n[:], uint64(ev.BlockSize)<<32|uint64(uint32(rank)))
+	_, _ = h.Write(n[:])
+	return h.Sum64()
+}
+
+func (s *Subscription) rfcRank(b *Batch, ev *Event) int32 {
+	switch {
+	case ev.HasDPRank:
+		return int32(ev.DPRank)
+	case b.HasDPRank && !s.reg.Type.pool():
+		return int32(b.DPRank)
+	}
+	return s.reg.DPRank
+}
+
+func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
+	rank := s.rfcRank(b, ev)
+	if !ev.HasEventID {
+		s.applyRFCEvent(ev, rank, st)
+		return
+	}
+	if s.rfc == nil {
+		s.rfc = make(map[uint64]*rfcStream)
+	}
+	id := rfcStreamID(ev, rank)
+	rs := s.rfc[id]
+	if rs == nil {
+		rs = &rfcStream{}
+		s.rfc[id] = rs
+	}
+	switch {
+	case !rs.hasLast || ev.EventID == rs.last+1:
+		s.applyRFCEvent(ev, rank, st)
+		rs.last, rs.hasLast = ev.EventID, true
+		s.drainHeld(rs, st)
+	case ev.EventID <= rs.last:
+		s.ix.counters.DuplicateIDs.Add(1)
+		st.Dropped++
+	default:
+		s.hold(rs, ev, rank)
+		if len(rs.held) > s.ix.opts.MaxHeldEvents {
+			s.flushHeld(rs, st)
+		}
+	}
+}
+
+func (s *Subscription) hold(rs *rfcStream, ev *Event, rank int32) {
+	i := sort.Search(len(rs.held), func(i int) bool { return rs.held[i].ev.EventID >= ev.EventID })
+	if i < len(rs.held) && rs.held[i].ev.EventID == ev.EventID {
+		s.ix.counters.DuplicateIDs.Add(1)
+		return
+	}
+	rs.held = append(rs.held, heldEvent{})
+	copy(rs.held[i+1:], rs.held[i:])
+	rs.held[i] = heldEvent{ev: cloneEvent(ev), dpRank: rank}
+}
+
+// drainHeld applies held events that became consecutive.
+func (s *Subscription) drainHeld(rs *rfcStream, st *ApplyStats) {
+	for len(rs.held) > 0 && rs.held[0].ev.EventID == rs.last+1 {
+		h := rs.held[0]
+		rs.held = rs.held[1:]
+		s.applyRFCEvent(&h.ev, h.dpRank, st)
+		rs.last = h.ev.EventID
+	}
+	if len(rs.held) == 0 {
+		rs.held = nil
+	}
+}
+
+// flushHeld gives up on the missing event ids: the gap is counted and held
+// events are applied in order.
+func (s *Subscription) flushHeld(rs *rfcStream, st *ApplyStats) {
+	for len(rs.held) > 0 {
+		h := rs.held[0]
+		rs.held = rs.held[1:]
+		if h.ev.EventID != rs.last+1 {
+			s.ix.counters.EventIDGaps.Add(1)
+			s.ix.opts.Logger.Warn("RFC event_id gap accepted", "service", s.reg.Key().String(),
+				"from", rs.last+1, "to", h.ev.EventID-1)
+		}
+		s.applyRFCEvent(&h.ev, h.dpRank, st)
+		rs.last = h.ev.EventID
+	}
+	rs.held = nil
+}
+
+// FlushHeld applies every held out-of-order RFC event, accepting the gaps.
+// The ingest loop calls it when a stream has been idle for a while.
+func (s *Subscription) FlushHeld() ApplyStats {
+	var st ApplyStats
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		st.Closed = true
+		return st
+	}
+	for _, rs := range s.rfc {
+		s.flushHeld(rs, &st)
+	}
+	return st
+}
+
+func cloneEvent(ev *Event) Event {
+	c := *ev
+	c.Hashes = append([]uint64(nil), ev.Hashes...)
+	c.Tokens = append([]int32(nil), ev.Tokens...)
+	for _, f := range []*[]byte{&c.Medium, &c.LoraName, &c.SpecKind, &c.CacheSalt, &c.ModelName,
+		&c.AdditionalSalt, &c.TenantID, &c.BackendID, &c.ObjectKey} {
+		if *f != nil {
+			*f = bytes.Clone(*f)
+		}
+	}
+	return c
+}
+
+// rfcContext resolves the context of an RFC event: envelope fields override
+// the registration's.
+func (s *Subscription) rfcContext(ev *Event) ContextKey {
+	k := s.reg.ContextKey()
+	if len(ev.TenantID) > 0 {
+		k.TenantID = string(ev.TenantID)
+	}
+	if len(ev.ModelName) > 0 {
+		k.ModelName = string(ev.ModelName)
+	}
+	if ev.LoraName != nil {
+		k.LoraName = string(ev.LoraName)
+	}
+	if ev.HasBlockSize && ev.BlockSize > 0 {
+		k.BlockSize = ev.BlockSize
+	}
+	return k
+}
+
+func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
+	key := s.rfcContext(ev)
+	sc := s.ctxState(&key)
+	if sc == nil {
+		st.Dropped++
+		return
+	}
+	pool := s.reg.Type.pool()
+	p, havePlacement := Placement{}, false
+	if ev.Medium != nil || !pool {
+		p, havePlacement = s.placement(ev.Medium, pool)
+	}
+	ownerKeyOf := func() ownerKey {
+		k := ownerKey{sub: s.id, shared: p.Shared}
+		if p.Shared {
+			k.name = string(ev.BackendID)
+			if k.name == "" {
+				k.name = s.reg.InstanceID
+			}
+		} else {
+			k.name, k.rank = s.reg.InstanceID, rank
+		}
+		return k
+	}
+	switch ev.Kind {
+	case EventCleared:
+		st.Cleared++
+		s.ix.counters.Cleared.Add(1)
+		backend := string(ev.BackendID)
+		s.clearOwners(sc, func(o ownerInfo) bool {
+			if o.shared {
+				return !pool || backend == "" || o.name == backend
+			}
+			return o.rank == rank
+		})
+		if !pool {
+			sc.engine = nil
+		}
+	case EventStored:
+		st.Stored++
+		s.ix.counters.Stored.Add(1)
+		if !havePlacement {
+			st.Dropped++
+			return
+		}
+		keys := ev.Hashes
+		if len(keys) == 0 && ev.HasTokens && len(ev.Tokens) > 0 && sc.ctx.profile.Strategy == hash.StrategyXXH3 {
+			bs := sc.ctx.key.BlockSize
+			if ev.HasParent || (ev.HasBaseIdx && ev.BaseBlockIdx == 0) {
+				seed := hash.XXH3NamespaceSeed(sc.ctx.profile.XXH3Seed, []byte(sc.ctx.key.LoraName), ev.AdditionalSalt)
+				s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], seed, ev.Parent, ev.HasParent, ev.Tokens, bs)
+				keys = s.seqScratch
+			} else {
+				s.ix.counters.UnknownParents.Add(1)
+			}
+		}
+		if len(keys) == 0 {
+			st.Dropped++
+			return
+		}
+		s.addBlocks(sc.ctx, keys, sc.owner(ownerKeyOf()), p.Tier, st)
+	case EventRemoved:
+		st.Removed++
+		s.ix.counters.Removed.Add(1)
+		if !havePlacement {
+			st.Dropped++
+			return
+		}
+		if id, ok := sc.owners[ownerKeyOf()]; ok {
+			s.removeBlocks(sc, ev.Hashes, id, p.Tier, false, st)
+		}
+	default:
+		st.Dropped++
+	}
+}

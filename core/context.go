@@ -1,0 +1,243 @@
+package core
+
+import (
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v3"
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// ContextKey identifies a context: exactly these four fields participate in
+// equality; instance, rank, endpoint and query salt live outside the key.
+type ContextKey struct {
+	TenantID  string
+	ModelName string
+	LoraName  string
+	BlockSize int
+}
+
+// ownerInfo describes one interned owner of a context.
+type ownerInfo struct {
+	sub    uint32 // owning subscription id
+	shared bool   // pool owner (visible to every rank) vs rank owner
+	live   bool
+	rank   int32  // rank owners
+	slot   int32  // index into ctxMeta.slots for live rank owners, else -1
+	name   string // rank owners: instance id; shared owners: backend id
+}
+
+// slot is one query cursor: a (instance, rank) pair.
+type slot struct {
+	instance string
+	rank     int32
+}
+
+// instanceSpan is one instance's contiguous run of slots.
+type instanceSpan struct {
+	id     string
+	lo, hi int // slots[lo:hi]
+}
+
+// ctxMeta is an immutable snapshot of a context's owners and slots, swapped
+// whole on change so queries read it without locks.
+type ctxMeta struct {
+	owners    []ownerInfo
+	slots     []slot // sorted by (instance, rank)
+	instances []instanceSpan
+}
+
+// context is one (tenant, model, lora, block_size) prefix index.
+type context struct {
+	key     ContextKey
+	lora    []byte // key.LoraName as bytes, for the hash chain
+	profile hash.Profile
+	// bound is false for a context created only to hold pool blocks whose
+	// registration named no profile; the first engine registration binds it.
+	bound  bool
+	blocks *xsync.MapOf[uint64, blockVal]
+
+	meta atomic.Pointer[ctxMeta]
+
+	// mu guards the owner table and slot registrations below and serialises
+	// meta rebuilds. It is a plain mutex: it is held only for interning and
+	// registration changes, never by queries or per-block updates.
+	mu        sync.Mutex
+	owners    []ownerInfo
+	ownerIdx  map[ownerKey]uint32
+	freeIDs   []uint32
+	regSlots  map[slot]int // registered (instance, rank) → registration count
+	refs      int          // subscriptions referencing this context (Index.mu)
+	reclaimed bool         // removed from the index (Index.mu)
+}
+
+type ownerKey struct {
+	sub    uint32
+	shared bool
+	rank   int32
+	name   string
+}
+
+func newContext(key ContextKey, p hash.Profile, bound bool) *context {
+	c := &context{
+		key:      key,
+		lora:     []byte(key.LoraName),
+		profile:  p,
+		bound:    bound,
+		blocks:   xsync.NewMapOf[uint64, blockVal](),
+		ownerIdx: make(map[ownerKey]uint32),
+		regSlots: make(map[slot]int),
+	}
+	c.meta.Store(&ctxMeta{})
+	return c
+}
+
+// internOwner returns the owner id for k, creating it (and its slot) if new.
+func (c *context) internOwner(k ownerKey) uint32 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id, ok := c.ownerIdx[k]; ok {
+		return id
+	}
+	info := ownerInfo{sub: k.sub, shared: k.shared, live: true, rank: k.rank, name: k.name, slot: -1}
+	var id uint32
+	if n := len(c.freeIDs); n > 0 {
+		id = c.freeIDs[n-1]
+		c.freeIDs = c.freeIDs[:n-1]
+		c.owners[id] = info
+	} else {
+		id = uint32(len(c.owners))
+		c.owners = append(c.owners, info)
+	}
+	c.ownerIdx[k] = id
+	c.rebuildLocked()
+	return id
+}
+
+// releaseOwners frees every owner of subscription sub (after its blocks were
+// removed) and returns how many were freed.
+func (c *context) releaseOwners(sub uint32) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for k, id := range c.ownerIdx {
+		if k.sub != sub {
+			continue
+		}
+		delete(c.ownerIdx, k)
+		c.owners[id] = ownerInfo{slot: -1}
+		c.freeIDs = append(c.freeIDs, id)
+		n++
+	}
+	if n > 0 {
+		c.rebuildLocked()
+	}
+	return n
+}
+
+// ownersOf returns the ids of every live owner of subscription sub matching keep.
+func (c *context) ownersOf(sub uint32, keep func(ownerInfo) bool) map[uint32]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ids := make(map[uint32]bool)
+	for k, id := range c.ownerIdx {
+		if k.sub == sub && (keep == nil || keep(c.owners[id])) {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+func (c *context) addRegSlot(s slot, delta int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.regSlots[s] += delta
+	if c.regSlots[s] <= 0 {
+		delete(c.regSlots, s)
+	}
+	c.rebuildLocked()
+}
+
+// rebuildLocked publishes a new meta snapshot. Slots are the registered
+// (instance, rank) pairs plus those of live rank owners (a batch dp rank may
+// override the registered one; such ranks still appear in results).
+func (c *context) rebuildLocked() {
+	set := make(map[slot]struct{}, len(c.regSlots))
+	for s := range c.regSlots {
+		set[s] = struct{}{}
+	}
+	for _, o := range c.owners {
+		if o.live && !o.shared {
+			set[slot{o.name, o.rank}] = struct{}{}
+		}
+	}
+	m := &ctxMeta{slots: make([]slot, 0, len(set))}
+	for s := range set {
+		m.slots = append(m.slots, s)
+	}
+	sort.Slice(m.slots, func(i, j int) bool {
+		a, b := m.slots[i], m.slots[j]
+		if a.instance != b.instance {
+			return a.instance < b.instance
+		}
+		return a.rank < b.rank
+	})
+	pos := make(map[slot]int32, len(m.slots))
+	for i, s := range m.slots {
+		pos[s] = int32(i)
+		if n := len(m.instances); n == 0 || m.instances[n-1].id != s.instance {
+			m.instances = append(m.instances, instanceSpan{id: s.instance, lo: i, hi: i + 1})
+		} else {
+			m.instances[n-1].hi = i + 1
+		}
+	}
+	m.owners = make([]ownerInfo, len(c.owners))
+	copy(m.owners, c.owners)
+	for i := range m.owners {
+		o := &m.owners[i]
+		if o.live && !o.shared {
+			o.slot = pos[slot{o.name, o.rank}]
+		} else {
+			o.slot = -1
+		}
+	}
+	c.meta.Store(m)
+}
+
+// removeOwnersFromBlocks drops every holding of the given owners from every
+// block. Cost is O(blocks in the context); it runs on clear and unregister only.
+func (c *context) removeOwnersFromBlocks(ids map[uint32]bool) (blocks int) {
+	if len(ids) == 0 {
+		return 0
+	}
+	drop := func(id uint32) bool { return ids[id] }
+	var keys []uint64
+	c.blocks.Range(func(k uint64, v blockVal) bool {
+		match := false
+		v.forEach(func(w uint64) {
+			if ids[wordOwner(w)] {
+				match = true
+			}
+		})
+		if match {
+			keys = append(keys, k)
+		}
+		return true
+	})
+	for _, k := range keys {
+		c.blocks.Compute(k, func(old blockVal, loaded bool) (blockVal, bool) {
+			if !loaded {
+				return old, true
+			}
+			nv, changed := old.withoutOwners(drop)
+			if changed {
+				blocks++
+			}
+			return nv, nv.empty()
+		})
+	}
+	return blocks
+}
+
+func (c *context) loraBytes() []byte { return c.lora }

@@ -1,0 +1,33 @@
+// Package core is conductor's prefix index: contexts, hash profiles, tiers, owners,
+// per-stream appliers, the tiered query, the registry of subscriptions, and
+// dump/restore.
+//
+// # Model
+//
+// A context is (tenant_id, model_name, lora_name, block_size), bound to one
+// resolved hash profile (package hash) at its first registration. Each context
+// holds a concurrent map (xsync.MapOf) from the 64-bit prefix key of a block to
+// the set of owners holding it, per tier. Under an engine profile (vllm_v1,
+// sglang) the key is the engine's projected block hash; under the xxh3 standard
+// profile it is the RFC #1527 rolling sequence hash, re-computed from the
+// event's token ids when the publisher hashes differently.
+//
+// Tiers, fastest first: device, cpu_local, cpu_share, disk. device and
+// cpu_local (and an engine's own disk) belong to a rank owner (instance,
+// dp_rank); cpu_share and pool disk belong to a shared owner (a pool backend)
+// and are visible to every rank of the context.
+//
+// # Invariants
+//
+//   - A block entry exists iff at least one owner holds at least one copy of it
+//     in some tier; owner words are immutable values swapped atomically per
+//     block, so a query never sees a torn owner set.
+//   - Events of one subscription are applied by exactly one goroutine (the
+//     subscription's receive loop), in order. Different subscriptions may touch
+//     the same block concurrently.
+//   - After Unregister returns, no block carries an owner of that subscription,
+//     and no later Apply on its handle changes the index.
+//   - For every query row: device ≤ cpu_local ≤ cpu_share ≤ disk ≤ ⌊len/B⌋·B
+//     (or the logical length for SGLang partial/bigram chains), and
+//     longest_matched = disk. The tests named *Invariant* check these.
+package core

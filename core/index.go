@@ -1,0 +1,164 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/puzpuzpuz/xsync/v3"
+)
+
+// Sentinel errors; wrap with context and test with errors.Is.
+var (
+	// ErrInvalid: a registration or request is semantically invalid.
+	ErrInvalid = errors.New("conductor: invalid")
+	// ErrConflict: a registration conflicts with existing state (service key,
+	// endpoint, or the context's bound hash profile). No state was changed.
+	ErrConflict = errors.New("conductor: conflict")
+	// ErrNotFound: no such registration.
+	ErrNotFound = errors.New("conductor: not found")
+	// ErrLimit: a configured limit would be exceeded.
+	ErrLimit = errors.New("conductor: limit exceeded")
+)
+
+// Options configure an Index. The zero value is valid: every field has a
+// documented default applied by EnsureDefaults.
+type Options struct {
+	// EngineMedia files media of engine publishers (vLLM, SGLang, standard).
+	// Default: DefaultEngineMedia().
+	EngineMedia MediumMap
+	// PoolMedia files media of pool publishers (Mooncake). Default: DefaultPoolMedia().
+	PoolMedia MediumMap
+	// MaxRegistrations bounds the registry. Default 4096.
+	MaxRegistrations int
+	// MaxHeldEvents bounds out-of-order RFC #1527 events held per stream while
+	// waiting for a missing event_id; beyond it the gap is accepted (counted)
+	// and held events are applied in order. Default 256.
+	MaxHeldEvents int
+	// Logger receives rare, noteworthy events (unknown media, gaps). Default slog.Default().
+	Logger *slog.Logger
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.EngineMedia == nil {
+		o.EngineMedia = DefaultEngineMedia()
+	}
+	if o.PoolMedia == nil {
+		o.PoolMedia = DefaultPoolMedia()
+	}
+	if o.MaxRegistrations == 0 {
+		o.MaxRegistrations = 4096
+	}
+	if o.MaxHeldEvents == 0 {
+		o.MaxHeldEvents = 256
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// Validate reports every bad field.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.MaxRegistrations < 0 {
+		errs = append(errs, fmt.Errorf("MaxRegistrations=%d: must be >= 0: %w", o.MaxRegistrations, ErrInvalid))
+	}
+	if o.MaxHeldEvents < 0 {
+		errs = append(errs, fmt.Errorf("MaxHeldEvents=%d: must be >= 0: %w", o.MaxHeldEvents, ErrInvalid))
+	}
+	return errors.Join(errs...)
+}
+
+// Counters are index-wide event counters (monotonic).
+type Counters struct {
+	Events, Stored, Removed, Cleared atomic.Uint64
+	BlocksStored, BlocksRemoved      atomic.Uint64
+	// Dropped counts events not applied: unknown medium, wrong block size or
+	// LoRA, non-main attention group, unknown context, unresolvable parent...
+	Dropped        atomic.Uint64
+	UnknownMedia   atomic.Uint64
+	PartialBlocks  atomic.Uint64
+	UnknownParents atomic.Uint64
+	DuplicateIDs   atomic.Uint64
+	EventIDGaps    atomic.Uint64
+	ClearedBlocks  atomic.Uint64
+}
+
+// Index is the whole prefix index: the registry of subscriptions and the
+// contexts they feed. Safe for concurrent use.
+type Index struct {
+	opts Options
+
+	// contexts is read lock-free by queries; written under mu.
+	contexts *xsync.MapOf[ContextKey, *context]
+
+	// mu guards the registry maps below and context creation/reclaim. Lock
+	// order: Subscription.mu → Index.mu → context.mu; never the reverse.
+	mu        sync.Mutex
+	subs      map[ServiceKey]*Subscription
+	endpoints map[string]ServiceKey
+	nextSub   uint32
+
+	counters Counters
+	warned   sync.Map // medium name → struct{}: log unknown media once
+}
+
+// New returns an empty index.
+func New(opts Options) *Index {
+	opts.EnsureDefaults()
+	return &Index{
+		opts:      opts,
+		contexts:  xsync.NewMapOf[ContextKey, *context](),
+		subs:      make(map[ServiceKey]*Subscription),
+		endpoints: make(map[string]ServiceKey),
+	}
+}
+
+// Counters exposes the index-wide event counters.
+func (ix *Index) Counters() *Counters { return &ix.counters }
+
+func (ix *Index) lookupContext(k ContextKey) *context {
+	c, _ := ix.contexts.Load(k)
+	return c
+}
+
+// acquireContext returns the context for k, creating it bound to p when
+// absent. Caller holds ix.mu.
+func (ix *Index) acquireContextLocked(k ContextKey, reg *Registration, bind bool) (*context, error) {
+	c := ix.lookupContext(k)
+	if c == nil {
+		c = newContext(k, reg.Profile, bind)
+		ix.contexts.Store(k, c)
+	} else if bind {
+		if !c.bound {
+			// A pool-only context adopts the first engine/explicit profile.
+			c.profile, c.bound = reg.Profile, true
+		} else if c.profile != reg.Profile {
+			return nil, fmt.Errorf("register %s: context %s/%s/%q/%d is bound to hash profile %s/%s/%s/%s: %w",
+				reg.Key(), k.TenantID, k.ModelName, k.LoraName, k.BlockSize,
+				c.profile.Spec.Strategy, c.profile.Spec.Algorithm, c.profile.Spec.PythonHashSeed,
+				c.profile.Spec.IndexProjection, ErrConflict)
+		}
+	} else if c.bound && c.profile != reg.Profile && reg.ProfileExplicit {
+		return nil, fmt.Errorf("register %s: pool profile differs from the context's bound profile: %w", reg.Key(), ErrConflict)
+	}
+	c.refs++
+	return c, nil
+}
+
+// releaseContextLocked drops one reference and reclaims the context when
+// nothing references it and it holds no blocks. Caller holds ix.mu.
+func (ix *Index) releaseContextLocked(c *context) {
+	c.refs--
+	if c.refs > 0 || c.reclaimed {
+		return
+	}
+	if c.blocks.Size() > 0 {
+		return
+	}
+	c.reclaimed = true
+	ix.contexts.Delete(c.key)
+}

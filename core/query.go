@@ -1,0 +1,250 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// QueryRequest selects a context and a prompt. Strings and slices are only
+// read during the call, so callers may pass zero-copy views of request buffers.
+type QueryRequest struct {
+	TenantID  string // "" means "default"
+	Model     string
+	LoraName  string
+	BlockSize int
+	// Tokens is the prompt; with ByHash, Hashes are precomputed prefix keys
+	// instead and longest_matched = block_size × matched blocks.
+	Tokens    []int32
+	Hashes    []uint64
+	ByHash    bool
+	CacheSalt []byte
+	// Instance filters to one instance when non-empty.
+	Instance string
+}
+
+// RankResult is one dp rank's tier boundaries in tokens.
+type RankResult struct {
+	Rank                             int32
+	Device, CPULocal, CPUShare, Disk int64
+}
+
+// InstanceResult is one instance row: tier boundaries are maxima over its
+// ranks, LongestMatched is the disk boundary. Ranks is ascending by rank.
+type InstanceResult struct {
+	ID                                               string
+	LongestMatched, Device, CPULocal, CPUShare, Disk int64
+	Ranks                                            []RankResult
+}
+
+// QueryResult is written by Query. Reuse one per goroutine: Query truncates
+// and re-extends its slices, so steady-state queries do not allocate. The
+// slices are valid until the next Query into the same result.
+type QueryResult struct {
+	Instances []InstanceResult // sorted by ID
+	// ContextFound is false when the context does not exist.
+	ContextFound bool
+
+	chain   hash.Chain
+	cursors []cursor
+	ranks   []RankResult
+}
+
+// cursor walks one (instance, rank) through the tiers.
+type cursor struct {
+	phase uint8
+	done  bool
+	// min is the fastest tier this rank holds for the current block; epoch is
+	// the block index+1 it was computed for.
+	min   uint8
+	epoch int32
+	bound [NumTiers]int32 // blocks accepted up to the end of each phase
+}
+
+const noTier = uint8(NumTiers)
+
+// Query answers, per instance and rank, how many prompt tokens are cached in
+// each tier. Rules (reference §6.3, four-tier cumulative variant): one cursor
+// per (instance, rank) walks the prompt's blocks with phases device →
+// cpu_local → cpu_share → disk; phase k accepts a block held in tier k or any
+// faster tier (rank-owned tiers only for this rank, shared tiers for every
+// rank); the walk never returns to a faster phase; the boundary of each phase
+// is where the next began or the walk stopped. Hashes are computed lazily and
+// stop at the furthest block any cursor reaches.
+//
+// An unknown context yields no rows and creates no state.
+func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
+	res.Instances = res.Instances[:0]
+	res.ContextFound = false
+	tenant := req.TenantID
+	if tenant == "" {
+		tenant = "default"
+	}
+	c := ix.lookupContext(ContextKey{TenantID: tenant, ModelName: req.Model, LoraName: req.LoraName, BlockSize: req.BlockSize})
+	if c == nil {
+		return nil
+	}
+	res.ContextFound = true
+	m := c.meta.Load()
+	lo, hi := 0, len(m.slots)
+	spans := m.instances
+	if req.Instance != "" {
+		i := sort.Search(len(spans), func(i int) bool { return spans[i].id >= req.Instance })
+		if i == len(spans) || spans[i].id != req.Instance {
+			return nil
+		}
+		spans = spans[i : i+1]
+		lo, hi = spans[0].lo, spans[0].hi
+	}
+	if lo == hi {
+		return nil
+	}
+
+	nBlocks := len(req.Hashes)
+	if !req.ByHash {
+		if err := res.chain.Reset(&c.profile, req.Tokens, c.key.BlockSize, c.loraBytes(), req.CacheSalt); err != nil {
+			return fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
+		}
+		nBlocks = res.chain.Blocks()
+	}
+
+	cur := growCursors(res.cursors, hi-lo)
+	res.cursors = cur
+	end := walk(c, m, lo, cur, nBlocks, req, &res.chain)
+
+	// Convert block boundaries to tokens and assemble rows.
+	bs := int64(c.key.BlockSize)
+	tokens := func(blocks int32) int64 {
+		if req.ByHash {
+			return int64(blocks) * bs
+		}
+		return int64(res.chain.MatchedTokens(int(blocks)))
+	}
+	if cap(res.ranks) < hi-lo {
+		res.ranks = make([]RankResult, hi-lo)
+	}
+	ranks := res.ranks[:hi-lo]
+	for i := range cur {
+		cu := &cur[i]
+		if !cu.done {
+			for k := cu.phase; k < uint8(NumTiers); k++ {
+				cu.bound[k] = end
+			}
+		}
+		ranks[i] = RankResult{
+			Rank:     m.slots[lo+i].rank,
+			Device:   tokens(cu.bound[TierDevice]),
+			CPULocal: tokens(cu.bound[TierCPULocal]),
+			CPUShare: tokens(cu.bound[TierCPUShare]),
+			Disk:     tokens(cu.bound[TierDisk]),
+		}
+	}
+	for _, sp := range spans {
+		row := InstanceResult{ID: sp.id, Ranks: ranks[sp.lo-lo : sp.hi-lo]}
+		for _, r := range row.Ranks {
+			row.Device = max(row.Device, r.Device)
+			row.CPULocal = max(row.CPULocal, r.CPULocal)
+			row.CPUShare = max(row.CPUShare, r.CPUShare)
+			row.Disk = max(row.Disk, r.Disk)
+		}
+		row.LongestMatched = row.Disk
+		res.Instances = append(res.Instances, row)
+	}
+	return nil
+}
+
+func growCursors(cur []cursor, n int) []cursor {
+	if cap(cur) < n {
+		cur = make([]cursor, n)
+	}
+	cur = cur[:n]
+	for i := range cur {
+		cur[i] = cursor{}
+	}
+	return cur
+}
+
+// walk advances every cursor over the prompt's blocks and returns the block
+// index where the walk ended (for cursors still running).
+func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryRequest, chain *hash.Chain) int32 {
+	active := len(cur)
+	hi := lo + len(cur)
+	owners := m.owners
+	var i int
+	for i = 0; i < nBlocks && active > 0; i++ {
+		var key uint64
+		if req.ByHash {
+			key = req.Hashes[i]
+		} else {
+			key = chain.At(i)
+		}
+		v, ok := c.blocks.Load(key)
+		if !ok {
+			break
+		}
+		epoch := int32(i + 1)
+		shared := noTier
+		// Inline owner scan (no closures on the hot path).
+		for j, n := -1, wordsLen(v); j < n; j++ {
+			var w uint64
+			if j < 0 {
+				w = v.w0
+			} else {
+				w = v.rest.words[j]
+			}
+			if w == 0 {
+				continue
+			}
+			id := wordOwner(w)
+			if int(id) >= len(owners) {
+				continue // owner newer than this snapshot
+			}
+			o := &owners[id]
+			t := uint8(wordTier(w))
+			if o.shared {
+				if o.live && t < shared {
+					shared = t
+				}
+				continue
+			}
+			if o.slot < int32(lo) || o.slot >= int32(hi) {
+				continue
+			}
+			cu := &cur[o.slot-int32(lo)]
+			if cu.epoch != epoch || t < cu.min {
+				cu.epoch, cu.min = epoch, t
+			}
+		}
+		for k := range cur {
+			cu := &cur[k]
+			if cu.done {
+				continue
+			}
+			t := shared
+			if cu.epoch == epoch && cu.min < t {
+				t = cu.min
+			}
+			if t == noTier {
+				cu.done = true
+				for p := cu.phase; p < uint8(NumTiers); p++ {
+					cu.bound[p] = int32(i)
+				}
+				active--
+				continue
+			}
+			for cu.phase < t {
+				cu.bound[cu.phase] = int32(i)
+				cu.phase++
+			}
+		}
+	}
+	return int32(i)
+}
+
+func wordsLen(v blockVal) int {
+	if v.rest == nil {
+		return 0
+	}
+	return len(v.rest.words)
+}

@@ -1,0 +1,290 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// PublisherType selects the event dialect of a subscription and how its media
+// are filed.
+type PublisherType uint8
+
+const (
+	PublisherVLLM PublisherType = iota + 1
+	PublisherSGLang
+	PublisherMooncake
+	PublisherStandard
+)
+
+var publisherNames = [...]string{"", "vLLM", "SGLang", "Mooncake", "standard"}
+
+func (p PublisherType) String() string {
+	if int(p) < len(publisherNames) && p != 0 {
+		return publisherNames[p]
+	}
+	return "unknown"
+}
+
+// ParsePublisherType accepts the registered names exactly ("vLLM", "SGLang",
+// "Mooncake", "standard").
+func ParsePublisherType(s string) (PublisherType, error) {
+	for i, n := range publisherNames {
+		if i > 0 && s == n {
+			return PublisherType(i), nil
+		}
+	}
+	return 0, fmt.Errorf("publisher type %q (want vLLM, SGLang, Mooncake or standard): %w", s, ErrInvalid)
+}
+
+// pool reports whether the publisher is a shared pool (its blocks are shared
+// owners and it is not a query instance).
+func (p PublisherType) pool() bool { return p == PublisherMooncake }
+
+// ServiceKey identifies one subscription: (instance_id, tenant_id, dp_rank).
+type ServiceKey struct {
+	InstanceID string
+	TenantID   string
+	DPRank     int32
+}
+
+// String renders the key as the seed API does: "instance|tenant|rank".
+func (k ServiceKey) String() string {
+	return k.InstanceID + "|" + k.TenantID + "|" + strconv.Itoa(int(k.DPRank))
+}
+
+// Registration is one subscription's configuration.
+type Registration struct {
+	Endpoint       string
+	ReplayEndpoint string
+	Type           PublisherType
+	ModelName      string
+	LoraName       string
+	TenantID       string // "" is normalised to "default"
+	InstanceID     string
+	BlockSize      int
+	DPRank         int32
+	// AdditionalSalt separates hash namespaces under the xxh3 profile: blocks
+	// re-hashed from this publisher's tokens use it as their salt.
+	AdditionalSalt string
+	// CacheGroup: nil = not given; otherwise must be 0.
+	CacheGroup *int64
+	// Profile is the resolved hash profile; ProfileExplicit is false when the
+	// registration named none and the xxh3 default applies.
+	Profile         hash.Profile
+	ProfileExplicit bool
+}
+
+// Key returns the registration's service key.
+func (r *Registration) Key() ServiceKey {
+	return ServiceKey{InstanceID: r.InstanceID, TenantID: r.TenantID, DPRank: r.DPRank}
+}
+
+// ContextKey returns the registration's home context.
+func (r *Registration) ContextKey() ContextKey {
+	return ContextKey{TenantID: r.TenantID, ModelName: r.ModelName, LoraName: r.LoraName, BlockSize: r.BlockSize}
+}
+
+// Normalize applies defaults (tenant "default", xxh3 profile when none).
+func (r *Registration) Normalize() {
+	if r.TenantID == "" {
+		r.TenantID = "default"
+	}
+	if !r.ProfileExplicit && r.Profile == (hash.Profile{}) {
+		r.Profile = hash.DefaultProfile()
+	}
+}
+
+// Validate checks the registration's fields.
+func (r *Registration) Validate() error {
+	switch {
+	case r.Endpoint == "":
+		return fmt.Errorf("register: endpoint is required: %w", ErrInvalid)
+	case r.Type < PublisherVLLM || r.Type > PublisherStandard:
+		return fmt.Errorf("register: unknown publisher type %d: %w", r.Type, ErrInvalid)
+	case r.ModelName == "":
+		return fmt.Errorf("register: model name is required: %w", ErrInvalid)
+	case r.InstanceID == "":
+		return fmt.Errorf("register: instance_id is required: %w", ErrInvalid)
+	case r.BlockSize <= 0:
+		return fmt.Errorf("register: block_size=%d must be > 0: %w", r.BlockSize, ErrInvalid)
+	case r.DPRank < 0:
+		return fmt.Errorf("register: dp_rank=%d must be >= 0: %w", r.DPRank, ErrInvalid)
+	case r.CacheGroup != nil && *r.CacheGroup != 0:
+		return fmt.Errorf("register: cache_group=%d: only cache group zero is supported: %w", *r.CacheGroup, ErrInvalid)
+	case r.TenantID == "":
+		return fmt.Errorf("register: tenant_id is empty: %w", ErrInvalid)
+	}
+	return nil
+}
+
+func sameConfig(a, b *Registration) bool {
+	if (a.CacheGroup == nil) != (b.CacheGroup == nil) ||
+		(a.CacheGroup != nil && *a.CacheGroup != *b.CacheGroup) {
+		return false
+	}
+	ac, bc := *a, *b
+	ac.CacheGroup, bc.CacheGroup = nil, nil
+	return ac == bc
+}
+
+// Register adds a subscription, or returns the existing one unchanged when an
+// identical registration exists (created=false). A conflicting registration for
+// the same key, an endpoint already used by another key, or a hash profile that
+// differs from the context's bound profile is refused with ErrConflict and no
+// state change.
+func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err error) {
+	r.Normalize()
+	if err := r.Validate(); err != nil {
+		return nil, false, err
+	}
+	key := r.Key()
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if old, ok := ix.subs[key]; ok {
+		if sameConfig(&old.reg, &r) {
+			return old, false, nil
+		}
+		return nil, false, fmt.Errorf("register %s: conflicting registration for service key: %w", key, ErrConflict)
+	}
+	if other, ok := ix.endpoints[r.Endpoint]; ok {
+		return nil, false, fmt.Errorf("register %s: endpoint %s is used by %s: %w", key, r.Endpoint, other, ErrConflict)
+	}
+	if len(ix.subs) >= ix.opts.MaxRegistrations {
+		return nil, false, fmt.Errorf("register %s: %d registrations: %w", key, len(ix.subs), ErrLimit)
+	}
+	bind := !r.Type.pool() || r.ProfileExplicit
+	c, err := ix.acquireContextLocked(r.ContextKey(), &r, bind)
+	if err != nil {
+		return nil, false, err
+	}
+	ix.nextSub++
+	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c}
+	sub.state = make(map[*context]*subCtx)
+	sub.state[c] = sub.newSubCtx(c)
+	ix.subs[key] = sub
+	ix.endpoints[r.Endpoint] = key
+	if !r.Type.pool() {
+		c.addRegSlot(slot{r.InstanceID, r.DPRank}, 1)
+	}
+	return sub, true, nil
+}
+
+// Lookup returns the subscription registered under k.
+func (ix *Index) Lookup(k ServiceKey) (*Subscription, bool) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	s, ok := ix.subs[k]
+	return s, ok
+}
+
+// Unregister removes the subscription k and exactly its contributions. It
+// first closes the handle (waiting for an Apply in progress), so no event of
+// that subscription can resurrect a block afterwards.
+func (ix *Index) Unregister(k ServiceKey) (Registration, error) {
+	if k.TenantID == "" {
+		k.TenantID = "default"
+	}
+	ix.mu.Lock()
+	sub, ok := ix.subs[k]
+	if ok && sub.unregistering {
+		ix.mu.Unlock()
+		return Registration{}, fmt.Errorf("unregister %s: already being unregistered: %w", k, ErrNotFound)
+	}
+	if ok {
+		sub.unregistering = true
+	}
+	ix.mu.Unlock()
+	if !ok {
+		return Registration{}, fmt.Errorf("unregister %s: service not found: %w", k, ErrNotFound)
+	}
+
+	sub.close() // waits for an in-flight Apply; later Applies are no-ops
+
+	for c := range sub.state {
+		ids := c.ownersOf(sub.id, nil)
+		n := c.removeOwnersFromBlocks(ids)
+		ix.counters.ClearedBlocks.Add(uint64(n))
+		c.releaseOwners(sub.id)
+	}
+
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	delete(ix.subs, k)
+	delete(ix.endpoints, sub.reg.Endpoint)
+	if !sub.reg.Type.pool() {
+		sub.home.addRegSlot(slot{sub.reg.InstanceID, sub.reg.DPRank}, -1)
+	}
+	for c := range sub.state {
+		ix.releaseContextLocked(c)
+	}
+	return sub.reg, nil
+}
+
+// Services lists every registration, sorted by service key.
+func (ix *Index) Services() []Registration {
+	ix.mu.Lock()
+	out := make([]Registration, 0, len(ix.subs))
+	for _, s := range ix.subs {
+		out = append(out, s.reg)
+	}
+	ix.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return keyLess(out[i].Key(), out[j].Key()) })
+	return out
+}
+
+func keyLess(a, b ServiceKey) bool {
+	if a.InstanceID != b.InstanceID {
+		return a.InstanceID < b.InstanceID
+	}
+	if a.TenantID != b.TenantID {
+		return a.TenantID < b.TenantID
+	}
+	return a.DPRank < b.DPRank
+}
+
+// Subscription is the handle of one registration. Its Apply, Clear and
+// FlushHeld are called by one goroutine (the subscription's single writer);
+// Unregister may run concurrently from another goroutine.
+type Subscription struct {
+	ix   *Index
+	id   uint32
+	reg  Registration
+	home *context
+
+	// mu is held for the whole of each Apply/Clear so that close() waits for
+	// an in-flight batch; it is uncontended in steady state (one writer).
+	mu            sync.Mutex
+	closed        bool
+	unregistering bool // guarded by ix.mu
+
+	// state per context this subscription has touched (single writer; read by
+	// Unregister only after close()).
+	state map[*context]*subCtx
+	// rfc holds RFC #1527 per-stream event_id cursors.
+	rfc map[uint64]*rfcStream
+	// scratch reused across events.
+	seqScratch []uint64
+}
+
+// Key returns the subscription's service key.
+func (s *Subscription) Key() ServiceKey { return s.reg.Key() }
+
+// Registration returns the subscription's configuration.
+func (s *Subscription) Registration() Registration { return s.reg }
+
+func (s *Subscription) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// Closed reports whether the subscription was unregistered.
+func (s *Subscription) Closed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}

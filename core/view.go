@@ -1,0 +1,72 @@
+package core
+
+import (
+	"sort"
+
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// ContextView describes one context for /global_view.
+type ContextView struct {
+	ContextKey
+	// PrefixCount is the number of distinct prefix keys with at least one owner.
+	PrefixCount int
+	Profile     hash.Profile
+	// ProfileBound is false for a pool-only context whose profile is not yet
+	// fixed by an engine registration.
+	ProfileBound bool
+	// Instances maps each query instance to its ranks, ascending.
+	Instances map[string][]int32
+}
+
+// GlobalView describes every context, sorted by key.
+type GlobalView struct {
+	Contexts []ContextView
+}
+
+// GlobalView returns a snapshot of every context.
+func (ix *Index) GlobalView() GlobalView {
+	var gv GlobalView
+	ix.contexts.Range(func(k ContextKey, c *context) bool {
+		m := c.meta.Load()
+		cv := ContextView{ContextKey: k, PrefixCount: c.blocks.Size(), Profile: c.profile,
+			ProfileBound: c.bound, Instances: make(map[string][]int32, len(m.instances))}
+		for _, sp := range m.instances {
+			ranks := make([]int32, 0, sp.hi-sp.lo)
+			for _, s := range m.slots[sp.lo:sp.hi] {
+				ranks = append(ranks, s.rank)
+			}
+			cv.Instances[sp.id] = ranks
+		}
+		gv.Contexts = append(gv.Contexts, cv)
+		return true
+	})
+	sort.Slice(gv.Contexts, func(i, j int) bool { return ctxLess(gv.Contexts[i].ContextKey, gv.Contexts[j].ContextKey) })
+	return gv
+}
+
+func ctxLess(a, b ContextKey) bool {
+	switch {
+	case a.TenantID != b.TenantID:
+		return a.TenantID < b.TenantID
+	case a.ModelName != b.ModelName:
+		return a.ModelName < b.ModelName
+	case a.LoraName != b.LoraName:
+		return a.LoraName < b.LoraName
+	}
+	return a.BlockSize < b.BlockSize
+}
+
+// TierBlocks returns the number of (block, owner) holdings per tier across
+// all contexts (for metrics; O(blocks)).
+func (ix *Index) TierBlocks() [NumTiers]int {
+	var n [NumTiers]int
+	ix.contexts.Range(func(_ ContextKey, c *context) bool {
+		c.blocks.Range(func(_ uint64, v blockVal) bool {
+			v.forEach(func(w uint64) { n[wordTier(w)]++ })
+			return true
+		})
+		return true
+	})
+	return n
+}
