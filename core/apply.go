@@ -270,13 +270,30 @@ func saltBytes(reg string, ev []byte) []byte {
 }
 
 func (s *Subscription) addBlocks(c *context, keys []uint64, id uint32, t Tier, st *ApplyStats) {
+	// The update function is bound once per subscription (s.addFn) and reads
+	// its operands from s: a fresh closure per block would escape to the heap.
+	s.opID, s.opTier = id, t
+	if s.addFn == nil {
+		s.addFn = s.addOne
+	}
 	for _, k := range keys {
-		c.blocks.Compute(k, func(old blockVal, _ bool) (blockVal, bool) {
-			return old.withAdded(id, t, 1), false
-		})
+		c.blocks.Compute(k, s.addFn)
 	}
 	st.Blocks += len(keys)
 	s.ix.counters.BlocksStored.Add(uint64(len(keys)))
+}
+
+func (s *Subscription) addOne(old blockVal, _ bool) (blockVal, bool) {
+	return old.withAdded(s.opID, s.opTier, 1), false
+}
+
+func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
+	if !loaded {
+		return old, true
+	}
+	nv, changed := old.withRemoved(s.opID, s.opTier, 1)
+	s.opChanged = changed
+	return nv, nv.empty()
 }
 
 // removeBlocks removes one copy per hash. viaEngine resolves engine hashes
@@ -299,16 +316,12 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id uint32, t Ti
 				sc.engine[h] = ref
 			}
 		}
-		removed := false
-		c.blocks.Compute(k, func(old blockVal, loaded bool) (blockVal, bool) {
-			if !loaded {
-				return old, true
-			}
-			nv, changed := old.withRemoved(id, t, 1)
-			removed = changed
-			return nv, nv.empty()
-		})
-		if removed {
+		s.opID, s.opTier, s.opChanged = id, t, false
+		if s.removeFn == nil {
+			s.removeFn = s.removeOne
+		}
+		c.blocks.Compute(k, s.removeFn)
+		if s.opChanged {
 			st.Blocks++
 			s.ix.counters.BlocksRemoved.Add(1)
 		}

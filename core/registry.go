@@ -268,6 +268,11 @@ type Subscription struct {
 	rfc map[uint64]*rfcStream
 	// scratch reused across events.
 	seqScratch []uint64
+	// Operands of the bound map-update functions addFn/removeFn (single writer).
+	opID            uint32
+	opTier          Tier
+	opChanged       bool
+	addFn, removeFn func(blockVal, bool) (blockVal, bool)
 }
 
 // Key returns the subscription's service key.

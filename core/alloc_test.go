@@ -1,0 +1,41 @@
+//go:build !race
+
+package core
+
+import (
+	"testing"
+
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// TestQueryAllocs proves the query hot path allocates nothing in steady
+// state, by tokens (lazy sha256_cbor chain) and by hashes, over several
+// instances and ranks.
+func TestQueryAllocs(t *testing.T) {
+	ix := New(Options{})
+	p := cborProfile(t)
+	tokens := make([]int32, 64*testBS)
+	for i := range tokens {
+		tokens[i] = int32(i)
+	}
+	keys, err := hash.AppendChain(nil, &p, tokens, testBS, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 8; i++ {
+		s := mustRegister(t, ix, engineReg(t, string(rune('a'+i)), int32(i%2), p))
+		s.Apply(stored("GPU", keys[:8*(i+1)]...))
+	}
+	res := &QueryResult{}
+	byTokens := &QueryRequest{Model: "m", BlockSize: testBS, Tokens: tokens}
+	byHash := &QueryRequest{Model: "m", BlockSize: testBS, Hashes: keys, ByHash: true}
+	for _, req := range []*QueryRequest{byTokens, byHash} {
+		_ = ix.Query(req, res) // warm up the reused buffers
+		if n := testing.AllocsPerRun(100, func() { _ = ix.Query(req, res) }); n != 0 {
+			t.Fatalf("ByHash=%v: %v allocs per query", req.ByHash, n)
+		}
+		if row(res, "h").Device != 64*testBS {
+			t.Fatalf("unexpected result %+v", res.Instances)
+		}
+	}
+}

@@ -1,0 +1,170 @@
+package core
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// BenchmarkApply measures single-writer apply throughput with 16-block
+// stored batches. "store" files fresh hashes (the index grows; it is rebuilt
+// every 1M blocks); "store+remove" keeps ~64k blocks resident by removing each
+// batch 4096 batches later and counts both kinds of block update.
+func BenchmarkApply(b *testing.B) {
+	const per = 16
+	b.Run("store", func(b *testing.B) {
+		ix := New(Options{})
+		s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
+		st := stored("GPU", seq(per)...)
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			if i%(1<<16) == 0 && i > 0 {
+				b.StopTimer()
+				ix = New(Options{})
+				s = mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
+				b.StartTimer()
+			}
+			h := st.Events[0].Hashes
+			for j := range h {
+				h[j] = uint64(i*per+j)*0x9E3779B97F4A7C15 + 1
+			}
+			s.Apply(st)
+		}
+		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "blocks/s")
+	})
+	b.Run("store+remove", func(b *testing.B) {
+		ix := New(Options{})
+		s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
+		st, rm := stored("GPU", seq(per)...), removed("GPU", seq(per)...)
+		b.ReportAllocs()
+		ops := 0
+		for i := 0; i < b.N; i++ {
+			base := uint64(i%4096) * per
+			h := st.Events[0].Hashes
+			for j := range h {
+				h[j] = base + uint64(j)
+			}
+			if i >= 4096 {
+				r := rm.Events[0].Hashes
+				copy(r, h)
+				s.Apply(rm)
+				ops += per
+			}
+			s.Apply(st)
+			ops += per
+		}
+		b.ReportMetric(float64(ops)/b.Elapsed().Seconds(), "block-updates/s")
+	})
+}
+
+// BenchmarkApplyMutexMap is the baseline: a plain map under one mutex with
+// the same owner-word updates.
+func BenchmarkApplyMutexMap(b *testing.B) {
+	var mu sync.Mutex
+	m := make(map[uint64]blockVal)
+	const per = 16
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		base := uint64(i%4096) * per
+		mu.Lock()
+		for j := uint64(0); j < per; j++ {
+			m[base+j] = m[base+j].withAdded(1, TierDevice, 1)
+		}
+		mu.Unlock()
+	}
+	b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+func benchIndex(b *testing.B, p hash.Profile, instances, hitBlocks int, tokens []int32) *Index {
+	ix := New(Options{})
+	var keys []uint64
+	var err error
+	if p.Strategy == hash.StrategyXXH3 {
+		keys = hash.AppendXXH3Chain(nil, hash.XXH3NamespaceSeed(p.XXH3Seed, nil, nil), 0, false, tokens, testBS)
+	} else if keys, err = hash.AppendChain(nil, &p, tokens, testBS, nil, nil); err != nil {
+		b.Fatal(err)
+	}
+	if hitBlocks > len(keys) {
+		hitBlocks = len(keys)
+	}
+	for i := 0; i < instances; i++ {
+		r := engineReg(b, fmt.Sprintf("inst-%03d", i), 0, p)
+		r.ProfileExplicit = p.Strategy != hash.StrategyXXH3
+		if p.Strategy == hash.StrategyXXH3 {
+			r.Type = PublisherStandard // events carry standard seq hashes
+		}
+		s := mustRegister(b, ix, r)
+		for lo := 0; lo < hitBlocks; lo += 256 {
+			s.Apply(stored("GPU", keys[lo:min(lo+256, hitBlocks)]...))
+		}
+	}
+	return ix
+}
+
+// BenchmarkQuery: full-hit token queries (131k: first 512 blocks hit) per
+// profile and instance count; reports ns per matched block.
+func BenchmarkQuery(b *testing.B) {
+	cbor, _ := hash.Resolve(hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"})
+	for _, prof := range []struct {
+		name string
+		p    hash.Profile
+	}{{"xxh3", hash.DefaultProfile()}, {"sha256_cbor", cbor}} {
+		for _, n := range []int{1024, 8192, 131072} {
+			tokens := make([]int32, n)
+			for i := range tokens {
+				tokens[i] = int32(i*31 + 7)
+			}
+			hit := n / testBS
+			if n == 131072 {
+				hit = 512
+			}
+			for _, inst := range []int{1, 8, 64} {
+				b.Run(fmt.Sprintf("%s/tokens=%d/instances=%d", prof.name, n, inst), func(b *testing.B) {
+					ix := benchIndex(b, prof.p, inst, hit, tokens)
+					res := &QueryResult{}
+					req := &QueryRequest{Model: "m", BlockSize: testBS, Tokens: tokens}
+					if err := ix.Query(req, res); err != nil || len(res.Instances) != inst || res.Instances[0].Device != int64(hit*testBS) {
+						b.Fatalf("setup: %v %+v", err, res.Instances[:min(1, len(res.Instances))])
+					}
+					b.ReportAllocs()
+					b.ResetTimer()
+					for i := 0; i < b.N; i++ {
+						_ = ix.Query(req, res)
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*hit), "ns/block")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkMemoryPerHolding reports live heap bytes per (block, owner) after
+// inserting N single-owner blocks. Run with -benchtime=1x.
+func BenchmarkMemoryPerHolding(b *testing.B) {
+	for _, n := range []int{1 << 20, 10 << 20} {
+		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				ix := New(Options{})
+				s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
+				batch := stored("GPU", seq(256)...)
+				h := batch.Events[0].Hashes
+				for lo := 0; lo < n; lo += 256 {
+					for j := range h {
+						h[j] = uint64(lo+j)*0x9E3779B97F4A7C15 + 1
+					}
+					s.Apply(batch)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/holding")
+				runtime.KeepAlive(ix)
+			}
+		})
+	}
+}
