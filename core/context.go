@@ -79,13 +79,17 @@ type ownerKey struct {
 	name   string
 }
 
-func newContext(key ContextKey, p hash.Profile, bound bool) *context {
+func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *context {
+	blocks := xsync.NewMapOf[uint64, blockVal]()
+	if sizeHint > 0 {
+		blocks = xsync.NewMapOfPresized[uint64, blockVal](sizeHint)
+	}
 	c := &context{
 		key:      key,
 		lora:     []byte(key.LoraName),
 		profile:  p,
 		bound:    bound,
-		blocks:   xsync.NewMapOf[uint64, blockVal](),
+		blocks:   blocks,
 		ownerIdx: make(map[ownerKey]uint32),
 		regSlots: make(map[slot]int),
 	}

@@ -15,26 +15,28 @@ import (
 // batch 4096 batches later and counts both kinds of block update.
 func BenchmarkApply(b *testing.B) {
 	const per = 16
-	b.Run("store", func(b *testing.B) {
-		ix := New(Options{})
-		s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
-		st := stored("GPU", seq(per)...)
-		b.ReportAllocs()
-		for i := 0; i < b.N; i++ {
-			if i%(1<<16) == 0 && i > 0 {
-				b.StopTimer()
-				ix = New(Options{})
-				s = mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
-				b.StartTimer()
+	for _, hint := range []int{0, 1 << 20} {
+		b.Run(fmt.Sprintf("store/sizehint=%d", hint), func(b *testing.B) {
+			ix := New(Options{ContextSizeHint: hint})
+			s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
+			st := stored("GPU", seq(per)...)
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				if i%(1<<16) == 0 && i > 0 {
+					b.StopTimer()
+					ix = New(Options{ContextSizeHint: hint})
+					s = mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
+					b.StartTimer()
+				}
+				h := st.Events[0].Hashes
+				for j := range h {
+					h[j] = uint64(i*per+j)*0x9E3779B97F4A7C15 + 1
+				}
+				s.Apply(st)
 			}
-			h := st.Events[0].Hashes
-			for j := range h {
-				h[j] = uint64(i*per+j)*0x9E3779B97F4A7C15 + 1
-			}
-			s.Apply(st)
-		}
-		b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "blocks/s")
-	})
+			b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
 	b.Run("store+remove", func(b *testing.B) {
 		ix := New(Options{})
 		s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
