@@ -1,0 +1,445 @@
+package wire
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/seed-c7a81618/conductor/core"
+)
+
+// JSON carries RFC #1527 events from publishers that cannot speak msgpack (and from
+// test tools). encoding/json is not used: it would route every number through
+// float64 (or a string per number) and hashes are u64 that must survive exactly, so
+// this is a small strict reader. Integers are parsed from their digits; a fraction or
+// exponent in an integer field is ErrWrongType, never rounded.
+
+// DecodeStandardJSON decodes RFC #1527 events in JSON into b, which it resets first:
+// one event object, an array of event objects, or a wrapper object
+// {"events": [...], "ts"|"timestamp": …, "dp_rank": …}. Error semantics are Decode's.
+//
+// Strings without escapes alias payload (valid until the payload buffer is reused);
+// escaped ones are unescaped into the Decoder's scratch, valid until the next decode.
+// Hash values may also be written as decimal or 0x-hex strings, for producers whose
+// JSON numbers are float64 (JavaScript) and would lose the low bits of a u64.
+func (d *Decoder) DecodeStandardJSON(payload []byte, b *core.Batch) error {
+	b.Reset()
+	d.dialect = DialectStandard
+	d.at(-1, "", -1)
+	d.arena = d.arena[:0]
+	p := jsonWS(payload)
+	if len(p) == 0 {
+		return d.newError(ErrEmptyPayload)
+	}
+	var err error
+	switch p[0] {
+	case '{':
+		if d.jsonHasKey(p, "events") {
+			p, err = d.jsonWrapper(p, b)
+		} else {
+			p, err = d.jsonEvent(0, p, b)
+		}
+	case '[':
+		p, err = d.jsonEventArray(p, b)
+	default:
+		err = ErrWrongType
+	}
+	if err != nil {
+		return d.newError(err)
+	}
+	if len(jsonWS(p)) != 0 {
+		d.at(-1, "", -1)
+		return d.newError(ErrTrailingBytes)
+	}
+	return nil
+}
+
+// jsonHasKey reports whether the object at p has a top-level key equal to key.
+func (d *Decoder) jsonHasKey(p []byte, key string) bool {
+	p, err := jsonNext(p[1:])
+	if err != nil || p[0] == '}' {
+		return false
+	}
+	for more := true; more; {
+		var k []byte
+		if k, p, err = d.jsonKey(p); err != nil {
+			return false
+		}
+		if string(k) == key {
+			return true
+		}
+		if p, err = d.jsonSkip(p, 1); err != nil {
+			return false
+		}
+		if p, more, err = jsonAfterValue(p, '}'); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// jsonWrapper decodes {"events": [...], "ts"|"timestamp": …, "dp_rank"|"data_parallel_rank": …}.
+func (d *Decoder) jsonWrapper(p []byte, b *core.Batch) ([]byte, error) {
+	p, err := jsonNext(p[1:])
+	if err != nil {
+		return p, err
+	}
+	if p[0] == '}' { // unreachable: jsonHasKey found "events"
+		return p[1:], nil
+	}
+	const (
+		seenTS = 1 << iota
+		seenEvents
+		seenRank
+	)
+	seen := 0
+	for i, more := 0, true; more; i++ {
+		d.at(-1, "", i)
+		var key []byte
+		if key, p, err = d.jsonKey(p); err != nil {
+			return p, err
+		}
+		d.index = -1
+		bit, name := 0, ""
+		switch string(key) {
+		case "ts":
+			bit, name = seenTS, "ts"
+		case "timestamp":
+			bit, name = seenTS, "timestamp"
+		case "events":
+			bit, name = seenEvents, "events"
+		case "dp_rank":
+			bit, name = seenRank, "dp_rank"
+		case "data_parallel_rank":
+			bit, name = seenRank, "data_parallel_rank"
+		}
+		d.field = name
+		switch {
+		case bit == 0:
+			p, err = d.jsonSkip(p, 1)
+		case seen&bit != 0:
+			err = ErrDuplicateField
+		case bit == seenTS:
+			p, err = jsonBatchTS(p, b, name == "ts")
+		case bit == seenEvents:
+			if p[0] != '[' {
+				err = ErrWrongType
+				break
+			}
+			p, err = d.jsonEventArray(p, b)
+		default:
+			if jsonIsNull(p) {
+				p, err = jsonLiteral(p, "null")
+				break
+			}
+			var r uint64
+			if r, p, err = jsonUint(p); err == nil && r > math.MaxUint32 {
+				err = ErrOutOfRange
+			}
+			b.DPRank, b.HasDPRank = uint32(r), err == nil
+		}
+		if err != nil {
+			return p, err
+		}
+		seen |= bit
+		if p, more, err = jsonAfterValue(p, '}'); err != nil {
+			return p, err
+		}
+	}
+	d.at(-1, "", -1)
+	return p, nil
+}
+
+// jsonBatchTS reads the wrapper's "ts" (seconds, int or float) or "timestamp" (u64 ms).
+func jsonBatchTS(p []byte, b *core.Batch, allowFloat bool) ([]byte, error) {
+	if allowFloat && len(p) != 0 && (p[0] == '-' || (p[0] >= '0' && p[0] <= '9')) {
+		tok, isInt, rest, err := jsonNumber(p)
+		if err != nil {
+			return p, err
+		}
+		if !isInt {
+			f, err := strconv.ParseFloat(string(tok), 64)
+			if err != nil || f < 0 || math.IsInf(f, 0) {
+				return p, ErrOutOfRange
+			}
+			b.TimestampF = f
+			return rest, nil
+		}
+	}
+	u, rest, err := jsonUint(p)
+	if err != nil {
+		return p, err
+	}
+	b.TimestampU, b.TimestampF = u, float64(u)
+	return rest, nil
+}
+
+// jsonEventArray decodes `[event, …]`.
+func (d *Decoder) jsonEventArray(p []byte, b *core.Batch) ([]byte, error) {
+	p, err := jsonNext(p[1:])
+	if err != nil {
+		return p, err
+	}
+	if p[0] == ']' {
+		return p[1:], nil
+	}
+	for i, more := 0, true; more; i++ {
+		if p, err = d.jsonEvent(i, p, b); err != nil {
+			return p, err
+		}
+		if p, more, err = jsonAfterValue(p, ']'); err != nil {
+			d.at(-1, "events", -1)
+			return p, err
+		}
+	}
+	d.at(-1, "", -1)
+	return p, nil
+}
+
+// jsonEvent decodes event i; on an event-local error it drops the event and resumes
+// after it, as Decoder.events does.
+func (d *Decoder) jsonEvent(i int, p []byte, b *core.Batch) ([]byte, error) {
+	d.at(i, "", -1)
+	start := p
+	e := b.NextEvent()
+	p, err := d.jsonEventBody(e, p)
+	if err == nil {
+		return p, nil
+	}
+	p, serr := d.jsonSkip(start, 0)
+	if serr != nil {
+		if serr != err {
+			d.field, d.index = "", -1
+		}
+		return p, serr
+	}
+	d.dropEvent(b, err)
+	return p, nil
+}
+
+func (d *Decoder) jsonEventBody(e *core.Event, p []byte) ([]byte, error) {
+	if p[0] != '{' {
+		return p, ErrWrongType
+	}
+	p, err := jsonNext(p[1:])
+	if err != nil {
+		return p, err
+	}
+	var st rfcState
+	if p[0] == '}' {
+		return p[1:], d.finishRFC(e, &st)
+	}
+	for i, more := 0, true; more; i++ {
+		d.field, d.index = "", i
+		var key []byte
+		if key, p, err = d.jsonKey(p); err != nil {
+			return p, err
+		}
+		d.index = -1
+		f := rfcKey(key)
+		switch {
+		case f == 0:
+			p, err = d.jsonSkip(p, 1)
+		case st.seen&f != 0:
+			d.field = rfcFieldName(f)
+			err = ErrDuplicateField
+		default:
+			d.field = rfcFieldName(f)
+			st.seen |= f
+			p, err = d.jsonRFCField(e, &st, f, p)
+		}
+		if err != nil {
+			return p, err
+		}
+		if p, more, err = jsonAfterValue(p, '}'); err != nil {
+			return p, err
+		}
+	}
+	return p, d.finishRFC(e, &st)
+}
+
+// jsonRFCField is rfcField for JSON values.
+func (d *Decoder) jsonRFCField(e *core.Event, st *rfcState, f uint32, p []byte) ([]byte, error) {
+	var err error
+	switch f {
+	case rfEventID:
+		if e.EventID, p, err = jsonUint(p); err == nil {
+			e.HasEventID = true
+		}
+		return p, err
+	case rfTimestamp:
+		if jsonIsNull(p) {
+			return jsonLiteral(p, "null")
+		}
+		e.Timestamp, p, err = jsonUint(p)
+		return p, err
+	case rfEventType, rfType:
+		var v []byte
+		if v, p, err = d.jsonString(p); err != nil {
+			return p, err
+		}
+		if f == rfEventType {
+			if st.kind = rfcEventType(v); st.kind == 0 {
+				return p, ErrUnknownTag
+			}
+		} else if st.legacy = rfcLegacyType(v); st.legacy == 0 {
+			return p, ErrUnknownTag
+		}
+		return p, nil
+	case rfModelName, rfAdditionalSalt, rfLoraName, rfMedium, rfObjectKey, rfCacheSalt,
+		rfTenantID, rfBackendID:
+		if jsonIsNull(p) {
+			if f == rfTenantID || f == rfBackendID {
+				return p, ErrWrongType
+			}
+			return jsonLiteral(p, "null")
+		}
+		var v []byte
+		if v, p, err = d.jsonString(p); err != nil {
+			return p, err
+		}
+		setRFCString(e, f, v)
+		return p, nil
+	case rfBlockSize, rfDPRank, rfBaseBlockIdx:
+		if jsonIsNull(p) {
+			return jsonLiteral(p, "null")
+		}
+		var v uint64
+		if v, p, err = jsonUint(p); err != nil {
+			return p, err
+		}
+		if v > math.MaxUint32 {
+			return p, ErrOutOfRange
+		}
+		return p, setRFCU32(e, f, uint32(v), false)
+	case rfSeqHashes, rfBlockHashes:
+		compare := st.hashesSet
+		st.hashesSet = true
+		return d.jsonHashes(e, p, compare)
+	case rfParentHash, rfParentBlockHash:
+		var h uint64
+		ok := !jsonIsNull(p)
+		if ok {
+			h, p, err = d.jsonHash(p)
+		} else {
+			p, err = jsonLiteral(p, "null")
+		}
+		if err != nil {
+			return p, err
+		}
+		if st.parentSet {
+			if ok != e.HasParent || h != e.Parent {
+				return p, ErrInconsistent
+			}
+			return p, nil
+		}
+		st.parentSet = true
+		e.Parent, e.HasParent = h, ok
+		return p, nil
+	case rfTokenIDs:
+		return d.jsonTokens(e, p)
+	case rfGroupID:
+		switch {
+		case jsonIsNull(p):
+			return jsonLiteral(p, "null")
+		case p[0] == '"':
+			var v []byte
+			if v, p, err = d.jsonString(p); err != nil {
+				return p, err
+			}
+			return p, setGroupID(e, v)
+		}
+		mag, neg, rest, err := jsonInteger(p)
+		if err != nil {
+			return p, err
+		}
+		if mag > 1<<63-1 {
+			return p, ErrOutOfRange
+		}
+		e.GroupIdx, e.HasGroupIdx = int64(mag), true
+		if neg {
+			e.GroupIdx = -e.GroupIdx
+		}
+		return rest, nil
+	}
+	return d.jsonSkip(p, 1)
+}
+
+// jsonHashes reads a hash array into e.Hashes, or with compare checks that it equals
+// e.Hashes (the block_hashes alias repeating seq_hashes).
+func (d *Decoder) jsonHashes(e *core.Event, p []byte, compare bool) ([]byte, error) {
+	if p[0] != '[' {
+		return p, ErrWrongType
+	}
+	p, err := jsonNext(p[1:])
+	if err != nil {
+		return p, err
+	}
+	if !compare {
+		e.Hashes = e.Hashes[:0]
+	}
+	n := 0
+	if p[0] == ']' {
+		p = p[1:]
+	} else {
+		for more := true; more; n++ {
+			if n >= MaxEventHashes {
+				return p, ErrTooLarge
+			}
+			var h uint64
+			if h, p, err = d.jsonHash(p); err != nil {
+				d.index = n
+				return p, err
+			}
+			if compare {
+				if n >= len(e.Hashes) || e.Hashes[n] != h {
+					d.index = n
+					return p, ErrInconsistent
+				}
+			} else {
+				e.Hashes = append(e.Hashes, h)
+			}
+			if p, more, err = jsonAfterValue(p, ']'); err != nil {
+				return p, err
+			}
+		}
+	}
+	if compare && n != len(e.Hashes) {
+		return p, ErrInconsistent
+	}
+	return p, nil
+}
+
+// jsonTokens reads null or an array of token ids into e.Tokens.
+func (d *Decoder) jsonTokens(e *core.Event, p []byte) ([]byte, error) {
+	e.Tokens = e.Tokens[:0]
+	if jsonIsNull(p) {
+		e.HasTokens = false
+		return jsonLiteral(p, "null")
+	}
+	if p[0] != '[' {
+		return p, ErrWrongType
+	}
+	p, err := jsonNext(p[1:])
+	if err != nil {
+		return p, err
+	}
+	e.HasTokens = true
+	if p[0] == ']' {
+		return p[1:], nil
+	}
+	for more := true; more; {
+		if len(e.Tokens) >= MaxEventTokens {
+			return p, ErrTooLarge
+		}
+		var t int32
+		if t, p, err = jsonToken(p); err != nil {
+			d.index = len(e.Tokens)
+			return p, err
+		}
+		e.Tokens = append(e.Tokens, t)
+		if p, more, err = jsonAfterValue(p, ']'); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
