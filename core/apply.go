@@ -193,9 +193,9 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		id := sc.owner(okey)
 		st.Stored++
 		s.ix.counters.Stored.Add(1)
-		if ev.BlockSize != 0 && ev.BlockSize != sc.ctx.key.BlockSize {
-			// SGLang's final partial page (or a finer hash granularity): not a
-			// block of this context.
+		if ev.BlockSize != 0 && ev.BlockSize != sc.ctx.key.BlockSize && !partialPageOK(sc.ctx, ev) {
+			// A finer hash granularity, or a partial page under a profile whose
+			// chain has no partial blocks: not a block of this context.
 			s.ix.counters.PartialBlocks.Add(uint64(len(ev.Hashes)))
 			st.Dropped++
 			return
@@ -215,6 +215,16 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 	}
 }
 
+// partialPageOK reports whether a stored event with a block size smaller than
+// the context's is SGLang's final partial page under an SGLang profile: the
+// SGLang chain hashes a trailing partial block too, so a query whose prompt
+// ends inside that page finds it by its hash.
+func partialPageOK(c *context, ev *Event) bool {
+	st := c.profile.Strategy
+	return (st == hash.StrategySGLang || st == hash.StrategySGLangBigram) &&
+		ev.BlockSize > 0 && ev.BlockSize < c.key.BlockSize && len(ev.Hashes) == 1
+}
+
 // storeKeys returns the prefix keys for a stored event's blocks.
 func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, bool) {
 	prof := &sc.ctx.profile
@@ -222,7 +232,14 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 		return ev.Hashes, true
 	}
 	bs := sc.ctx.key.BlockSize
-	if ev.HasTokens && len(ev.Tokens) > 0 && !ev.Bigram && len(ev.Tokens) == len(ev.Hashes)*bs {
+	hashes := ev.Hashes
+	if ev.Partial && len(hashes) > 0 {
+		// The standard chain has complete blocks only: the short last page
+		// has no standard key.
+		s.ix.counters.PartialBlocks.Add(1)
+		hashes = hashes[:len(hashes)-1]
+	}
+	if ev.HasTokens && len(ev.Tokens) > 0 && !ev.Bigram && len(ev.Tokens) >= len(hashes)*bs && len(hashes) > 0 {
 		var parent uint64
 		if ev.HasParent {
 			ref, ok := sc.engine[ev.Parent]
@@ -233,11 +250,11 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 			parent = ref.key
 		}
 		seed := hash.XXH3NamespaceSeed(prof.XXH3Seed, []byte(sc.ctx.key.LoraName), saltBytes(salt, ev.CacheSalt))
-		s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], seed, parent, ev.HasParent, ev.Tokens, bs)
+		s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], seed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
 		if sc.engine == nil {
 			sc.engine = make(map[uint64]engineRef)
 		}
-		for i, h := range ev.Hashes {
+		for i, h := range hashes {
 			ref := sc.engine[h]
 			ref.key = s.seqScratch[i]
 			ref.n++
@@ -248,7 +265,7 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 	// No tokens (e.g. an offload placeholder): only blocks already known from
 	// this engine's own stores can be located.
 	keys := s.seqScratch[:0]
-	for _, h := range ev.Hashes {
+	for _, h := range hashes {
 		if ref, ok := sc.engine[h]; ok {
 			keys = append(keys, ref.key)
 			ref.n++
@@ -256,7 +273,7 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 		}
 	}
 	s.seqScratch = keys
-	return keys, len(keys) > 0 || len(ev.Hashes) == 0
+	return keys, len(keys) > 0 || len(hashes) == 0
 }
 
 func saltBytes(reg string, ev []byte) []byte {

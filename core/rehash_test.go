@@ -211,3 +211,53 @@ func TestDumpRestoreRoundTrip(t *testing.T) {
 		t.Fatalf("copies lost in restore: %+v", r)
 	}
 }
+
+// TestSGLangPartialPages: under an SGLang profile the final partial page is a
+// real block of the chain (keyed by its hash); under the xxh3 profile it has
+// no standard key and is ignored while the complete pages are re-hashed.
+func TestSGLangPartialPages(t *testing.T) {
+	sg, err := hash.Resolve(hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := New(Options{})
+	r := engineReg(t, "a", 0, sg)
+	r.Type = PublisherSGLang
+	s := mustRegister(t, ix, r)
+	tokens := make([]int32, 2*testBS+5)
+	for i := range tokens {
+		tokens[i] = int32(i + 1)
+	}
+	keys, err := hash.AppendChain(nil, &sg, tokens, testBS, nil, nil)
+	if err != nil || len(keys) != 3 {
+		t.Fatal(keys, err)
+	}
+	s.Apply(stored("GPU", keys[:2]...))
+	part := stored("GPU", keys[2])
+	part.Events[0].BlockSize = 5
+	s.Apply(part)
+	res := &QueryResult{}
+	if err := ix.Query(&QueryRequest{Model: "m", BlockSize: testBS, Tokens: tokens}, res); err != nil {
+		t.Fatal(err)
+	}
+	if got := row(res, "a").Device; got != int64(len(tokens)) {
+		t.Fatalf("sglang partial page: device %d want %d", got, len(tokens))
+	}
+
+	// xxh3: tokens of two full pages plus a short third → two standard blocks.
+	ix2 := New(Options{})
+	r2 := engineReg(t, "a", 0, hash.Profile{})
+	r2.Type, r2.ProfileExplicit = PublisherSGLang, false
+	s2 := mustRegister(t, ix2, r2)
+	b := stored("GPU", 11, 12, 13)
+	b.Events[0].Tokens, b.Events[0].HasTokens, b.Events[0].Partial = append([]int32(nil), tokens...), true, true
+	if st := s2.Apply(b); st.Blocks != 2 {
+		t.Fatalf("xxh3 partial: %+v", st)
+	}
+	if err := ix2.Query(&QueryRequest{Model: "m", BlockSize: testBS, Tokens: tokens}, res); err != nil {
+		t.Fatal(err)
+	}
+	if got := row(res, "a").Device; got != 2*testBS {
+		t.Fatalf("xxh3 partial: device %d", got)
+	}
+}
