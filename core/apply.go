@@ -249,8 +249,8 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 			}
 			parent = ref.key
 		}
-		seed := hash.XXH3NamespaceSeed(prof.XXH3Seed, []byte(sc.ctx.key.LoraName), saltBytes(salt, ev.CacheSalt))
-		s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], seed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
+		local, seqSeed := prof.XXH3Seeds(sc.ctx.lora, saltBytes(salt, ev.CacheSalt))
+		s.seqScratch = hash.AppendXXH3ChainSeeds(s.seqScratch[:0], local, seqSeed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
 		if sc.engine == nil {
 			sc.engine = make(map[uint64]engineRef)
 		}
@@ -581,8 +581,8 @@ func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
 		if len(keys) == 0 && ev.HasTokens && len(ev.Tokens) > 0 && sc.ctx.profile.Strategy == hash.StrategyXXH3 {
 			bs := sc.ctx.key.BlockSize
 			if ev.HasParent || (ev.HasBaseIdx && ev.BaseBlockIdx == 0) {
-				seed := hash.XXH3NamespaceSeed(sc.ctx.profile.XXH3Seed, []byte(sc.ctx.key.LoraName), ev.AdditionalSalt)
-				s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], seed, ev.Parent, ev.HasParent, ev.Tokens, bs)
+				local, seqSeed := sc.ctx.profile.XXH3Seeds(sc.ctx.lora, ev.AdditionalSalt)
+				s.seqScratch = hash.AppendXXH3ChainSeeds(s.seqScratch[:0], local, seqSeed, ev.Parent, ev.HasParent, ev.Tokens, bs)
 				keys = s.seqScratch
 			} else {
 				s.ix.counters.UnknownParents.Add(1)

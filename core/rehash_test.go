@@ -73,14 +73,17 @@ func TestXXH3RegistrationSalt(t *testing.T) {
 	r.ProfileExplicit = false
 	r.AdditionalSalt = "w8a8"
 	s := mustRegister(t, ix, r)
-	tokens := make([]int32, testBS)
-	b := stored("GPU", 1)
+	tokens := make([]int32, 3*testBS)
+	for i := range tokens {
+		tokens[i] = int32(i)
+	}
+	b := stored("GPU", 1, 2, 3)
 	b.Events[0].Tokens, b.Events[0].HasTokens = append(b.Events[0].Tokens, tokens...), true
 	s.Apply(b)
 	for _, c := range []struct {
 		salt []byte
 		want int64
-	}{{nil, 0}, {[]byte("w8a8"), 16}, {[]byte("other"), 0}} {
+	}{{nil, 0}, {[]byte("w8a8"), 48}, {[]byte("other"), 0}} {
 		res := &QueryResult{}
 		if err := ix.Query(&QueryRequest{Model: "m", BlockSize: testBS, Tokens: tokens, CacheSalt: c.salt}, res); err != nil {
 			t.Fatal(err)
