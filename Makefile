@@ -6,7 +6,7 @@ FUZZTIME ?= 30s
 FUZZ_SMOKE_TIME ?= 3s
 BENCH ?= .
 BENCHTIME ?= 1s
-RUN_ARGS ?= --demo
+RUN_ARGS ?=
 
 .PHONY: all deps build run test vet fmt-check race fuzz fuzz-smoke bench clean
 

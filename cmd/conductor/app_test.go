@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+// proc is a conductor started in-process with run's building blocks.
+type proc struct {
+	addr   string
+	logs   *syncBuffer
+	cancel context.CancelFunc
+	done   chan int
+}
+
+// startConductor starts a conductor on 127.0.0.1:0 with config (JSON text; ""
+// means no file) and extra args; it is stopped at cleanup, which asserts exit 0.
+func startConductor(t *testing.T, config string, args ...string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "conductor_config.json")
+	if config != "" {
+		if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	logs := &syncBuffer{}
+	all := append([]string{"--http-port", "0", "--listen", "127.0.0.1", "--log-level", "debug", "--shutdown-timeout", "5s"}, args...)
+	a, code := newApp(all, envOf(map[string]string{"CONDUCTOR_CONFIG_PATH": path, "HOME": dir}), io.Discard, logs)
+	if a == nil {
+		t.Fatalf("newApp: exit %d\n%s", code, logs)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &proc{addr: a.Addr(), logs: logs, cancel: cancel, done: make(chan int, 1)}
+	go func() { p.done <- a.serve(ctx) }()
+	t.Cleanup(func() {
+		if code := p.stop(t); code != 0 {
+			t.Errorf("exit %d\n%s", code, logs)
+		}
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	return p
+}
+
+func (p *proc) stop(t *testing.T) int {
+	p.cancel()
+	select {
+	case code := <-p.done:
+		p.done <- code
+		return code
+	case <-time.After(15 * time.Second):
+		t.Fatal("conductor did not stop")
+		return -1
+	}
+}
+
+func (p *proc) url(path string) string { return "http://" + p.addr + path }
+
+func httpDo(t *testing.T, method, url, ct string, body []byte) (int, string, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct != "" {
+		req.Header.Set("Content-Type", ct)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+func getJSON(t *testing.T, url string) map[string]any {
+	t.Helper()
+	code, _, b := httpDo(t, "GET", url, "", nil)
+	if code != 200 {
+		t.Fatalf("GET %s: %d %s", url, code, b)
+	}
+	var m map[string]any
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	if err := d.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// waitFor polls cond until it holds (10 s bound).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRunLifecycle drives run itself: the listening line carries the bound
+// address, /health answers, cancelling the context exits 0 after a clean stop.
+func TestRunLifecycle(t *testing.T) {
+	dir := t.TempDir()
+	pr, pw := io.Pipe()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, []string{"--http-port", "0", "--listen", "127.0.0.1", "--log-format", "json"},
+			envOf(map[string]string{"CONDUCTOR_CONFIG_PATH": filepath.Join(dir, "none.json"), "CONDUCTOR_LOG_LEVEL": "loud"}), io.Discard, pw)
+		pw.Close()
+	}()
+	sc := bufio.NewScanner(pr)
+	var addr string
+	var lines []string
+	for addr == "" && sc.Scan() {
+		lines = append(lines, sc.Text())
+		var rec map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
+			t.Fatalf("log line is not JSON: %s", sc.Text())
+		}
+		if rec["msg"] == "HTTP server listening" {
+			addr, _ = rec["addr"].(string)
+		}
+	}
+	go io.Copy(io.Discard, pr)
+	if addr == "" {
+		t.Fatalf("no listening line: %v", lines)
+	}
+	joined := strings.Join(lines, "\n")
+	for _, want := range []string{`"invalid log level, using INFO"`, `"configuration file not readable, starting with no static services"`} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("logs lack %s:\n%s", want, joined)
+		}
+	}
+	m := getJSON(t, "http://"+addr+"/health")
+	if m["status"] != "ok" {
+		t.Fatalf("%v", m)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("run did not return")
+	}
+	if _, err := http.Get("http://" + addr + "/health"); err == nil {
+		t.Fatal("server still answers after shutdown")
+	}
+}
+
+func TestRunExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"http_server_port": `), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		args []string
+		code int
+		out  string
+	}{
+		{"malformed config", []string{"--config", bad}, 1, "cannot use configuration file"},
+		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
+		{"bad port", []string{"--http-port", "70000"}, 2, "want 0..65535"},
+		{"bad log format", []string{"--log-format", "xml"}, 2, "want text or json"},
+		{"extra args", []string{"serve"}, 2, "unexpected arguments"},
+		{"version", []string{"--version"}, 0, "conductor "},
+		{"help", []string{"-h"}, 0, "-http-port"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var out syncBuffer
+			code := run(context.Background(), c.args, envOf(map[string]string{"HOME": dir}), &out, &out)
+			if code != c.code || !strings.Contains(out.String(), c.out) {
+				t.Fatalf("exit %d, want %d; output:\n%s", code, c.code, out.String())
+			}
+		})
+	}
+}
+
+// TestStaticServicesDoNotBlockStartup: static entries (valid, invalid, and one
+// whose endpoint libzmq refuses) never block or abort startup.
+func TestStaticServicesDoNotBlockStartup(t *testing.T) {
+	p := startConductor(t, `{
+  "http_server_port": 1,
+  "rpc_server_port": 50052,
+  "kvevent_instance": {
+    "engine-a": {"endpoint": "tcp://127.0.0.1:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0},
+    "broken": {"endpoint": "not-an-endpoint", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 1, "instance_id": "engine-a"},
+    "skipped": {"endpoint": "tcp://127.0.0.1:2", "type": "vLLM", "modelname": "m", "block_size": 0, "dp_rank": 0}
+  },
+  "services": [
+    {"endpoint": "tcp://127.0.0.1:3", "type": "Mooncake", "modelname": "m", "instance_id": "pool", "block_size": 16, "dp_rank": 0}
+  ]
+}`)
+	waitFor(t, "static registrations", func() bool { return strings.Contains(p.logs.String(), "Static KV Event Manager started") })
+	logs := p.logs.String()
+	for _, want := range []string{"success=2 failed=1", "rpc_server_port is not served", `invalid static service skipped" entry="kvevent_instance[\"skipped\"]"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q", want)
+		}
+	}
+	m := getJSON(t, p.url("/services"))
+	if m["count"] != json.Number("2") {
+		t.Fatalf("services %v", m)
+	}
+	code, _, body := httpDo(t, "GET", p.url("/metrics"), "", nil)
+	if code != 200 || !strings.Contains(string(body), `conductor_listeners{state="pending"}`) ||
+		!strings.Contains(string(body), `conductor_registrations{type="Mooncake"} 1`) {
+		t.Fatalf("metrics:\n%s", body)
+	}
+}

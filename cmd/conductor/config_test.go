@@ -1,0 +1,147 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/httpd"
+)
+
+func TestParseConfigRejects(t *testing.T) {
+	for _, body := range []string{
+		``, `{`, `[]`, `null`, `"x"`, `{"http_server_port": "13333"}`, `{"http_server_port": 1.5}`,
+		`{"http_server_port": -1}`, `{"http_server_port": 70000}`, `{"rpc_server_port": true}`,
+		`{"kvevent_instance": []}`, `{"services": {}}`,
+	} {
+		if _, err := parseConfig([]byte(body)); !errors.Is(err, ErrConfig) {
+			t.Errorf("%q: err %v, want ErrConfig", body, err)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	const profile = `{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}`
+	body := `{
+  "http_server_port": 14444,
+  "rpc_server_port": 50052,
+  "extra_key": 1,
+  "kvevent_instance": {
+    "engine-a": {"endpoint": "tcp://a:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0,
+                 "hash_profile": ` + profile + `, "additionalsalt": "legacy-ok", "future_field": true},
+    "rank1": {"endpoint": "tcp://a:2", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 1,
+              "instance_id": "engine-a", "tenant_id": "", "cache_group": 0},
+    "group1": {"endpoint": "tcp://g:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0, "cache_group": 1},
+    "tenant7": {"endpoint": "tcp://t:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0, "tenant_id": 7},
+    "typeX": {"endpoint": "tcp://x:1", "type": "TRT", "modelname": "m", "block_size": 16, "dp_rank": 0},
+    "emptyid": {"endpoint": "tcp://e:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0, "instance_id": ""},
+    "legacyroot": {"endpoint": "tcp://r:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0,
+                   "hash_profile": {"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be","root_digest":"00"}},
+    "spaceseed": {"endpoint": "tcp://s:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0,
+                  "hash_profile": {"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":" 0","index_projection":"low64_be"}},
+    "floatbs": {"endpoint": "tcp://f:1", "type": "vLLM", "modelname": "m", "block_size": 16.0, "dp_rank": 0},
+    "notobj": 5
+  },
+  "services": [
+    {"endpoint": "tcp://s:9", "type": "SGLang", "modelname": "sg", "instance_id": "sg-0", "block_size": 64, "dp_rank": 2,
+     "hash_profile": {"strategy": "sglang", "algorithm": "sha256_raw", "index_projection": "first64_be"}},
+    {"endpoint": "tcp://s:10", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0}
+  ]
+}`
+	cfg, err := parseConfig([]byte(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTPPort != 14444 || !cfg.HasRPC || cfg.RPCPort != 50052 || len(cfg.Unknown) != 1 || cfg.Unknown[0] != "extra_key" {
+		t.Fatalf("%+v", cfg)
+	}
+	var sources []string
+	for _, e := range cfg.Static {
+		sources = append(sources, e.Source)
+	}
+	if got := strings.Join(sources, " "); got != `kvevent_instance["engine-a"] kvevent_instance["rank1"] services[0]` {
+		t.Fatalf("static %s", got)
+	}
+	a, r1, sg := cfg.Static[0].Reg, cfg.Static[1].Reg, cfg.Static[2].Reg
+	if a.InstanceID != "engine-a" || a.AdditionalSalt != "legacy-ok" || !a.ProfileExplicit || a.Profile.Spec.Algorithm != "sha256_cbor" {
+		t.Fatalf("engine-a %+v", a)
+	}
+	if r1.InstanceID != "engine-a" || r1.DPRank != 1 || r1.TenantID != "default" || r1.CacheGroup == nil || r1.ProfileExplicit ||
+		r1.Profile != hash.DefaultProfile() {
+		t.Fatalf("rank1 %+v", r1)
+	}
+	if sg.InstanceID != "sg-0" || sg.BlockSize != 64 || sg.DPRank != 2 || sg.Profile.Spec.Strategy != "sglang" {
+		t.Fatalf("sglang %+v", sg)
+	}
+	reasons := map[string]string{}
+	for _, s := range cfg.Skipped {
+		reasons[s.Source] = httpd.ReasonOf(s.Err)
+	}
+	want := map[string]string{
+		`kvevent_instance["group1"]`:     "unsupported",
+		`kvevent_instance["tenant7"]`:    "invalid_type",
+		`kvevent_instance["typeX"]`:      "invalid_value",
+		`kvevent_instance["emptyid"]`:    "invalid_value",
+		`kvevent_instance["legacyroot"]`: "unknown_field",
+		`kvevent_instance["spaceseed"]`:  "invalid_value",
+		`kvevent_instance["floatbs"]`:    "invalid_type",
+		`kvevent_instance["notobj"]`:     "invalid_json",
+		`services[1]`:                    "missing",
+	}
+	if len(reasons) != len(want) {
+		t.Fatalf("skipped %v", reasons)
+	}
+	for k, v := range want {
+		if reasons[k] != v {
+			t.Errorf("%s: reason %q, want %q", k, reasons[k], v)
+		}
+	}
+}
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	cfg, readErr, err := loadConfig(filepath.Join(dir, "missing.json"))
+	if err != nil || readErr == nil || cfg.HTTPPort != DefaultHTTPPort {
+		t.Fatalf("%+v %v %v", cfg, readErr, err)
+	}
+	p := filepath.Join(dir, "c.json")
+	if err := os.WriteFile(p, []byte(`{"kvevent_instance": {}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if cfg, readErr, err = loadConfig(p); err != nil || readErr != nil || cfg.HTTPPort != DefaultHTTPPort {
+		t.Fatalf("%+v %v %v", cfg, readErr, err)
+	}
+	// a directory is unreadable, not malformed
+	if _, readErr, err = loadConfig(dir); err != nil || readErr == nil {
+		t.Fatalf("%v %v", readErr, err)
+	}
+}
+
+func TestConfigPath(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	for _, c := range []struct {
+		flag string
+		env  map[string]string
+		want string
+	}{
+		{"/f.json", map[string]string{"CONDUCTOR_CONFIG_PATH": "/e.json", "HOME": "/h"}, "/f.json"},
+		{"", map[string]string{"CONDUCTOR_CONFIG_PATH": "/e.json", "HOME": "/h"}, "/e.json"},
+		{"", map[string]string{"CONDUCTOR_CONFIG_PATH": "", "HOME": "/h"}, "/h/.mooncake/conductor_config.json"},
+		{"", map[string]string{}, "~/.mooncake/conductor_config.json"},
+	} {
+		if got := configPath(c.flag, env(c.env)); got != c.want {
+			t.Errorf("%v: %s, want %s", c, got, c.want)
+		}
+	}
+}
+
+func TestParseLevel(t *testing.T) {
+	for in, ok := range map[string]bool{"debug": true, "INFO": true, "Warn": true, "warning": true, "ERROR": true, "": true, "verbose": false, "5": false} {
+		if _, got := parseLevel(in); got != ok {
+			t.Errorf("%q: %v", in, got)
+		}
+	}
+}

@@ -1,0 +1,37 @@
+package httpd
+
+import "unsafe"
+
+// b2s views b as a string without copying.
+//
+// Safety: the string aliases b; callers pass it only where it is read during
+// the current request (core.QueryRequest fields are read only during Query) and
+// never retain it. b is not modified while the view is alive. Tested by TestB2S.
+func b2s(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// int32View returns b (whose length is a multiple of 4) viewed as native-endian
+// int32s, or ok=false when b is not 4-byte aligned or the host is big-endian; the
+// caller then decodes with encoding/binary.
+//
+// Safety: the pointer conversion needs b's start to be 4-byte aligned (checked;
+// checkptr enforces it under -race) and the result aliases b, so it is valid
+// only as long as b (the request body, for the handler's duration). Tested by
+// TestInt32View.
+func int32View(b []byte) (v []int32, ok bool) {
+	if !littleEndian || len(b)%4 != 0 {
+		return nil, false
+	}
+	if len(b) == 0 {
+		return nil, true
+	}
+	p := unsafe.SliceData(b)
+	if uintptr(unsafe.Pointer(p))%4 != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(p)), len(b)/4), true
+}

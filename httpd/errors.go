@@ -1,0 +1,118 @@
+package httpd
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Sentinel errors, one per error reason of the indexer API. A rejected request
+// yields a *RequestError that wraps one of them; test with errors.Is. The reason
+// token a client sees is ReasonOf(err).
+var (
+	ErrUnsupportedContentType = errors.New("conductor: unsupported content type")
+	ErrInvalidMsgpack         = errors.New("conductor: invalid msgpack")
+	ErrInvalidJSON            = errors.New("conductor: invalid JSON")
+	ErrUnknownField           = errors.New("conductor: unknown field")
+	ErrMissing                = errors.New("conductor: missing field")
+	ErrInvalidType            = errors.New("conductor: invalid type")
+	ErrInvalidValue           = errors.New("conductor: invalid value")
+	ErrOutOfRange             = errors.New("conductor: out of range")
+	ErrUnsupported            = errors.New("conductor: unsupported")
+	ErrInvalidRegistration    = errors.New("conductor: invalid registration")
+	ErrLimitExceeded          = errors.New("conductor: limit exceeded")
+)
+
+// reasons maps each sentinel to its stable wire token (reference §1.1 plus
+// invalid_json and limit_exceeded, which the msgpack-only upstream lacks).
+var reasons = [...]struct {
+	err    error
+	reason string
+}{
+	{ErrUnsupportedContentType, "unsupported_content_type"},
+	{ErrInvalidMsgpack, "invalid_msgpack"},
+	{ErrInvalidJSON, "invalid_json"},
+	{ErrUnknownField, "unknown_field"},
+	{ErrMissing, "missing"},
+	{ErrInvalidType, "invalid_type"},
+	{ErrInvalidValue, "invalid_value"},
+	{ErrOutOfRange, "out_of_range"},
+	{ErrUnsupported, "unsupported"},
+	{ErrInvalidRegistration, "invalid_registration"},
+	{ErrLimitExceeded, "limit_exceeded"},
+}
+
+// numReasons sizes the per-reason metric slots.
+const numReasons = len(reasons)
+
+// reasonIndex returns the position of err's sentinel in reasons, or -1.
+func reasonIndex(err error) int {
+	for i := range reasons {
+		if errors.Is(err, reasons[i].err) {
+			return i
+		}
+	}
+	return -1
+}
+
+// ReasonOf returns the wire reason token of err ("" when err carries none).
+func ReasonOf(err error) string {
+	if i := reasonIndex(err); i >= 0 {
+		return reasons[i].reason
+	}
+	return ""
+}
+
+// noIndex marks a RequestError that names no array element.
+const noIndex = -1
+
+// RequestError is a rejected request: HTTP status 400 (or 413) with the error
+// envelope {"error", "reason", "field", "index"}.
+type RequestError struct {
+	// Err is one of the sentinels above.
+	Err error
+	// Field names the offending request key ("" when none), e.g. "token_ids" or
+	// the hash_profile sub-key.
+	Field string
+	// Index is the offending array element, or -1.
+	Index int
+	// Msg is the human text sent as "error".
+	Msg string
+	// Status is the HTTP status; 0 means 400.
+	Status int
+}
+
+func (e *RequestError) Error() string {
+	b := make([]byte, 0, 64)
+	if e.Field != "" {
+		b = append(b, "field="...)
+		b = strconv.AppendQuote(b, e.Field)
+		if e.Index >= 0 {
+			b = append(b, " index="...)
+			b = strconv.AppendInt(b, int64(e.Index), 10)
+		}
+		b = append(b, ": "...)
+	}
+	b = append(b, e.Msg...)
+	b = append(b, ": "...)
+	b = append(b, e.Err.Error()...)
+	return string(b)
+}
+
+func (e *RequestError) Unwrap() error { return e.Err }
+
+func (e *RequestError) status() int {
+	if e.Status == 0 {
+		return 400
+	}
+	return e.Status
+}
+
+// reqErr builds a field error without an element index.
+func reqErr(sentinel error, field, msg string) *RequestError {
+	return &RequestError{Err: sentinel, Field: field, Index: noIndex, Msg: msg}
+}
+
+// elemErr builds a field error naming array element i.
+func elemErr(sentinel error, field string, i int, msg string) *RequestError {
+	return &RequestError{Err: sentinel, Field: field, Index: i, Msg: msg}
+}

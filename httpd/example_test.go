@@ -1,0 +1,33 @@
+package httpd_test
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/seed-c7a81618/conductor/httpd"
+)
+
+// u64 hashes are exact: 2^64-1 survives, where a float64 detour would not.
+func ExampleAppendJSONUint64s() {
+	hs, err := httpd.AppendJSONUint64s(nil, []byte(`[9007199254740993, 18446744073709551615]`))
+	fmt.Println(hs, err)
+	_, err = httpd.AppendJSONUint64s(nil, []byte(`[1, -2]`))
+	var re *httpd.RequestError
+	errors.As(err, &re)
+	fmt.Println(httpd.ReasonOf(err), re.Field, re.Index)
+	// Output:
+	// [9007199254740993 18446744073709551615] <nil>
+	// out_of_range seq_hashes 1
+}
+
+// The seed's /register body; hash_profile is optional (xxh3 standard default).
+func ExampleDecodeRegistration() {
+	reg, err := httpd.DecodeRegistration([]byte(`{"endpoint": "tcp://1.1.1.1:5557", "type": "vLLM", "modelname": "deepseek",
+		"instance_id": "vllm-prefill-node1", "block_size": 128, "dp_rank": 0, "additionalsalt": "w8a8"}`), true, httpd.DecodeOptions{})
+	fmt.Println(err, reg.Type, reg.TenantID, reg.Profile.Spec.Strategy, reg.ProfileExplicit, reg.AdditionalSalt)
+	_, err = httpd.DecodeRegistration([]byte(`{"endpoint": "tcp://x:1", "block_size": 16.5}`), true, httpd.DecodeOptions{})
+	fmt.Println(err)
+	// Output:
+	// <nil> vLLM default xxh3 false w8a8
+	// field="type": type is required: conductor: missing field
+}

@@ -1,0 +1,182 @@
+package httpd
+
+import (
+	"bytes"
+	"math"
+	"testing"
+
+	"github.com/tinylib/msgp/msgp"
+)
+
+// TestMPSkipAgreesWithMsgp: mpSkip consumes exactly what msgp.Skip does on
+// valid objects, and rejects truncations.
+func TestMPSkip(t *testing.T) {
+	objs := [][]byte{
+		mp(nil), mp(true), mp(1), mp(-1), mp(int64(math.MinInt64)), mp(uint64(math.MaxUint64)), mp(1.5), mp(float32(2)),
+		mp("a"), mp(string(make([]byte, 40))), mp(string(make([]byte, 300))), mp(string(make([]byte, 70000))),
+		mp([]byte{1, 2}), mp(make([]byte, 300)), mp(make([]byte, 70000)),
+		mp([]any{1, "a", []any{nil}}), mp(make([]uint64, 20)), mp(make([]uint64, 70000)),
+		mp(obj{"a", 1, "b", obj{"c", []any{}}}),
+		ext(&msgp.RawExtension{Type: 5, Data: []byte{1}}),
+		ext(&msgp.RawExtension{Type: 5, Data: make([]byte, 16)}),
+		ext(&msgp.RawExtension{Type: 5, Data: make([]byte, 3)}),
+		ext(&msgp.RawExtension{Type: 5, Data: make([]byte, 300)}),
+	}
+	for i, o := range objs {
+		in := append(append([]byte(nil), o...), 0xc0)
+		rest, ok := mpSkip(in, 0)
+		want, err := msgp.Skip(in)
+		if !ok || err != nil || !bytes.Equal(rest, want) || len(rest) != 1 {
+			t.Fatalf("obj %d: ok=%v rest=%d, msgp err=%v rest=%d", i, ok, len(rest), err, len(want))
+		}
+		for cut := 0; cut < len(o); cut++ {
+			if _, ok := mpSkip(o[:cut], 0); ok {
+				t.Fatalf("obj %d cut at %d accepted", i, cut)
+			}
+		}
+	}
+	if _, ok := mpSkip([]byte{0xc1}, 0); ok {
+		t.Fatal("0xc1 accepted")
+	}
+	if _, ok := mpSkip(nested(maxMsgpackDepth+1), 0); ok {
+		t.Fatal("deep nesting accepted")
+	}
+	if _, ok := mpSkip(nested(maxMsgpackDepth), 0); !ok {
+		t.Fatal("allowed nesting rejected")
+	}
+	// an array claiming more elements than bytes left is rejected up front
+	if _, ok := mpSkip([]byte{0xdd, 0xff, 0xff, 0xff, 0xff, 1}, 0); ok {
+		t.Fatal("huge count accepted")
+	}
+}
+
+func TestMPInt32s(t *testing.T) {
+	var r mpReader
+	buf := make([]int32, 0, 2)
+	f := func(v any, want []int32, reason string, index int) {
+		t.Helper()
+		r.init(mp(obj{"t", v}), true)
+		r.nextKey()
+		got, fe := r.int32s(&buf, "token_ids", 6)
+		r.nextKey()
+		switch {
+		case reason == "syntax":
+			if r.err() == nil {
+				t.Fatalf("%v: no syntax error", v)
+			}
+			return
+		case r.err() != nil:
+			t.Fatalf("%v: %v", v, r.err())
+		case reason != "":
+			if fe == nil || ReasonOf(fe) != reason || fe.Index != index {
+				t.Fatalf("%v: got %v, want %s at %d", v, fe, reason, index)
+			}
+			return
+		case fe != nil:
+			t.Fatalf("%v: %v", v, fe)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%v: got %v want %v", v, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%v: got %v want %v", v, got, want)
+			}
+		}
+	}
+	f([]int32{}, nil, "", 0)
+	f([]int32{1, -1, 300, -300, 70000, -70000}, []int32{1, -1, 300, -300, 70000, -70000}, "", 0)
+	f([]any{int64(math.MinInt32), uint64(math.MaxInt32)}, []int32{math.MinInt32, math.MaxInt32}, "", 0)
+	f(leBin(5, -5, math.MaxInt32), []int32{5, -5, math.MaxInt32}, "", 0)
+	f([]byte{}, nil, "", 0)
+	f([]byte{0xff, 0xff, 0xff, 0xff}, []int32{-1}, "", 0)
+	f(make([]byte, 7), nil, "invalid_value", -1)
+	f(make([]byte, 28), nil, "out_of_range", -1)
+	f(make([]int32, 7), nil, "out_of_range", -1)
+	f([]any{1, int64(math.MaxInt32) + 1}, nil, "out_of_range", 1)
+	f([]any{uint64(math.MaxUint64)}, nil, "out_of_range", 0)
+	f([]any{1, 2, 1.0}, nil, "invalid_type", 2)
+	f([]any{"1"}, nil, "invalid_type", 0)
+	f("x", nil, "invalid_type", -1)
+	f(nil, nil, "invalid_type", -1)
+	f(mpRaw{0x92, 0x01}, nil, "syntax", 0)             // count beyond the bytes
+	f(mpRaw{0x92, 0x01, 0xcd, 0x01}, nil, "syntax", 0) // truncated element
+	f(mpRaw{0xc4, 0x08, 0x01}, nil, "syntax", 0)       // truncated bin
+	f(mpRaw{0x92, 0xa1, 0x78, 0xc1}, nil, "syntax", 0) // bad element after a type error
+}
+
+func TestMPUint64s(t *testing.T) {
+	var r mpReader
+	var buf []uint64
+	in := []any{0, 1, int64(math.MaxInt64), uint64(math.MaxUint64), uint64(1 << 63)}
+	r.init(mp(obj{"h", in}), true)
+	r.nextKey()
+	got, fe := r.uint64s(&buf, "seq_hashes", 10)
+	if fe != nil || r.err() != nil || len(got) != 5 || got[3] != math.MaxUint64 || got[4] != 1<<63 || got[2] != math.MaxInt64 {
+		t.Fatalf("%v %v %v", fe, r.err(), got)
+	}
+}
+
+func TestMPReaderBody(t *testing.T) {
+	var r mpReader
+	for _, c := range []struct {
+		body []byte
+		msg  string
+	}{
+		{nil, msgInvalidMsgpack},
+		{mp([]any{}), msgNotAMap},
+		{[]byte{0x81}, msgInvalidMsgpack},
+		{mp(obj{1, 2}), msgKeysNotStrings},
+		{[]byte{0x81, 0xc1}, msgInvalidMsgpack},
+		{append(mp(obj{}), 0), "trailing bytes after the msgpack map"},
+	} {
+		r.init(c.body, true)
+		for {
+			if _, ok := r.nextKey(); !ok {
+				break
+			}
+			r.skip()
+		}
+		if r.err() == nil || r.err().Msg != c.msg {
+			t.Fatalf("%x: %v, want %q", c.body, r.err(), c.msg)
+		}
+	}
+}
+
+func ext(e *msgp.RawExtension) []byte {
+	b, err := msgp.AppendExtension(nil, e)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+// BenchmarkDecodeInt32Array decodes 131072 token ids in the encodings clients
+// use: tinylib/msgp (signed int16/int32 forms) and Python msgpack (unsigned).
+func BenchmarkDecodeInt32Array(b *testing.B) {
+	tokens := seqTokens(131072, 1000)
+	signed := mp(tokens)
+	unsigned := msgp.AppendArrayHeader(nil, uint32(len(tokens)))
+	for _, t := range tokens {
+		unsigned = msgp.AppendUint32(unsigned, uint32(t))
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{{"msgp_signed", signed}, {"python_unsigned", unsigned}} {
+		b.Run(c.name, func(b *testing.B) {
+			var r mpReader
+			buf := make([]int32, 0, len(tokens))
+			body := mp(obj{"t", mpRaw(c.body)})
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				r.init(body, true)
+				r.nextKey()
+				if _, fe := r.int32s(&buf, "token_ids", 1<<20); fe != nil || r.err() != nil {
+					b.Fatal(fe, r.err())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,105 @@
+package httpd
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Options configure a Server. The zero value is valid: EnsureDefaults fills
+// every zero field with the default its comment gives.
+type Options struct {
+	// MaxBodyBytes bounds a request body; a larger body is answered 413 with
+	// reason limit_exceeded before the handler runs. Default 64 MiB.
+	MaxBodyBytes int
+	// MaxQueryTokens bounds token_ids (and seq_hashes) elements per query; more
+	// is 400 out_of_range naming the field. Default 1<<20.
+	MaxQueryTokens int
+
+	// ReadTimeout bounds reading one request (headers and body). Default 30s.
+	ReadTimeout time.Duration
+	// WriteTimeout bounds writing one response. Default 30s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
+	IdleTimeout time.Duration
+	// Concurrency bounds concurrently served connections. Default 256 * 1024
+	// (fasthttp's default).
+	Concurrency int
+
+	// Version is reported by /health. Default "dev".
+	Version string
+	// Logger receives request errors (debug) and failures (error). Default slog.Default().
+	Logger *slog.Logger
+	// ExtraMetrics are written on /metrics after the server's own set (e.g. the
+	// ZMQ ingester's counters). Default none.
+	ExtraMetrics []*metrics.Set
+	// DisableProcessMetrics drops the go_* and process_* metrics from /metrics.
+	// Default false (they are exposed).
+	DisableProcessMetrics bool
+}
+
+// EnsureDefaults fills zero fields with their defaults.
+func (o *Options) EnsureDefaults() {
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 64 << 20
+	}
+	if o.MaxQueryTokens == 0 {
+		o.MaxQueryTokens = 1 << 20
+	}
+	if o.ReadTimeout == 0 {
+		o.ReadTimeout = 30 * time.Second
+	}
+	if o.WriteTimeout == 0 {
+		o.WriteTimeout = 30 * time.Second
+	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = 60 * time.Second
+	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 256 * 1024
+	}
+	if o.Version == "" {
+		o.Version = "dev"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+}
+
+// ErrInvalidOptions is wrapped by every Validate failure.
+var ErrInvalidOptions = errors.New("conductor: invalid httpd options")
+
+// Validate reports every bad field.
+func (o *Options) Validate() error {
+	var errs []error
+	bad := func(field string, v any, want string) {
+		errs = append(errs, fmt.Errorf("%s=%v: %s: %w", field, v, want, ErrInvalidOptions))
+	}
+	if o.MaxBodyBytes < 0 {
+		bad("MaxBodyBytes", o.MaxBodyBytes, "must be > 0")
+	}
+	if o.MaxQueryTokens < 0 {
+		bad("MaxQueryTokens", o.MaxQueryTokens, "must be > 0")
+	}
+	if o.ReadTimeout < 0 {
+		bad("ReadTimeout", o.ReadTimeout, "must be > 0")
+	}
+	if o.WriteTimeout < 0 {
+		bad("WriteTimeout", o.WriteTimeout, "must be > 0")
+	}
+	if o.IdleTimeout < 0 {
+		bad("IdleTimeout", o.IdleTimeout, "must be > 0")
+	}
+	if o.Concurrency < 0 {
+		bad("Concurrency", o.Concurrency, "must be > 0")
+	}
+	for i, s := range o.ExtraMetrics {
+		if s == nil {
+			bad(fmt.Sprintf("ExtraMetrics[%d]", i), nil, "must not be nil")
+		}
+	}
+	return errors.Join(errs...)
+}

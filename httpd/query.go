@@ -1,0 +1,305 @@
+package httpd
+
+import (
+	"errors"
+	"unicode/utf8"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// Query field ids (bits of the seen-set, which catches duplicate keys).
+const (
+	qModel = 1 << iota
+	qBlockSize
+	qTokens // token_ids, or seq_hashes / block_hash for /query_by_hash
+	qTenant
+	qLora
+	qLoraID
+	qSalt
+	qInstance
+)
+
+// queryKey maps a request key to its field id and canonical name, or 0 when
+// the key is unknown for this dialect and endpoint. msgpack takes exactly the
+// C++ conductor's keys; JSON adds the seed's aliases and lora_id.
+func queryKey(key []byte, json, byHash bool) (int, string) {
+	switch string(key) {
+	case "model":
+		return qModel, "model"
+	case "block_size":
+		return qBlockSize, "block_size"
+	case "tenant_id":
+		return qTenant, "tenant_id"
+	case "lora_name":
+		return qLora, "lora_name"
+	case "cache_salt":
+		return qSalt, "cache_salt"
+	case "instance_id":
+		return qInstance, "instance_id"
+	case "token_ids":
+		if !byHash {
+			return qTokens, "token_ids"
+		}
+	case "seq_hashes":
+		if byHash {
+			return qTokens, "seq_hashes"
+		}
+	case "block_hash":
+		if byHash {
+			return qTokens, "block_hash"
+		}
+	}
+	if json {
+		switch string(key) {
+		case "model_name":
+			return qModel, "model_name"
+		case "modelname":
+			return qModel, "modelname"
+		case "lora_id":
+			return qLoraID, "lora_id"
+		}
+	}
+	return 0, ""
+}
+
+// parseQuery decodes a /query or /query_by_hash body into st.q, in key order
+// (the first bad key is reported), then checks required keys: model, block_size,
+// then the token (hash) array. On success the request strings are views of the
+// body: st.q is valid for the request only.
+func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestError {
+	q := &st.q
+	*q = core.QueryRequest{ByHash: byHash}
+	var seen int
+	var fe *RequestError
+	var loraID bool
+	for {
+		key, ok := r.nextKey()
+		if !ok {
+			break
+		}
+		if fe != nil {
+			r.skip()
+			continue
+		}
+		id, name := queryKey(key, json, byHash)
+		switch {
+		case id == 0:
+			fe = reqErr(ErrUnknownField, string(key), "unknown field "+string(key))
+			r.skip()
+			continue
+		case seen&id != 0:
+			fe = reqErr(ErrInvalidValue, name, "duplicate field "+name)
+			r.skip()
+			continue
+		}
+		seen |= id
+		if id == qTokens {
+			if byHash {
+				q.Hashes, fe = r.uint64s(&st.hashBuf, name, s.opts.MaxQueryTokens)
+			} else {
+				q.Tokens, fe = r.int32s(&st.tokBuf, name, s.opts.MaxQueryTokens)
+			}
+			continue
+		}
+		v := r.value()
+		var b []byte
+		switch id {
+		case qModel:
+			b, fe = strField(&v, name)
+			q.Model = b2s(b)
+		case qBlockSize:
+			var n int64
+			n, fe = blockSizeField(&v, name)
+			q.BlockSize = int(n)
+		case qTenant:
+			b, fe = optStrField(&v, name, json)
+			q.TenantID = b2s(b)
+		case qLora:
+			b, fe = optStrField(&v, name, json)
+			q.LoraName = b2s(b)
+		case qInstance:
+			b, fe = optStrField(&v, name, json)
+			q.Instance = b2s(b)
+		case qSalt:
+			if v.kind != kindNil {
+				b, fe = optStrField(&v, name, false)
+				if fe != nil {
+					fe.Msg = "cache_salt must be a string or null"
+				}
+				if len(b) > 0 {
+					q.CacheSalt = b
+				}
+			}
+		case qLoraID:
+			switch {
+			case v.kind == kindNil:
+			case v.isInt():
+				loraID = true
+			default:
+				fe = reqErr(ErrInvalidType, name, "lora_id must be an integer or null")
+			}
+		}
+	}
+	if err := r.err(); err != nil {
+		return err
+	}
+	if fe != nil {
+		return fe
+	}
+	switch {
+	case seen&qModel == 0:
+		return reqErr(ErrMissing, "model", "model is required")
+	case seen&qBlockSize == 0:
+		return reqErr(ErrMissing, "block_size", "block_size is required")
+	case seen&qTokens == 0 && byHash:
+		return reqErr(ErrMissing, "seq_hashes", "seq_hashes is required")
+	case seen&qTokens == 0:
+		return reqErr(ErrMissing, "token_ids", "token_ids is required")
+	case loraID && seen&qLora != 0:
+		return reqErr(ErrInvalidValue, "lora_id", "lora_id must not be used together with lora_name")
+	case loraID:
+		// Numeric LoRA ids are vLLM-internal and cannot be mapped to the adapter
+		// names contexts are keyed by.
+		return reqErr(ErrUnsupported, "lora_id", "lora_id is not supported; use lora_name")
+	case !utf8.ValidString(q.LoraName):
+		return reqErr(ErrInvalidValue, "lora_name", "lora_name must be valid UTF-8")
+	case !utf8.Valid(q.CacheSalt):
+		return reqErr(ErrInvalidValue, "cache_salt", "cache_salt must be valid UTF-8")
+	}
+	if q.TenantID == "" {
+		q.TenantID = "default"
+	}
+	return nil
+}
+
+// handleQuery serves /query and /query_by_hash. Steady state allocates nothing:
+// the request state is pooled, strings are views of the body, the result and
+// the response are appended into reused buffers.
+func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) {
+	json, rerr := requestDialect(ctx)
+	if rerr != nil {
+		s.writeError(ctx, ep, st, json, rerr)
+		return
+	}
+	r := st.reader(ctx.PostBody(), json)
+	if rerr := s.parseQuery(r, json, ep == epQueryByHash, st); rerr != nil {
+		s.writeError(ctx, ep, st, json, rerr)
+		return
+	}
+	if err := s.ix.Query(&st.q, &st.res); err != nil {
+		s.writeQueryFailure(ctx, ep, st, json, err)
+		return
+	}
+	s.m.queryRows(&st.q, &st.res)
+	e := &st.enc
+	e.reset(json)
+	appendQueryResult(e, st.q.TenantID, &st.res)
+	s.writeBody(ctx, 200, json, e.buf)
+}
+
+// writeQueryFailure maps an error from core.Index.Query: input errors are 400,
+// anything else is logged and answered 500.
+func (s *Server) writeQueryFailure(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, err error) {
+	field := "token_ids"
+	if st.q.ByHash {
+		field = "seq_hashes"
+	}
+	switch {
+	case errors.Is(err, hash.ErrNegativeToken):
+		s.writeError(ctx, ep, st, json, reqErr(ErrOutOfRange, field, "token ids must be non-negative for this context's hash strategy"))
+	case errors.Is(err, hash.ErrInvalidUTF8):
+		s.writeError(ctx, ep, st, json, reqErr(ErrInvalidValue, "", err.Error()))
+	case errors.Is(err, core.ErrInvalid):
+		s.writeError(ctx, ep, st, json, reqErr(ErrInvalidValue, "", err.Error()))
+	default:
+		s.opts.Logger.Error("query failed", "path", ep.String(), "err", err)
+		s.writeOpError(ctx, ep, st, json, 500, "query failed: "+err.Error())
+	}
+}
+
+// appendQueryResult writes the /query response.
+//
+// msgpack: {"instances": {id: R}} with R = {longest_matched, dp, rank_matches,
+// device, cpu_local, cpu_share, disk}.
+//
+// JSON (the seed's shape): {tenant: {id: R'}}, {} without rows, with R' =
+// {longest_matched, GPU, CPU, DISK, DP, device, cpu_local, cpu_share, disk,
+// rank_matches}; GPU = device, CPU = cpu_share (cumulative through both host
+// tiers), DISK = disk, DP = per-rank device.
+func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
+	rows := res.Instances
+	if e.json {
+		if len(rows) == 0 {
+			e.mapHeader(0)
+			return
+		}
+		e.mapHeader(1)
+		e.str(tenant)
+	} else {
+		e.mapHeader(1)
+		e.str("instances")
+	}
+	e.mapHeader(len(rows))
+	for i := range rows {
+		row := &rows[i]
+		e.str(row.ID)
+		if e.json {
+			e.mapHeader(10)
+			e.str("longest_matched")
+			e.int(row.LongestMatched)
+			e.str("GPU")
+			e.int(row.Device)
+			e.str("CPU")
+			e.int(row.CPUShare)
+			e.str("DISK")
+			e.int(row.Disk)
+			e.str("DP")
+			appendDP(e, row.Ranks)
+			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
+			e.str("rank_matches")
+			appendRankMatches(e, row.Ranks)
+		} else {
+			e.mapHeader(7)
+			e.str("longest_matched")
+			e.int(row.LongestMatched)
+			e.str("dp")
+			appendDP(e, row.Ranks)
+			e.str("rank_matches")
+			appendRankMatches(e, row.Ranks)
+			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
+		}
+	}
+}
+
+func appendDP(e *encoder, ranks []core.RankResult) {
+	e.mapHeader(len(ranks))
+	for i := range ranks {
+		e.decKey(int64(ranks[i].Rank))
+		e.int(ranks[i].Device)
+	}
+}
+
+func appendRankMatches(e *encoder, ranks []core.RankResult) {
+	e.mapHeader(len(ranks))
+	for i := range ranks {
+		rk := &ranks[i]
+		e.decKey(int64(rk.Rank))
+		e.mapHeader(4)
+		appendTiers(e, rk.Device, rk.CPULocal, rk.CPUShare, rk.Disk)
+	}
+}
+
+// appendTiers writes the four tier entries into an open map.
+func appendTiers(e *encoder, device, cpuLocal, cpuShare, disk int64) {
+	e.str("device")
+	e.int(device)
+	e.str("cpu_local")
+	e.int(cpuLocal)
+	e.str("cpu_share")
+	e.int(cpuShare)
+	e.str("disk")
+	e.int(disk)
+}

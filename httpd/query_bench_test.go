@@ -1,0 +1,90 @@
+package httpd
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+)
+
+// BenchmarkQueryHandler measures the /query handler (routing, parse,
+// core.Index.Query with lazy sha256_cbor hashing, response encoding, metrics)
+// on a reused RequestCtx: vLLM sha256_cbor, B=16, full hits up to 8k tokens,
+// the first 512 blocks at 131k. Forms: msgpack int array, msgpack LE int32 bin,
+// JSON. Run:
+//
+//	go test -run '^$' -bench BenchmarkQueryHandler -benchmem ./httpd/
+func BenchmarkQueryHandler(b *testing.B) {
+	f := newFixture(b)
+	for _, form := range []string{"msgpack", "bin", "json"} {
+		for _, n := range []int{1024, 8192, fixtureMax} {
+			b.Run(fmt.Sprintf("%s/tokens=%d", form, n), func(b *testing.B) {
+				path, ct := ctOf(form)
+				body := f.body(form, n)
+				ctx := requestCtx(path, ct, body)
+				f.serve(ctx)
+				if ctx.Response.StatusCode() != 200 {
+					b.Fatalf("status %d", ctx.Response.StatusCode())
+				}
+				b.SetBytes(int64(len(body)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					f.serve(ctx)
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkQueryHandlerParallel runs the msgpack handler from every P, each
+// goroutine with its own RequestCtx.
+func BenchmarkQueryHandlerParallel(b *testing.B) {
+	f := newFixture(b)
+	for _, n := range []int{1024, 8192, fixtureMax} {
+		b.Run(fmt.Sprintf("msgpack/tokens=%d", n), func(b *testing.B) {
+			body := f.body("msgpack", n)
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				ctx := requestCtx("/query", "application/msgpack", body)
+				for pb.Next() {
+					f.serve(ctx)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkJSONTokens compares the token-array scanner with encoding/json
+// (the baseline it replaces) on 8k tokens.
+func BenchmarkJSONTokens(b *testing.B) {
+	tokens := seqTokens(8192, 100000)
+	body := []byte(jsonEnc(obj{"token_ids", tokens}))
+	b.Run("jsonscan", func(b *testing.B) {
+		var r jsonReader
+		var scratch []byte
+		buf := make([]int32, 0, len(tokens))
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			r.init(body, &scratch, true)
+			r.nextKey()
+			if _, fe := r.int32s(&buf, "token_ids", 1<<20); fe != nil {
+				b.Fatal(fe)
+			}
+		}
+	})
+	b.Run("encoding_json", func(b *testing.B) {
+		var v struct {
+			TokenIDs []int32 `json:"token_ids"`
+		}
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			v.TokenIDs = v.TokenIDs[:0]
+			if err := json.Unmarshal(body, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,336 @@
+package httpd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
+
+	"github.com/seed-c7a81618/conductor/core"
+)
+
+// Registrar starts and stops event consumption for registrations; the ZMQ
+// ingester (wire.Ingester) implements it. It must be safe for concurrent use.
+type Registrar interface {
+	// Register subscribes r. created=false means an identical registration
+	// already existed (idempotent success). Errors wrapping core.ErrConflict or
+	// core.ErrInvalid are answered 400 invalid_registration, core.ErrLimit 400
+	// limit_exceeded, anything else 500.
+	Register(r core.Registration) (created bool, err error)
+	// Unregister stops the subscription k and removes its contributions. An
+	// error wrapping core.ErrNotFound is answered 404.
+	Unregister(k core.ServiceKey) (core.Registration, error)
+}
+
+// Server serves the Mooncake indexer API over fasthttp. Create it with New;
+// it is safe for concurrent use.
+type Server struct {
+	ix    *core.Index
+	reg   Registrar
+	opts  Options
+	start time.Time
+	m     *serverMetrics
+	srv   *fasthttp.Server
+
+	// pool holds *reqState: per-request scratch (readers, token buffers, the
+	// query result, the response encoder), so /query allocates nothing.
+	pool sync.Pool
+}
+
+// New returns a Server over ix that registers publishers through reg.
+func New(ix *core.Index, reg Registrar, opts Options) (*Server, error) {
+	if ix == nil || reg == nil {
+		return nil, fmt.Errorf("httpd.New: index and registrar are required: %w", ErrInvalidOptions)
+	}
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{ix: ix, reg: reg, opts: opts, start: time.Now()}
+	s.pool.New = func() any { return new(reqState) }
+	s.m = newServerMetrics(ix)
+	s.srv = &fasthttp.Server{
+		Handler:                      s.Handler,
+		ErrorHandler:                 s.errorHandler,
+		Name:                         "conductor",
+		MaxRequestBodySize:           opts.MaxBodyBytes,
+		ReadTimeout:                  opts.ReadTimeout,
+		WriteTimeout:                 opts.WriteTimeout,
+		IdleTimeout:                  opts.IdleTimeout,
+		Concurrency:                  opts.Concurrency,
+		CloseOnShutdown:              true,
+		DisablePreParseMultipartForm: true,
+		NoDefaultServerHeader:        true,
+		Logger:                       fastLogger{opts.Logger},
+	}
+	return s, nil
+}
+
+// Serve accepts connections on ln until Shutdown; it returns nil after Shutdown.
+func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting connections, closes idle ones and waits for
+// in-flight requests to finish (or ctx to expire, returning ctx.Err()).
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+// Metrics returns the server's metric set (request counts and latencies,
+// errors by reason, index gauges).
+func (s *Server) Metrics() *metrics.Set { return s.m.set }
+
+// fastLogger routes fasthttp's rare log lines to slog.
+type fastLogger struct{ l *slog.Logger }
+
+func (f fastLogger) Printf(format string, args ...any) {
+	f.l.Warn("fasthttp: " + fmt.Sprintf(format, args...))
+}
+
+// endpoint enumerates the routes (metric labels use endpoint.String()).
+type endpoint uint8
+
+const (
+	epOther endpoint = iota
+	epRegister
+	epUnregister
+	epQuery
+	epQueryByHash
+	epGlobalView
+	epServices
+	epHealth
+	epMetrics
+	numEndpoints
+)
+
+var endpointPaths = [numEndpoints]string{"other", "/register", "/unregister", "/query", "/query_by_hash",
+	"/global_view", "/services", "/health", "/metrics"}
+
+func (e endpoint) String() string { return endpointPaths[e] }
+
+// post reports whether the endpoint takes POST (else GET and HEAD).
+func (e endpoint) post() bool { return e >= epRegister && e <= epQueryByHash }
+
+func route(path []byte) endpoint {
+	switch string(path) {
+	case "/register":
+		return epRegister
+	case "/unregister":
+		return epUnregister
+	case "/query":
+		return epQuery
+	case "/query_by_hash":
+		return epQueryByHash
+	case "/global_view":
+		return epGlobalView
+	case "/services":
+		return epServices
+	case "/health":
+		return epHealth
+	case "/metrics":
+		return epMetrics
+	}
+	return epOther
+}
+
+// Handler is the fasthttp request handler (exported for embedding and tests).
+func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	ep := route(ctx.Path())
+	st := s.pool.Get().(*reqState)
+	defer s.putState(st)
+	st.scratch = st.scratch[:0]
+
+	switch {
+	case ep == epOther:
+		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 404, "Not found")
+	case ep.post() && !ctx.IsPost():
+		ctx.Response.Header.Set("Allow", "POST")
+		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, "Method not allowed")
+	case !ep.post() && !ctx.IsGet() && !ctx.IsHead():
+		ctx.Response.Header.Set("Allow", "GET, HEAD")
+		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, "Method not allowed")
+	case ep == epQuery || ep == epQueryByHash:
+		s.handleQuery(ctx, ep, st)
+	case ep == epRegister:
+		s.handleRegister(ctx, ep, st)
+	case ep == epUnregister:
+		s.handleUnregister(ctx, ep, st)
+	case ep == epServices:
+		s.handleServices(ctx, ep, st)
+	case ep == epGlobalView:
+		s.handleGlobalView(ctx, ep, st)
+	case ep == epHealth:
+		s.handleHealth(ctx, ep, st)
+	case ep == epMetrics:
+		s.handleMetrics(ctx)
+	}
+	s.m.observe(ep, ctx.Response.StatusCode(), start)
+}
+
+// errorHandler answers requests fasthttp could not read: 413 for an oversized
+// body, 400 otherwise.
+func (s *Server) errorHandler(ctx *fasthttp.RequestCtx, err error) {
+	st := s.pool.Get().(*reqState)
+	defer s.putState(st)
+	defer func() { s.m.observe(epOther, ctx.Response.StatusCode(), ctx.Time()) }()
+	json := !wantsMsgpack(ctx)
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		s.writeError(ctx, epOther, st, json, &RequestError{Err: ErrLimitExceeded, Index: noIndex, Status: 413,
+			Msg: "request body exceeds " + strconv.Itoa(s.opts.MaxBodyBytes) + " bytes"})
+		return
+	}
+	s.writeOpError(ctx, epOther, st, json, 400, "malformed HTTP request: "+err.Error())
+}
+
+// reqState is the pooled per-request scratch.
+type reqState struct {
+	enc     encoder
+	js      jsonReader
+	mp      mpReader
+	scratch []byte // unescaped JSON strings
+	tokBuf  []int32
+	hashBuf []uint64
+	q       core.QueryRequest
+	res     core.QueryResult
+}
+
+// Retention caps: a pooled state drops buffers grown beyond these by an
+// unusually large request, so the pool does not pin them.
+const (
+	retainBytes  = 1 << 20
+	retainTokens = 1 << 20
+	retainHashes = 1 << 19
+)
+
+func (s *Server) putState(st *reqState) {
+	st.q = core.QueryRequest{}
+	st.js = jsonReader{}
+	st.mp = mpReader{}
+	if cap(st.scratch) > retainBytes {
+		st.scratch = nil
+	}
+	if cap(st.enc.buf) > retainBytes {
+		st.enc.buf = nil
+	}
+	if cap(st.tokBuf) > retainTokens {
+		st.tokBuf = nil
+	}
+	if cap(st.hashBuf) > retainHashes {
+		st.hashBuf = nil
+	}
+	s.pool.Put(st)
+}
+
+// reader starts the dialect's reader over body.
+func (st *reqState) reader(body []byte, json bool) reader {
+	if json {
+		st.js.init(body, &st.scratch, true)
+		return &st.js
+	}
+	st.mp.init(body, true)
+	return &st.mp
+}
+
+var (
+	ctMsgpack = []byte("application/msgpack")
+	ctJSON    = []byte("application/json")
+)
+
+const (
+	contentTypeJSON    = "application/json"
+	contentTypeMsgpack = "application/msgpack"
+)
+
+// requestDialect picks the body dialect from Content-Type: msgpack when it
+// contains "application/msgpack", JSON when it contains "application/json" or
+// is absent; anything else is 400 unsupported_content_type (answered in JSON).
+func requestDialect(ctx *fasthttp.RequestCtx) (json bool, err *RequestError) {
+	ct := ctx.Request.Header.ContentType()
+	switch {
+	case bytes.Contains(ct, ctMsgpack):
+		return false, nil
+	case len(ct) == 0 || bytes.Contains(ct, ctJSON):
+		return true, nil
+	}
+	return true, &RequestError{Err: ErrUnsupportedContentType, Index: noIndex,
+		Msg: "Content-Type must be application/json or application/msgpack"}
+}
+
+// wantsMsgpack is the dialect of responses to requests without a body (GET,
+// 404, 405): the format query argument ("json" or "msgpack") wins, then an
+// Accept header naming application/msgpack or application/json, then a
+// Content-Type naming application/msgpack; the default is JSON.
+func wantsMsgpack(ctx *fasthttp.RequestCtx) bool {
+	switch string(ctx.QueryArgs().Peek("format")) {
+	case "msgpack":
+		return true
+	case "json":
+		return false
+	}
+	accept := ctx.Request.Header.Peek("Accept")
+	switch {
+	case bytes.Contains(accept, ctMsgpack):
+		return true
+	case bytes.Contains(accept, ctJSON):
+		return false
+	}
+	return bytes.Contains(ctx.Request.Header.ContentType(), ctMsgpack)
+}
+
+func (s *Server) writeBody(ctx *fasthttp.RequestCtx, status int, json bool, body []byte) {
+	ctx.SetStatusCode(status)
+	if json {
+		ctx.SetContentType(contentTypeJSON)
+	} else {
+		ctx.SetContentType(contentTypeMsgpack)
+	}
+	ctx.SetBody(body)
+}
+
+// writeError answers a rejected request with the envelope
+// {"error", "reason", "field"?, "index"?} and counts it by reason.
+func (s *Server) writeError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, e *RequestError) {
+	s.m.requestError(ep, e)
+	if s.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
+		s.opts.Logger.Debug("request rejected", "path", ep.String(), "reason", ReasonOf(e), "err", e.Error())
+	}
+	n := 2
+	if e.Field != "" {
+		n++
+	}
+	if e.Index >= 0 {
+		n++
+	}
+	enc := &st.enc
+	enc.reset(json)
+	enc.mapHeader(n)
+	enc.str("error")
+	enc.str(e.Msg)
+	enc.str("reason")
+	enc.str(ReasonOf(e))
+	if e.Field != "" {
+		enc.str("field")
+		enc.str(e.Field)
+	}
+	if e.Index >= 0 {
+		enc.str("index")
+		enc.int(int64(e.Index))
+	}
+	s.writeBody(ctx, e.status(), json, enc.buf)
+}
+
+// writeOpError answers an operational error (404, 405, 500) with {"error": msg}.
+func (s *Server) writeOpError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, status int, msg string) {
+	enc := &st.enc
+	enc.reset(json)
+	enc.mapHeader(1)
+	enc.str("error")
+	enc.str(msg)
+	s.writeBody(ctx, status, json, enc.buf)
+}
