@@ -3,21 +3,22 @@ module github.com/seed-c7a81618/conductor
 go 1.26.0
 
 require (
-	github.com/VictoriaMetrics/metrics v1.45.0 // indirect
+	github.com/VictoriaMetrics/metrics v1.45.0
+	github.com/klauspost/cpuid/v2 v2.4.2
+	github.com/minio/sha256-simd v1.0.1
+	github.com/pebbe/zmq4 v1.4.0
+	github.com/puzpuzpuz/xsync/v3 v3.5.1
+	github.com/tinylib/msgp v1.6.5
+	github.com/valyala/fasthttp v1.78.0
+	github.com/zeebo/xxh3 v1.1.0
+)
+
+require (
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/klauspost/cpuid/v2 v2.4.2 // indirect
-	github.com/minio/sha256-simd v1.0.1 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
-	github.com/pebbe/zmq4 v1.4.0 // indirect
 	github.com/philhofer/fwd v1.2.0 // indirect
-	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
-	github.com/tinylib/msgp v1.6.5 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	github.com/valyala/fasthttp v1.78.0 // indirect
 	github.com/valyala/fastrand v1.1.0 // indirect
 	github.com/valyala/histogram v1.2.0 // indirect
-	github.com/zeebo/xxh3 v1.1.0 // indirect
-	golang.org/x/mod v0.23.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/tools v0.30.0 // indirect
 )

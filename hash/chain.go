@@ -1,0 +1,283 @@
+package hash
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/zeebo/xxh3"
+)
+
+// sglangSaltPrefix is prepended to an SGLang cache salt to derive the parent of block 0.
+const sglangSaltPrefix = "sglang-cache-salt-v1\x00"
+
+// Chain is a lazy hash chain over a borrowed token slice: block i is hashed only
+// when At(i) (or a later index) is first requested, and never re-hashed. A query
+// walks keys from block 0 and stops at the first miss, so it pays for the matched
+// prefix plus one block instead of the whole prompt.
+//
+// The chain borrows tokens, lora and salt until the next Reset; the caller must not
+// modify them meanwhile. Reset keeps the scratch and key capacity, so a reused Chain
+// allocates nothing in steady state. A Chain is not safe for concurrent use; keep
+// one per goroutine (or per request).
+type Chain struct {
+	strategy Strategy
+	algo     Algorithm
+	be       backendID
+	bs       int
+	blocks   int // Blocks()
+	logical  int // token positions covered: len(tokens), or len-1 for bigram
+	next     int // index of the next block step() hashes
+
+	tokens []int32
+	salt   []byte // sglang: hashed into the parent of block 0
+	// extras holds the vLLM extra keys in order (lora, then salt); block 0 uses
+	// extras[:nExtras0], later blocks extras[:nExtras] (the salt is block-0 only).
+	extras   [2][]byte
+	nExtras0 int
+	nExtras  int
+
+	keys     []uint64 // projected keys of blocks [0, next) when driven by At
+	parent   [32]byte // digest of block next-1 (vLLM: root digest before block 0)
+	xxLocal  uint64   // xxh3: namespace seed for local hashes
+	xxSeq    uint64   // xxh3: base seed for the sequence step
+	xxParent uint64   // xxh3: seq hash of block next-1
+	buf      []byte   // encode scratch, reused across blocks and Resets
+}
+
+// Reset points the chain at a new prompt under profile p. lora is the context's
+// LoRA name and salt the query's cache salt; empty means absent (so "" salt == no
+// salt). Validation happens here, upfront (one pass over the tokens for sglang), so
+// a lazy walk never meets an error half-way. Errors leave the chain empty
+// (Blocks() == 0) and wrap:
+//   - ErrBlockSize for blockSize <= 0;
+//   - ErrNegativeToken for a negative token under sglang strategies;
+//   - ErrInvalidUTF8 for a vllm_v1 lora or salt that is not UTF-8 (Python str upstream);
+//   - ErrUnsupportedStrategy / ErrUnsupportedAlgorithm for a nil or unresolved profile.
+func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []byte) error {
+	c.clear()
+	if p == nil {
+		return fmt.Errorf("hash profile=nil: %w", ErrUnsupportedStrategy)
+	}
+	if blockSize <= 0 {
+		return fmt.Errorf("block_size=%d: %w", blockSize, ErrBlockSize)
+	}
+	logical := len(tokens)
+	var blocks, need int
+	switch p.Strategy {
+	case StrategyXXH3:
+		blocks = len(tokens) / blockSize
+		c.xxLocal, c.xxSeq = p.XXH3Seeds(lora, salt)
+		if !nativeLE {
+			need = 4 * blockSize
+		}
+	case StrategyVLLMv1:
+		if p.Algorithm != AlgoSHA256CBOR && p.Algorithm != AlgoSHA256Pickle {
+			return fmt.Errorf("algorithm=%v for strategy vllm_v1: %w", p.Algorithm, ErrUnsupportedAlgorithm)
+		}
+		if !utf8.Valid(lora) {
+			return fmt.Errorf("lora_name=%q: %w", lora, ErrInvalidUTF8)
+		}
+		if !utf8.Valid(salt) {
+			return fmt.Errorf("cache_salt=%q: %w", salt, ErrInvalidUTF8)
+		}
+		blocks = len(tokens) / blockSize
+		c.parent = p.RootDigest
+		if len(lora) > 0 {
+			c.extras[c.nExtras0] = lora
+			c.nExtras0++
+			c.nExtras = 1
+		}
+		if len(salt) > 0 {
+			c.extras[c.nExtras0] = salt
+			c.nExtras0++
+		}
+		// Both codecs fit in this bound (pickle adds one 9-byte FRAME header per
+		// 64 KiB frame, covered by the slack).
+		need = 64 + 5*blockSize + 20 + len(lora) + len(salt)
+		need += need / frameTarget * 2 * frameHeader
+	case StrategySGLang, StrategySGLangBigram:
+		if i := firstNegative(tokens); i >= 0 {
+			return fmt.Errorf("token_ids[%d]=%d: %w", i, tokens[i], ErrNegativeToken)
+		}
+		if p.Strategy == StrategySGLang {
+			blocks = ceilDiv(len(tokens), blockSize)
+			need = 32 + 4*blockSize
+		} else {
+			logical = max(len(tokens)-1, 0)
+			blocks = ceilDiv(logical, blockSize)
+			need = 32 + 8*blockSize
+		}
+		need = max(need, len(sglangSaltPrefix)+len(salt))
+	default:
+		return fmt.Errorf("strategy=%v: %w", p.Strategy, ErrUnsupportedStrategy)
+	}
+	c.strategy, c.algo, c.be = p.Strategy, p.Algorithm, activeBackend()
+	c.bs, c.blocks, c.logical = blockSize, blocks, logical
+	c.tokens, c.salt = tokens, salt
+	if blocks > 0 {
+		c.buf = slices.Grow(c.buf[:0], need)
+	}
+	return nil
+}
+
+// clear empties the chain and drops borrowed slices, keeping scratch capacity.
+func (c *Chain) clear() {
+	keys, buf := c.keys[:0], c.buf[:0]
+	*c = Chain{keys: keys, buf: buf}
+}
+
+// Blocks returns the number of blocks: floor(len/B) for vllm_v1 and xxh3 (complete
+// blocks only), ceil(len/B) for sglang (partial tail included), ceil((len-1)/B) for
+// sglang_bigram (0 if len < 2).
+func (c *Chain) Blocks() int { return c.blocks }
+
+// Computed returns how many blocks have been hashed since Reset.
+func (c *Chain) Computed() int { return c.next }
+
+// At returns the projected 64-bit key of block i, hashing blocks up to i on first
+// request. i must be in [0, Blocks()); anything else is a programmer error and panics.
+func (c *Chain) At(i int) uint64 {
+	if uint(i) < uint(len(c.keys)) {
+		return c.keys[i] // inlined fast path: cursors of several ranks re-read blocks
+	}
+	return c.extend(i)
+}
+
+// extend hashes blocks up to i and returns the key of block i.
+func (c *Chain) extend(i int) uint64 {
+	if uint(i) >= uint(c.blocks) {
+		panicIndex(i, c.blocks)
+	}
+	for len(c.keys) <= i {
+		c.keys = append(c.keys, c.step())
+	}
+	return c.keys[i]
+}
+
+//go:noinline
+func panicIndex(i, n int) {
+	panic(fmt.Sprintf("BUG: hash.Chain.At(%d) out of range [0,%d)", i, n))
+}
+
+// MatchedTokens returns how many prompt tokens the first n blocks cover: n*B for
+// vllm_v1 and xxh3, min(n*B, logical length) for sglang strategies, whose last block
+// may be partial (40 tokens, B=16, bigram: 3 blocks cover 39 positions). n is
+// clamped to [0, Blocks()].
+func (c *Chain) MatchedTokens(n int) int {
+	n = min(max(n, 0), c.blocks)
+	return min(n*c.bs, c.logical)
+}
+
+// step hashes block c.next and returns its projected key.
+func (c *Chain) step() uint64 {
+	i := c.next
+	c.next++
+	switch c.strategy {
+	case StrategyXXH3:
+		tok := c.tokens[i*c.bs : (i+1)*c.bs]
+		var h uint64
+		if nativeLE {
+			h = xxh3.HashSeed(tokenBytes(tok), c.xxLocal)
+		} else {
+			c.buf = appendU32LE(c.buf[:0], tok)
+			h = xxh3.HashSeed(c.buf, c.xxLocal)
+		}
+		if i > 0 {
+			h = XXH3Seq(c.xxParent, h, c.xxSeq)
+		}
+		c.xxParent = h
+		return h
+
+	case StrategyVLLMv1:
+		tok := c.tokens[i*c.bs : (i+1)*c.bs]
+		ex := c.extras[:c.nExtras]
+		if i == 0 {
+			ex = c.extras[:c.nExtras0]
+		}
+		if c.algo == AlgoSHA256CBOR {
+			c.buf = AppendCBORBlock(c.buf[:0], c.parent[:], tok, ex)
+		} else {
+			c.buf = AppendPickleBlock(c.buf[:0], c.parent[:], tok, ex)
+		}
+		c.parent = sum256(c.be, c.buf)
+		return binary.BigEndian.Uint64(c.parent[24:])
+
+	default: // sglang, sglang_bigram
+		b := c.buf[:0]
+		if i > 0 {
+			b = append(b, c.parent[:]...)
+		} else if len(c.salt) > 0 {
+			b = append(append(b, sglangSaltPrefix...), c.salt...)
+			root := sum256(c.be, b)
+			b = append(b[:0], root[:]...)
+		}
+		start := i * c.bs
+		end := start + min(c.bs, c.logical-start)
+		if c.strategy == StrategySGLang {
+			b = appendU32LE(b, c.tokens[start:end])
+		} else {
+			for p := start; p < end; p++ {
+				b = appendU32LE(b, c.tokens[p:p+2])
+			}
+		}
+		c.buf = b
+		c.parent = sum256(c.be, b)
+		return binary.BigEndian.Uint64(c.parent[:8])
+	}
+}
+
+var chainPool = sync.Pool{New: func() any { return new(Chain) }}
+
+// AppendChain appends the projected keys of every block of tokens under p to dst
+// (the eager form of Chain). It allocates nothing when dst has room for the keys.
+func AppendChain(dst []uint64, p *Profile, tokens []int32, blockSize int, lora, salt []byte) ([]uint64, error) {
+	c := chainPool.Get().(*Chain)
+	defer putChain(c)
+	if err := c.Reset(p, tokens, blockSize, lora, salt); err != nil {
+		return dst, err
+	}
+	dst = slices.Grow(dst, c.blocks)
+	for c.next < c.blocks {
+		dst = append(dst, c.step())
+	}
+	return dst, nil
+}
+
+// putChain returns a pooled chain without its borrowed slices; oversized scratch
+// (a huge LoRA name) is dropped rather than pinned in the pool.
+func putChain(c *Chain) {
+	c.clear()
+	if cap(c.buf) > frameTarget {
+		c.buf = nil
+	}
+	chainPool.Put(c)
+}
+
+func ceilDiv(n, d int) int {
+	q := n / d
+	if n%d != 0 {
+		q++
+	}
+	return q
+}
+
+// firstNegative returns the index of the first negative token or -1. The OR-fold
+// keeps the common all-valid scan branch-free.
+func firstNegative(tokens []int32) int {
+	var acc int32
+	for _, t := range tokens {
+		acc |= t
+	}
+	if acc >= 0 {
+		return -1
+	}
+	for i, t := range tokens {
+		if t < 0 {
+			return i
+		}
+	}
+	return -1
+}

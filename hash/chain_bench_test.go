@@ -1,0 +1,190 @@
+package hash
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// Benchmarks behind the DESIGN.md budget (sha256_cbor chain <= 130 ns/block at B=16,
+// XXH3 chain >= 5 GB/s of token bytes) and behind autoBackend's choice. Run with
+//
+//	go test -run='^$' -bench=. -benchtime=1s -count=1 ./hash/
+//
+// Every chain benchmark walks benchBlocks blocks per op and reports ns/block.
+
+const benchBlocks = 64
+
+// benchTokens draws n token ids with a fixed seed from a rough mix of real
+// tokenizer output (15% < 256, 60% in [256, 32256), 25% in [32000, 152000)), so the
+// encoders' width switches see realistic, unpredictable widths.
+func benchTokens(n int) []int32 {
+	r := rand.New(rand.NewPCG(1, 2))
+	out := make([]int32, n)
+	for i := range out {
+		switch x := r.IntN(100); {
+		case x < 15:
+			out[i] = int32(r.IntN(256))
+		case x < 75:
+			out[i] = int32(256 + r.IntN(32000))
+		default:
+			out[i] = int32(32000 + r.IntN(120000))
+		}
+	}
+	return out
+}
+
+var benchBlockSizes = []int{16, 64, 512}
+
+func reportPerBlock(b *testing.B, blocks int) {
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(blocks), "ns/block")
+}
+
+// BenchmarkVLLMChain: a full lazy walk (Reset + At(0..n-1)) per op, per algorithm,
+// block size and backend, with a crypto/sha256 one-shot baseline that hashes
+// pre-encoded blocks of the same sizes (the floor: hashing alone, no encoding or
+// dispatch).
+func BenchmarkVLLMChain(b *testing.B) {
+	defer SetBackend("auto")
+	for _, algo := range []string{"sha256_cbor", "sha256"} {
+		p := mustResolve(b, Spec{"vllm_v1", algo, "0", "low64_be"})
+		for _, bs := range benchBlockSizes {
+			tokens := benchTokens(benchBlocks * bs)
+			for _, be := range backends {
+				b.Run(fmt.Sprintf("%s/B=%d/%s", algo, bs, be), func(b *testing.B) {
+					if err := SetBackend(be); err != nil {
+						b.Fatal(err)
+					}
+					var c Chain
+					b.ReportAllocs()
+					b.SetBytes(int64(4 * len(tokens)))
+					for b.Loop() {
+						_ = c.Reset(&p, tokens, bs, nil, nil)
+						for i := 0; i < benchBlocks; i++ {
+							c.At(i)
+						}
+					}
+					reportPerBlock(b, benchBlocks)
+				})
+			}
+			b.Run(fmt.Sprintf("%s/B=%d/baseline_stdlib_sum256", algo, bs), func(b *testing.B) {
+				enc := make([][]byte, benchBlocks)
+				parent := p.RootDigest
+				for i := range enc {
+					blk := tokens[i*bs : (i+1)*bs]
+					if algo == "sha256_cbor" {
+						enc[i] = AppendCBORBlock(nil, parent[:], blk, nil)
+					} else {
+						enc[i] = AppendPickleBlock(nil, parent[:], blk, nil)
+					}
+					parent = sha256.Sum256(enc[i])
+				}
+				b.ReportAllocs()
+				b.SetBytes(int64(4 * len(tokens)))
+				for b.Loop() {
+					for _, e := range enc {
+						parent = sha256.Sum256(e)
+					}
+				}
+				reportPerBlock(b, benchBlocks)
+			})
+		}
+	}
+}
+
+// BenchmarkSGLangChain: the SGLang chains (raw u32le blocks), per backend.
+func BenchmarkSGLangChain(b *testing.B) {
+	defer SetBackend("auto")
+	for _, strat := range []string{"sglang", "sglang_bigram"} {
+		p := mustResolve(b, Spec{strat, "sha256_raw", "0", "first64_be"})
+		for _, bs := range benchBlockSizes[:2] {
+			tokens := benchTokens(benchBlocks*bs + 1)
+			for _, be := range backends {
+				b.Run(fmt.Sprintf("%s/B=%d/%s", strat, bs, be), func(b *testing.B) {
+					if err := SetBackend(be); err != nil {
+						b.Fatal(err)
+					}
+					var c Chain
+					b.ReportAllocs()
+					for b.Loop() {
+						_ = c.Reset(&p, tokens, bs, nil, nil)
+						for i := 0; i < benchBlocks; i++ {
+							c.At(i)
+						}
+					}
+					reportPerBlock(b, benchBlocks)
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkXXH3Chain reports MB/s of token bytes: the eager AppendXXH3Chain and the
+// lazy Chain walk under the default profile.
+func BenchmarkXXH3Chain(b *testing.B) {
+	p := DefaultProfile()
+	for _, bs := range benchBlockSizes {
+		tokens := benchTokens(benchBlocks * bs)
+		b.Run(fmt.Sprintf("append/B=%d", bs), func(b *testing.B) {
+			dst := make([]uint64, 0, benchBlocks)
+			b.ReportAllocs()
+			b.SetBytes(int64(4 * len(tokens)))
+			for b.Loop() {
+				dst = AppendXXH3Chain(dst[:0], 1337, 0, false, tokens, bs)
+			}
+			reportPerBlock(b, benchBlocks)
+		})
+		b.Run(fmt.Sprintf("chain/B=%d", bs), func(b *testing.B) {
+			var c Chain
+			b.ReportAllocs()
+			b.SetBytes(int64(4 * len(tokens)))
+			for b.Loop() {
+				_ = c.Reset(&p, tokens, bs, nil, nil)
+				for i := 0; i < benchBlocks; i++ {
+					c.At(i)
+				}
+			}
+			reportPerBlock(b, benchBlocks)
+		})
+	}
+}
+
+// BenchmarkSum256 is the single-message measurement autoBackend is based on: the
+// message sizes of vLLM blocks (41 B at B=4, ~85-110 B at B=16, ~200 B at B=48).
+func BenchmarkSum256(b *testing.B) {
+	for _, n := range []int{41, 85, 120, 200, 2100} {
+		msg := make([]byte, n)
+		for _, be := range []backendID{backendStdlib, backendSIMD} {
+			b.Run(fmt.Sprintf("%d/%s", n, be), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(n))
+				var d [32]byte
+				for b.Loop() {
+					d = sum256(be, msg)
+					msg[0] = d[0]
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkEncode: the encoders alone for one B=16 block with LoRA and salt.
+func BenchmarkEncode(b *testing.B) {
+	tokens := benchTokens(16)
+	parent := make([]byte, 32)
+	extras := [][]byte{[]byte("adapter-A"), []byte("tenant-salt")}
+	buf := make([]byte, 0, 512)
+	b.Run("cbor/B=16", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = AppendCBORBlock(buf[:0], parent, tokens, extras)
+		}
+	})
+	b.Run("pickle/B=16", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf = AppendPickleBlock(buf[:0], parent, tokens, extras)
+		}
+	})
+}

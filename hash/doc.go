@@ -1,0 +1,33 @@
+// Package hash computes the block-hash chains conductor indexes prefixes by.
+//
+// A prompt is split into blocks of B tokens and each block gets a 64-bit key that
+// depends on every token before it, so a prefix match is a walk over keys. Four
+// strategies are supported, each reproducing an external engine byte for byte so
+// that keys computed here at query time equal the keys engines publish in their
+// KV-cache events:
+//
+//   - xxh3 (Algorithm xxh3_64, Projection seq64): the RFC #1527 / Dynamo standard.
+//     local_i = XXH3-64(u32le tokens of block i, namespace seed), seq_0 = local_0,
+//     seq_i = XXH3-64(le64(seq_{i-1}) || le64(local_i), base seed). Complete blocks only.
+//   - vllm_v1 (Algorithm sha256 or sha256_cbor, Projection low64_be): vLLM v1
+//     prefix caching. digest_i = SHA-256(encode((parent, tuple(tokens_i), extras_i)))
+//     where encode is CPython pickle protocol 5 ("sha256", vLLM's default) or
+//     canonical CBOR ("sha256_cbor"); the parent of block 0 is the root digest
+//     NONE_HASH = SHA-256(encode(PYTHONHASHSEED text)). Complete blocks only.
+//   - sglang (sha256_raw, first64_be): digest_i = SHA-256(digest_{i-1} || u32le
+//     tokens), final partial block included.
+//   - sglang_bigram: as sglang over the len-1 token pairs (EAGLE/MTP drafts).
+//
+// Byte layouts follow shared/reference/mooncake-conductor.md §2; every layout is
+// pinned by the upstream golden vectors in testdata/ (see testdata/README.md).
+//
+// # Performance contract
+//
+// Hot functions are append-style (AppendX(dst, ...)) and allocate nothing once dst
+// and the Chain scratch have grown: TestZeroAllocs proves it with
+// testing.AllocsPerRun for every strategy. Chain hashes lazily, so a query that
+// stops matching at block k costs k+1 block hashes, not one per prompt block.
+// SHA-256 is dispatched to crypto/sha256 or github.com/minio/sha256-simd through a
+// switch on a small enum captured per chain (no interface call per block); see
+// Backend for how the default is picked.
+package hash
