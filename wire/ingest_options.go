@@ -1,0 +1,141 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+)
+
+// Defaults of IngestOptions. They follow the Mooncake C++v2 conductor (§4.4 of the
+// reference notes) where it has a figure, and vLLM's publisher where it does not.
+const (
+	DefaultPollInterval       = 100 * time.Millisecond
+	DefaultReconnectMin       = 100 * time.Millisecond
+	DefaultReconnectMax       = 5 * time.Second
+	DefaultReplayTimeout      = 5 * time.Second
+	DefaultReplayTotalTimeout = 30 * time.Second
+	DefaultReplayMaxBuffered  = 10000
+	// DefaultRestartThreshold equals vLLM's and SGLang's default replay ring
+	// (buffer_steps = 10 000 batches): a message can only be a late duplicate of
+	// something within one ring's reach of the newest applied sequence, so a drop
+	// further than that is an engine restart.
+	DefaultRestartThreshold = 10000
+	DefaultRcvHWM           = 200000
+	DefaultMaxSockets       = 16384
+)
+
+// IngestOptions configure an Ingester. The zero value is valid: EnsureDefaults fills
+// every zero field with the default its comment names.
+type IngestOptions struct {
+	// PollInterval bounds how long a subscriber blocks in zmq_poll before it looks
+	// at its control state again (commands also wake it at once). Default 100ms.
+	PollInterval time.Duration
+	// ReconnectMin and ReconnectMax bound the exponential backoff between attempts
+	// to rebuild a failed subscriber's sockets and, as ZMQ_RECONNECT_IVL and
+	// ZMQ_RECONNECT_IVL_MAX, libzmq's own TCP reconnection. After a failed replay
+	// the same backoff delays the next replay attempt. Defaults 100ms and 5s.
+	ReconnectMin, ReconnectMax time.Duration
+	// ReplayTimeout is the longest wait for any one replay reply frame set (the
+	// first reply included). Default 5s.
+	ReplayTimeout time.Duration
+	// ReplayTotalTimeout bounds a whole replay, request to end marker. Default 30s.
+	ReplayTotalTimeout time.Duration
+	// ReplayMaxBuffered is how many live messages a subscriber buffers while a
+	// replay runs. When the buffer is full it stops reading the SUB socket until
+	// the replay ends, so further live messages wait in libzmq's queue (bounded by
+	// RcvHWM) instead of being dropped here. Default 10000.
+	ReplayMaxBuffered int
+	// RestartThreshold: a live sequence s below the last applied sequence L is an
+	// engine restart when the live stream itself went backwards (s ≤ the previous
+	// live sequence: one publisher incarnation never repeats a sequence on its PUB
+	// socket) or when L−s > RestartThreshold; otherwise it is a late duplicate of
+	// a replayed message and is dropped. Default 10000 (DefaultRestartThreshold).
+	RestartThreshold uint64
+	// RcvHWM is the SUB socket's ZMQ_RCVHWM in messages. Default 200000.
+	RcvHWM int
+	// MaxSockets is ZMQ_MAX_SOCKETS of the Ingester's libzmq context (libzmq's
+	// own default, 1023, would cap an Ingester at ~170 listeners). Each listener
+	// uses 6 sockets (SUB and its monitor pair, DEALER, wake pair) and about 8
+	// file descriptors: size RLIMIT_NOFILE to match. Default 16384.
+	MaxSockets int
+	// Logger receives listener life-cycle events, gaps, replays, stale and
+	// restart clears, and (rate-limited) decode errors. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics is the set per-stream counters are registered in (and unregistered
+	// from on Unregister). Default: a new set, returned by Ingester.Metrics.
+	Metrics *metrics.Set
+}
+
+// EnsureDefaults fills zero fields with their documented defaults.
+func (o *IngestOptions) EnsureDefaults() {
+	if o.PollInterval == 0 {
+		o.PollInterval = DefaultPollInterval
+	}
+	if o.ReconnectMin == 0 {
+		o.ReconnectMin = DefaultReconnectMin
+	}
+	if o.ReconnectMax == 0 {
+		o.ReconnectMax = DefaultReconnectMax
+	}
+	if o.ReplayTimeout == 0 {
+		o.ReplayTimeout = DefaultReplayTimeout
+	}
+	if o.ReplayTotalTimeout == 0 {
+		o.ReplayTotalTimeout = DefaultReplayTotalTimeout
+	}
+	if o.ReplayMaxBuffered == 0 {
+		o.ReplayMaxBuffered = DefaultReplayMaxBuffered
+	}
+	if o.RestartThreshold == 0 {
+		o.RestartThreshold = DefaultRestartThreshold
+	}
+	if o.RcvHWM == 0 {
+		o.RcvHWM = DefaultRcvHWM
+	}
+	if o.MaxSockets == 0 {
+		o.MaxSockets = DefaultMaxSockets
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.NewSet()
+	}
+}
+
+// Validate reports every bad field (after EnsureDefaults, zero fields are fine).
+func (o *IngestOptions) Validate() error {
+	var errs []error
+	bad := func(field string, v any, why string) {
+		errs = append(errs, fmt.Errorf("%s=%v: %s: %w", field, v, why, ErrInvalidIngestOptions))
+	}
+	// zmq_poll takes milliseconds: a positive interval below 1ms would poll with 0.
+	if o.PollInterval < time.Millisecond {
+		bad("PollInterval", o.PollInterval, "must be >= 1ms")
+	}
+	if o.ReconnectMin < time.Millisecond {
+		bad("ReconnectMin", o.ReconnectMin, "must be >= 1ms")
+	}
+	if o.ReconnectMax < o.ReconnectMin {
+		bad("ReconnectMax", o.ReconnectMax, "must be >= ReconnectMin")
+	}
+	if o.ReplayTimeout < time.Millisecond {
+		bad("ReplayTimeout", o.ReplayTimeout, "must be >= 1ms")
+	}
+	if o.ReplayTotalTimeout < time.Millisecond || o.ReplayTotalTimeout < o.ReplayTimeout {
+		bad("ReplayTotalTimeout", o.ReplayTotalTimeout, "must be >= 1ms and >= ReplayTimeout")
+	}
+	if o.ReplayMaxBuffered < 1 {
+		bad("ReplayMaxBuffered", o.ReplayMaxBuffered, "must be >= 1")
+	}
+	if o.RcvHWM < 0 {
+		bad("RcvHWM", o.RcvHWM, "must be >= 0")
+	}
+	if o.MaxSockets < 16 {
+		bad("MaxSockets", o.MaxSockets, "must be >= 16")
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,245 @@
+package wire
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// replayOutcome is how one replay ended.
+type replayOutcome uint8
+
+const (
+	// replayOK: the end marker arrived and the ring covered what was needed.
+	replayOK replayOutcome = iota + 1
+	// replayShort: the ring no longer held part of what was needed; the stream
+	// was (or, for the caller's live message, will be) marked stale.
+	replayShort
+	// replayFailed: timeout, malformed reply or socket error; nothing was judged.
+	replayFailed
+	// replayInterrupted: a pause or stop arrived; abandoned without counting.
+	replayInterrupted
+	// replaySkipped: no replay endpoint, or replay is backing off after a failure.
+	replaySkipped
+	// replayRestart: the reply at the baseline sequence carries another payload.
+	replayRestart
+)
+
+// errReplayTimeout and errReplayTotal are preallocated causes (wrapped in
+// ErrReplay when reported).
+var (
+	errReplayTimeout = errors.New("no reply within the replay timeout")
+	errReplayTotal   = errors.New("replay exceeded its total timeout")
+)
+
+// replay recovers what the publisher's ring holds after the baseline (or from 0
+// without one). With bounded, the caller holds the live message until and needs
+// everything before it. A restart proven by the checksum of the baseline's reply
+// clears the stream and replays once more, from 0.
+func (l *listener) replay(until uint64, bounded bool) replayOutcome {
+	out := l.replayOnce(until, bounded)
+	if out == replayRestart {
+		l.restart("replayed payload at the last applied sequence differs")
+		out = l.replayOnce(until, bounded)
+		if out == replayRestart { // impossible without a baseline; be safe
+			out = replayFailed
+		}
+	}
+	return out
+}
+
+func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
+	rx := &l.rx
+	if !l.canReplay() {
+		return replaySkipped
+	}
+	now := time.Now()
+	if now.Before(rx.replayNotBefore) {
+		return replaySkipped
+	}
+	from, verify := uint64(0), rx.seq.has
+	if verify {
+		from = rx.seq.last
+	}
+	if err := l.ensureDealer(); err != nil {
+		return l.replayFailure(err)
+	}
+	rx.req = AppendReplayRequest(rx.req[:0], from)
+	l.m.replaysRequested.Inc()
+	if err := sendFrames(rx.dealer, rx.req); err != nil {
+		return l.replayFailure(fmt.Errorf("send request: %w", err))
+	}
+	l.log.Debug("replay requested", "from", from, "until", until, "bounded", bounded)
+
+	deadline := now.Add(l.opts.ReplayTotalTimeout)
+	recvDeadline := now.Add(l.opts.ReplayTimeout)
+	staleSeen := false
+	var frames [][]byte
+	for {
+		now = time.Now()
+		wait := min(l.opts.PollInterval, recvDeadline.Sub(now), deadline.Sub(now))
+		if wait <= 0 {
+			if now.After(deadline) {
+				return l.replayFailure(errReplayTotal)
+			}
+			return l.replayFailure(errReplayTimeout)
+		}
+		if wait < time.Millisecond {
+			wait = time.Millisecond // zmq_poll counts milliseconds; 0 would not wait
+		}
+		subEvents := zmq.State(0)
+		if len(rx.pending)-rx.pendingHead < l.opts.ReplayMaxBuffered {
+			subEvents = zmq.POLLIN
+		}
+		if _, err := rx.rpoller.Update(rx.rpollSub, subEvents); err != nil {
+			return l.replayFailure(err)
+		}
+		polled, err := rx.rpoller.Poll(wait)
+		if err != nil {
+			return l.replayFailure(fmt.Errorf("poll: %w", err))
+		}
+		for _, p := range polled {
+			switch p.Socket {
+			case rx.wakeRx:
+				l.drainWake()
+				l.pollCmds()
+				if l.interrupted() {
+					l.resetDealer()
+					return replayInterrupted
+				}
+			case rx.monSoc:
+				l.drainMonitor() // a reconnection's replay runs after this one
+			case rx.subSoc:
+				if err := l.bufferLive(); err != nil {
+					l.fail(err)
+					return replayInterrupted
+				}
+			case rx.dealer:
+				for {
+					frames, err = l.recv(rx.dealer, rx.dealerFast)
+					if err != nil {
+						if isEAGAIN(err) {
+							break
+						}
+						return l.replayFailure(fmt.Errorf("receive: %w", err))
+					}
+					recvDeadline = time.Now().Add(l.opts.ReplayTimeout)
+					seq, payload, end, err := ParseReplayReply(frames)
+					if err != nil {
+						return l.replayFailure(fmt.Errorf("reply: %w", err))
+					}
+					if end {
+						return l.replayEnded(until, bounded, staleSeen)
+					}
+					if seq > math.MaxInt64 {
+						return l.replayFailure(fmt.Errorf("reply seq=%d: %w", seq, ErrSeqRange))
+					}
+					if seq < from {
+						continue // not asked for
+					}
+					if verify {
+						verify = false
+						if seq == from {
+							if l.payloadSum(payload) != rx.seq.lastSum {
+								l.resetDealer() // the rest of this reply is the wrong incarnation's
+								return replayRestart
+							}
+							continue // the baseline itself: same incarnation
+						}
+						// The ring no longer holds the baseline: nothing to compare.
+					}
+					switch rx.seq.replayed(seq) {
+					case seqFirst, seqNext:
+						l.consume(seq, payload)
+					case seqDuplicate:
+					case seqGap:
+						staleSeen = true
+						l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
+						l.consume(seq, payload)
+					}
+				}
+			}
+		}
+	}
+}
+
+// replayEnded judges a replay that reached its end marker.
+func (l *listener) replayEnded(until uint64, bounded, staleSeen bool) replayOutcome {
+	rx := &l.rx
+	short := staleSeen || (bounded && rx.seq.has && rx.seq.last+1 < until)
+	if short {
+		// The caller places its live message after this: a gap, hence stale.
+		l.m.replaysFailed.Inc()
+		l.log.Warn("replay could not recover the whole gap", "last", rx.seq.last, "until", until)
+		return replayShort
+	}
+	l.m.replaysSucceeded.Inc()
+	rx.replayBackoff = l.opts.ReconnectMin
+	l.log.Debug("replay done", "last", rx.seq.last, "has", rx.seq.has)
+	return replayOK
+}
+
+// replayFailure counts a failed replay, closes the DEALER and backs off.
+func (l *listener) replayFailure(err error) replayOutcome {
+	rx := &l.rx
+	l.resetDealer()
+	l.m.replaysFailed.Inc()
+	err = fmt.Errorf("replay_endpoint=%q: %w: %w", l.reg.ReplayEndpoint, ErrReplay, err)
+	l.setErr(err.Error())
+	now := time.Now()
+	rx.replayNotBefore = now.Add(rx.replayBackoff)
+	l.log.Warn("replay failed", "err", err, "next_attempt_in", rx.replayBackoff)
+	rx.replayBackoff = min(2*rx.replayBackoff, l.opts.ReconnectMax)
+	return replayFailed
+}
+
+// bufferLive moves live messages from the SUB socket into the pending queue, up
+// to ReplayMaxBuffered.
+func (l *listener) bufferLive() error {
+	rx := &l.rx
+	for len(rx.pending)-rx.pendingHead < l.opts.ReplayMaxBuffered {
+		frames, err := l.recv(rx.subSoc, rx.subFast)
+		if err != nil {
+			if isEAGAIN(err) {
+				return nil
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		rx.pending = append(rx.pending, copyFrames(frames))
+	}
+	return nil
+}
+
+// copyFrames deep-copies a message (one allocation for the bytes, one for the
+// frame headers): received frames alias a reused buffer.
+func copyFrames(frames [][]byte) [][]byte {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	buf := make([]byte, 0, n)
+	out := make([][]byte, len(frames))
+	for i, f := range frames {
+		buf = append(buf, f...)
+		out[i] = buf[len(buf)-len(f) : len(buf) : len(buf)]
+	}
+	return out
+}
+
+// sendFrames sends one multipart message without blocking (a DEALER queues to
+// its connecting peer, so this fails only on a real error).
+func sendFrames(s *zmq.Socket, frames [][]byte) error {
+	for i, f := range frames {
+		flag := zmq.DONTWAIT
+		if i < len(frames)-1 {
+			flag |= zmq.SNDMORE
+		}
+		if _, err := s.SendBytes(f, flag); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,207 @@
+package wire
+
+import (
+	"fmt"
+	"syscall"
+
+	zmq "github.com/pebbe/zmq4"
+)
+
+// Socket life cycle of a listener: every function here runs on the listener's
+// goroutine, which owns the sockets.
+
+// recv reads one whole multipart message from s without blocking. The frames
+// are valid until the next recv.
+func (l *listener) recv(s *zmq.Socket, fast bool) ([][]byte, error) {
+	rx := &l.rx
+	if fast {
+		return rx.reader.read(s)
+	}
+	frames, err := recvMsg(s, rx.frames[:0])
+	rx.frames = frames
+	return frames, err
+}
+
+// recvMsg reads one whole multipart message through pebbe/zmq4 without
+// blocking, keeping at most maxKeptFrames frames (the rest are read and dropped,
+// so the stream stays aligned; the caller sees maxKeptFrames frames and refuses
+// the message). It is the fallback for sockets frameReader cannot read.
+func recvMsg(s *zmq.Socket, dst [][]byte) ([][]byte, error) {
+	for {
+		b, err := s.RecvBytes(zmq.DONTWAIT)
+		if err != nil {
+			return dst[:0], err
+		}
+		if len(dst) < maxKeptFrames {
+			dst = append(dst, b)
+		}
+		more, err := s.GetRcvmore()
+		if err != nil {
+			return dst[:0], err
+		}
+		if !more {
+			return dst, nil
+		}
+	}
+}
+
+func isEAGAIN(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
+
+// openSub creates the SUB socket and its monitor and starts connecting. A connect
+// error means libzmq refuses the endpoint (ErrBadEndpoint).
+func (l *listener) openSub() error {
+	rx := &l.rx
+	rx.gen++
+	monAddr := fmt.Sprintf("inproc://conductor-ingest-mon-%d-%d", l.id, rx.gen)
+	s, err := l.g.zctx.NewSocket(zmq.SUB)
+	if err != nil {
+		return fmt.Errorf("SUB socket: %w", err)
+	}
+	var mon *zmq.Socket
+	err = firstErr(
+		s.SetLinger(0),
+		s.SetIpv6(true),
+		s.SetRcvhwm(l.opts.RcvHWM),
+		s.SetReconnectIvl(l.opts.ReconnectMin),
+		s.SetReconnectIvlMax(l.opts.ReconnectMax),
+		s.SetSubscribe(""),
+		s.Monitor(monAddr, monitorEvents),
+	)
+	if err == nil {
+		mon, err = l.g.zctx.NewSocket(zmq.PAIR)
+		if err == nil {
+			_ = mon.SetLinger(0)
+			err = mon.Connect(monAddr)
+		}
+	}
+	if err != nil {
+		closeSocket(s)
+		closeSocket(mon)
+		return fmt.Errorf("SUB socket setup: %w", err)
+	}
+	if err := s.Connect(l.reg.Endpoint); err != nil {
+		closeSocket(s)
+		closeSocket(mon)
+		return fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)
+	}
+	rx.subSoc, rx.monSoc, rx.connected = s, mon, false
+	rx.subFast = handleMatches(s)
+	l.rebuildPollers()
+	l.setState(ListenerPending)
+	return nil
+}
+
+// closeSub closes the SUB socket and its monitor (LINGER 0: nothing waits).
+func (l *listener) closeSub() {
+	rx := &l.rx
+	if rx.subSoc != nil {
+		// Stop the monitor first: libzmq sends monitor events with a blocking
+		// send, so an event emitted while the SUB terminates (in the reaper
+		// thread) after the reading PAIR is gone would block that thread for
+		// good, and with it every later socket close of the context.
+		// TestZMQRegisterUnregisterNoLeak catches it.
+		_ = rx.subSoc.Monitor("", 0)
+	}
+	closeSocket(rx.subSoc)
+	closeSocket(rx.monSoc)
+	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay = nil, nil, false, false
+	l.rebuildPollers()
+}
+
+// ensureDealer opens the replay DEALER if it is not open.
+func (l *listener) ensureDealer() error {
+	rx := &l.rx
+	if rx.dealer != nil {
+		return nil
+	}
+	d, err := l.g.zctx.NewSocket(zmq.DEALER)
+	if err != nil {
+		return fmt.Errorf("DEALER socket: %w", err)
+	}
+	// RCVHWM 0: a replay of a whole ring must not be cut by the pipe's HWM
+	// (a ROUTER drops what does not fit).
+	if err = firstErr(d.SetLinger(0), d.SetIpv6(true), d.SetRcvhwm(0)); err != nil {
+		closeSocket(d)
+		return fmt.Errorf("DEALER socket setup: %w", err)
+	}
+	if err = d.Connect(l.reg.ReplayEndpoint); err != nil {
+		closeSocket(d)
+		return fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)
+	}
+	rx.dealer = d
+	rx.dealerFast = handleMatches(d)
+	l.rebuildPollers()
+	return nil
+}
+
+// resetDealer closes the DEALER: after a failed or abandoned replay, replies still
+// on their way must not be read as the next replay's.
+func (l *listener) resetDealer() {
+	rx := &l.rx
+	if rx.dealer == nil {
+		return
+	}
+	closeSocket(rx.dealer)
+	rx.dealer = nil
+	l.rebuildPollers()
+}
+
+func (l *listener) rebuildPollers() {
+	rx := &l.rx
+	rx.poller, rx.rpoller = nil, nil
+	if rx.subSoc == nil {
+		return
+	}
+	rx.poller = zmq.NewPoller()
+	rx.poller.Add(rx.wakeRx, zmq.POLLIN)
+	rx.poller.Add(rx.monSoc, zmq.POLLIN)
+	rx.poller.Add(rx.subSoc, zmq.POLLIN)
+	if rx.dealer != nil {
+		rx.rpoller = zmq.NewPoller()
+		rx.rpoller.Add(rx.wakeRx, zmq.POLLIN)
+		rx.rpoller.Add(rx.monSoc, zmq.POLLIN)
+		rx.rpollSub = rx.rpoller.Add(rx.subSoc, zmq.POLLIN)
+		rx.rpoller.Add(rx.dealer, zmq.POLLIN)
+	}
+}
+
+// fail handles a socket-level failure: every socket but the wake pair is closed
+// and rebuilt by run after the backoff.
+func (l *listener) fail(err error) {
+	rx := &l.rx
+	l.closeSub()
+	l.resetDealer()
+	l.dropPending()
+	l.setState(ListenerFailed)
+	l.setErr(err.Error())
+	l.log.Error("listener failed; retrying", "err", err, "backoff", rx.backoff)
+}
+
+func (l *listener) dropPending() {
+	rx := &l.rx
+	clear(rx.pending)
+	rx.pending, rx.pendingHead = rx.pending[:0], 0
+}
+
+func (l *listener) closeAll() {
+	l.closeSub()
+	l.resetDealer()
+	closeSocket(l.rx.wakeRx)
+	l.rx.wakeRx = nil
+	l.rx.reader.free()
+}
+
+func closeSocket(s *zmq.Socket) {
+	if s != nil {
+		_ = s.Close()
+	}
+}
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}
