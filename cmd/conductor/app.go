@@ -57,6 +57,7 @@ type settings struct {
 	maxBodyBytes    int
 	maxQueryTokens  int
 	maxRegistration int
+	contextSizeHint int
 	shutdownTimeout time.Duration
 }
 
@@ -73,6 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.maxBodyBytes, "max-body-bytes", 0, "largest request body in bytes (default 64 MiB; larger → 413)")
 	fs.IntVar(&s.maxQueryTokens, "max-query-tokens", 0, "most token_ids / seq_hashes per query (default 1048576)")
 	fs.IntVar(&s.maxRegistration, "max-registrations", 0, "most registrations (default 4096)")
+	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -199,7 +201,12 @@ func newApp(args []string, env func(string) string, stdout, stderr io.Writer) (*
 		port = s.httpPort
 	}
 
-	ix := core.New(core.Options{MaxRegistrations: s.maxRegistration, Logger: log})
+	ixOpts := core.Options{MaxRegistrations: s.maxRegistration, ContextSizeHint: s.contextSizeHint, Logger: log}
+	if err := ixOpts.Validate(); err != nil {
+		log.Error("invalid index options", "err", err)
+		return nil, 2
+	}
+	ix := core.New(ixOpts)
 	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log})
 	if err != nil {
 		log.Error("cannot start the ingester", "err", err)
