@@ -1,0 +1,43 @@
+package core
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestRawAtomics enforces the house rule that concurrency code uses typed
+// atomics (atomic.Uint64, atomic.Pointer, ...) rather than the function forms,
+// whose operands can be read non-atomically elsewhere by mistake. It scans
+// every Go file of the module.
+func TestRawAtomics(t *testing.T) {
+	raw := regexp.MustCompile(`\batomic\.(Add|Load|Store|Swap|CompareAndSwap)(Int32|Int64|Uint32|Uint64|Uintptr|Pointer)\(`)
+	root := ".."
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (strings.HasPrefix(d.Name(), ".") && path != root || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if raw.MatchString(line) && !strings.Contains(line, "regexp.MustCompile") {
+				t.Errorf("%s:%d: raw atomic function; use a typed atomic: %s", path, i+1, strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
