@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"sort"
 
 	"github.com/seed-c7a81618/conductor/hash"
@@ -24,7 +25,7 @@ type ApplyStats struct {
 // subscription's single writer touches it.
 type subCtx struct {
 	ctx    *context
-	owners map[ownerKey]uint32
+	owners map[ownerKey]ownerRef
 	// engine maps an engine block hash to the prefix key it was filed under
 	// (xxh3 profile only), so removes and parent links from engines that hash
 	// differently resolve to the standard chain.
@@ -37,7 +38,7 @@ type engineRef struct {
 }
 
 func (s *Subscription) newSubCtx(c *context) *subCtx {
-	return &subCtx{ctx: c, owners: make(map[ownerKey]uint32)}
+	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef)}
 }
 
 // ctxState returns the subscription's state for context k, or nil when the
@@ -57,8 +58,16 @@ func (s *Subscription) ctxState(k *ContextKey) *subCtx {
 	ix := s.ix
 	ix.mu.Lock()
 	if c.reclaimed {
-		ix.mu.Unlock()
-		return nil
+		// Reclaimed since the lock-free lookup; a new context may have
+		// taken its key meanwhile.
+		if c = ix.lookupContext(*k); c == nil {
+			ix.mu.Unlock()
+			return nil
+		}
+		if sc, ok := s.state[c]; ok {
+			ix.mu.Unlock()
+			return sc
+		}
 	}
 	c.refs++
 	ix.mu.Unlock()
@@ -67,7 +76,7 @@ func (s *Subscription) ctxState(k *ContextKey) *subCtx {
 	return sc
 }
 
-func (sc *subCtx) owner(k ownerKey) uint32 {
+func (sc *subCtx) owner(k ownerKey) ownerRef {
 	if id, ok := sc.owners[k]; ok {
 		return id
 	}
@@ -94,7 +103,12 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		case PublisherVLLM, PublisherSGLang:
 			rank := s.reg.DPRank
 			if b.HasDPRank {
-				rank = int32(b.DPRank)
+				r, ok := s.admitRank(b.DPRank)
+				if !ok {
+					st.Dropped++
+					continue
+				}
+				rank = r
 			}
 			s.applyEngine(s.state[s.home], ev, rank, &st)
 		default:
@@ -220,14 +234,14 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 // SGLang chain hashes a trailing partial block too, so a query whose prompt
 // ends inside that page finds it by its hash.
 func partialPageOK(c *context, ev *Event) bool {
-	st := c.profile.Strategy
+	st := c.profile().Strategy
 	return (st == hash.StrategySGLang || st == hash.StrategySGLangBigram) &&
 		ev.BlockSize > 0 && ev.BlockSize < c.key.BlockSize && len(ev.Hashes) == 1
 }
 
 // storeKeys returns the prefix keys for a stored event's blocks.
 func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, bool) {
-	prof := &sc.ctx.profile
+	prof := sc.ctx.profile()
 	if prof.Strategy != hash.StrategyXXH3 {
 		return ev.Hashes, true
 	}
@@ -286,7 +300,7 @@ func saltBytes(reg string, ev []byte) []byte {
 	return []byte(reg)
 }
 
-func (s *Subscription) addBlocks(c *context, keys []uint64, id uint32, t Tier, st *ApplyStats) {
+func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier, st *ApplyStats) {
 	// The update function is bound once per subscription (s.addFn) and reads
 	// its operands from s: a fresh closure per block would escape to the heap.
 	s.opID, s.opTier = id, t
@@ -315,9 +329,9 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 
 // removeBlocks removes one copy per hash. viaEngine resolves engine hashes
 // through the subscription's map under the xxh3 profile.
-func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id uint32, t Tier, viaEngine bool, st *ApplyStats) {
+func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t Tier, viaEngine bool, st *ApplyStats) {
 	c := sc.ctx
-	rehashed := viaEngine && c.profile.Strategy == hash.StrategyXXH3
+	rehashed := viaEngine && c.profile().Strategy == hash.StrategyXXH3
 	for _, h := range hashes {
 		k := h
 		if rehashed {
@@ -402,18 +416,49 @@ func rfcStreamID(ev *Event, rank int32) uint64 {
 	return h.Sum64()
 }
 
-func (s *Subscription) rfcRank(b *Batch, ev *Event) int32 {
+func (s *Subscription) rfcRank(b *Batch, ev *Event) (int32, bool) {
 	switch {
 	case ev.HasDPRank:
-		return int32(ev.DPRank)
+		return s.admitRank(ev.DPRank)
 	case b.HasDPRank && !s.reg.Type.pool():
-		return int32(b.DPRank)
+		return s.admitRank(b.DPRank)
 	}
-	return s.reg.DPRank
+	return s.reg.DPRank, true
+}
+
+// admitRank checks a dp rank named by a publisher (which overrides the
+// registered one): it must fit an int32, and a subscription may introduce at
+// most Options.MaxRanksPerSubscription distinct ranks, so a garbage publisher
+// cannot grow the owner table and every query of its context without bound.
+func (s *Subscription) admitRank(r uint32) (int32, bool) {
+	if r > math.MaxInt32 {
+		s.ix.counters.RankRejects.Add(1)
+		return 0, false
+	}
+	rank := int32(r)
+	if rank == s.reg.DPRank {
+		return rank, true
+	}
+	if _, ok := s.ranks[rank]; ok {
+		return rank, true
+	}
+	if len(s.ranks) >= s.ix.opts.MaxRanksPerSubscription {
+		s.ix.counters.RankRejects.Add(1)
+		return 0, false
+	}
+	if s.ranks == nil {
+		s.ranks = make(map[int32]struct{})
+	}
+	s.ranks[rank] = struct{}{}
+	return rank, true
 }
 
 func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
-	rank := s.rfcRank(b, ev)
+	rank, ok := s.rfcRank(b, ev)
+	if !ok {
+		st.Dropped++
+		return
+	}
 	if !ev.HasEventID {
 		s.applyRFCEvent(ev, rank, st)
 		return
@@ -513,6 +558,26 @@ func cloneEvent(ev *Event) Event {
 	return c
 }
 
+// clearPool applies a pool's cleared event: every object of that backend
+// (every backend when none is named) in that tenant, across all the contexts
+// the pool filed objects in (reference §5.2). A pool event names no model, so
+// one clear spans contexts.
+func (s *Subscription) clearPool(ev *Event, st *ApplyStats) {
+	st.Cleared++
+	s.ix.counters.Cleared.Add(1)
+	tenant := s.reg.TenantID
+	if len(ev.TenantID) > 0 {
+		tenant = string(ev.TenantID)
+	}
+	backend := string(ev.BackendID)
+	for _, sc := range s.state {
+		if sc.ctx.key.TenantID != tenant {
+			continue
+		}
+		s.clearOwners(sc, func(o ownerInfo) bool { return o.shared && (backend == "" || o.name == backend) })
+	}
+}
+
 // rfcContext resolves the context of an RFC event: envelope fields override
 // the registration's.
 func (s *Subscription) rfcContext(ev *Event) ContextKey {
@@ -533,6 +598,10 @@ func (s *Subscription) rfcContext(ev *Event) ContextKey {
 }
 
 func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
+	if ev.Kind == EventCleared && s.reg.Type.pool() {
+		s.clearPool(ev, st)
+		return
+	}
 	key := s.rfcContext(ev)
 	sc := s.ctxState(&key)
 	if sc == nil {
@@ -560,16 +629,8 @@ func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
 	case EventCleared:
 		st.Cleared++
 		s.ix.counters.Cleared.Add(1)
-		backend := string(ev.BackendID)
-		s.clearOwners(sc, func(o ownerInfo) bool {
-			if o.shared {
-				return !pool || backend == "" || o.name == backend
-			}
-			return o.rank == rank
-		})
-		if !pool {
-			sc.engine = nil
-		}
+		s.clearOwners(sc, func(o ownerInfo) bool { return o.shared || o.rank == rank })
+		sc.engine = nil
 	case EventStored:
 		st.Stored++
 		s.ix.counters.Stored.Add(1)
@@ -578,10 +639,11 @@ func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
 			return
 		}
 		keys := ev.Hashes
-		if len(keys) == 0 && ev.HasTokens && len(ev.Tokens) > 0 && sc.ctx.profile.Strategy == hash.StrategyXXH3 {
+		prof := sc.ctx.profile()
+		if len(keys) == 0 && ev.HasTokens && len(ev.Tokens) > 0 && prof.Strategy == hash.StrategyXXH3 {
 			bs := sc.ctx.key.BlockSize
 			if ev.HasParent || (ev.HasBaseIdx && ev.BaseBlockIdx == 0) {
-				local, seqSeed := sc.ctx.profile.XXH3Seeds(sc.ctx.lora, ev.AdditionalSalt)
+				local, seqSeed := prof.XXH3Seeds(sc.ctx.lora, ev.AdditionalSalt)
 				s.seqScratch = hash.AppendXXH3ChainSeeds(s.seqScratch[:0], local, seqSeed, ev.Parent, ev.HasParent, ev.Tokens, bs)
 				keys = s.seqScratch
 			} else {

@@ -8,8 +8,12 @@ package core
 // Each owner word packs one (owner, tier) holding:
 //
 //	bits 63..32  owner id (interned per context)
-//	bits 31..24  tier
-//	bits 23..0   copies (saturating): vLLM may cache one hash in several
+//	bits 31..24  owner generation: ids are reused after an owner is released,
+//	             and a query holding an older snapshot of the owner table must
+//	             not credit a new owner's blocks to the old one
+//	             (TestOwnerIDReuseDuringQuery)
+//	bits 23..16  tier
+//	bits 15..0   copies (saturating): vLLM may cache one hash in several
 //	             physical blocks and removes each copy separately.
 //
 // A zero word means "no owner": copies is never 0 in a stored word.
@@ -22,20 +26,27 @@ type ownerList struct {
 	words []uint64
 }
 
+// ownerRef names one incarnation of an interned owner: id<<32 | gen<<24.
+type ownerRef uint64
+
+func makeRef(id uint32, gen uint8) ownerRef { return ownerRef(uint64(id)<<32 | uint64(gen)<<24) }
+
+func (r ownerRef) id() uint32 { return uint32(r >> 32) }
+
 const (
-	copiesMask = 1<<24 - 1
-	tierShift  = 24
-	ownerShift = 32
+	copiesMask = 1<<16 - 1
+	tierShift  = 16
 )
 
-func ownerWord(id uint32, t Tier, copies uint32) uint64 {
+func ownerWord(r ownerRef, t Tier, copies uint32) uint64 {
 	if copies > copiesMask {
 		copies = copiesMask
 	}
-	return uint64(id)<<ownerShift | uint64(t)<<tierShift | uint64(copies)
+	return uint64(r) | uint64(t)<<tierShift | uint64(copies)
 }
 
-func wordOwner(w uint64) uint32  { return uint32(w >> ownerShift) }
+func wordOwner(w uint64) uint32  { return uint32(w >> 32) }
+func wordGen(w uint64) uint8     { return uint8(w >> 24) }
 func wordTier(w uint64) Tier     { return Tier(w >> tierShift & 0xff) }
 func wordCopies(w uint64) uint32 { return uint32(w & copiesMask) }
 
@@ -80,7 +91,7 @@ func (b blockVal) count() int {
 }
 
 // withAdded returns b with n more copies held by (id, t).
-func (b blockVal) withAdded(id uint32, t Tier, n uint32) blockVal {
+func (b blockVal) withAdded(id ownerRef, t Tier, n uint32) blockVal {
 	key := ownerWord(id, t, 1)
 	if b.w0 == 0 && b.rest == nil {
 		return blockVal{w0: ownerWord(id, t, n)}
@@ -111,7 +122,7 @@ func (b blockVal) withAdded(id uint32, t Tier, n uint32) blockVal {
 
 // withRemoved returns b with n fewer copies held by (id, t) (dropping the word
 // at zero) and whether anything changed. Removing an absent holding is a no-op.
-func (b blockVal) withRemoved(id uint32, t Tier, n uint32) (blockVal, bool) {
+func (b blockVal) withRemoved(id ownerRef, t Tier, n uint32) (blockVal, bool) {
 	key := ownerWord(id, t, 1)
 	if b.w0 != 0 && sameSlot(b.w0, key) {
 		c := wordCopies(b.w0)

@@ -23,6 +23,7 @@ type ownerInfo struct {
 	sub    uint32 // owning subscription id
 	shared bool   // pool owner (visible to every rank) vs rank owner
 	live   bool
+	gen    uint8  // generation of this id (bumped when the id is released)
 	rank   int32  // rank owners
 	slot   int32  // index into ctxMeta.slots for live rank owners, else -1
 	name   string // rank owners: instance id; shared owners: backend id
@@ -50,12 +51,12 @@ type ctxMeta struct {
 
 // context is one (tenant, model, lora, block_size) prefix index.
 type context struct {
-	key     ContextKey
-	lora    []byte // key.LoraName as bytes, for the hash chain
-	profile hash.Profile
-	// bound is false for a context created only to hold pool blocks whose
-	// registration named no profile; the first engine registration binds it.
-	bound  bool
+	key  ContextKey
+	lora []byte // key.LoraName as bytes, for the hash chain
+	// bind is the context's hash profile. It is replaced (once) when a
+	// pool-only context is bound by its first engine registration, while
+	// appliers and queries read it: hence an atomic pointer.
+	bind   atomic.Pointer[binding]
 	blocks *xsync.MapOf[uint64, blockVal]
 
 	meta atomic.Pointer[ctxMeta]
@@ -87,28 +88,39 @@ func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *conte
 	c := &context{
 		key:      key,
 		lora:     []byte(key.LoraName),
-		profile:  p,
-		bound:    bound,
 		blocks:   blocks,
 		ownerIdx: make(map[ownerKey]uint32),
 		regSlots: make(map[slot]int),
 	}
 	c.meta.Store(&ctxMeta{})
+	c.bind.Store(&binding{profile: p, bound: bound})
 	return c
 }
 
-// internOwner returns the owner id for k, creating it (and its slot) if new.
-func (c *context) internOwner(k ownerKey) uint32 {
+// binding is a context's hash profile. bound is false for a context created
+// only to hold pool blocks whose registration named no profile; the first
+// engine (or explicit) registration binds it.
+type binding struct {
+	profile hash.Profile
+	bound   bool
+}
+
+// profile returns the context's current hash profile (never nil).
+func (c *context) profile() *hash.Profile { return &c.bind.Load().profile }
+
+// internOwner returns the owner for k, creating it (and its slot) if new.
+func (c *context) internOwner(k ownerKey) ownerRef {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id, ok := c.ownerIdx[k]; ok {
-		return id
+		return makeRef(id, c.owners[id].gen)
 	}
 	info := ownerInfo{sub: k.sub, shared: k.shared, live: true, rank: k.rank, name: k.name, slot: -1}
 	var id uint32
 	if n := len(c.freeIDs); n > 0 {
 		id = c.freeIDs[n-1]
 		c.freeIDs = c.freeIDs[:n-1]
+		info.gen = c.owners[id].gen
 		c.owners[id] = info
 	} else {
 		id = uint32(len(c.owners))
@@ -116,7 +128,7 @@ func (c *context) internOwner(k ownerKey) uint32 {
 	}
 	c.ownerIdx[k] = id
 	c.rebuildLocked()
-	return id
+	return makeRef(id, info.gen)
 }
 
 // releaseOwners frees every owner of subscription sub (after its blocks were
@@ -130,7 +142,7 @@ func (c *context) releaseOwners(sub uint32) int {
 			continue
 		}
 		delete(c.ownerIdx, k)
-		c.owners[id] = ownerInfo{slot: -1}
+		c.owners[id] = ownerInfo{slot: -1, gen: c.owners[id].gen + 1}
 		c.freeIDs = append(c.freeIDs, id)
 		n++
 	}

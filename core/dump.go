@@ -40,7 +40,7 @@ func (ix *Index) Dump(f func(*DumpEvent) error) error {
 			}
 			for _, w := range v.appendWords(nil) {
 				id := wordOwner(w)
-				if int(id) >= len(m.owners) || !m.owners[id].live {
+				if int(id) >= len(m.owners) || !m.owners[id].live || m.owners[id].gen != wordGen(w) {
 					continue
 				}
 				o := m.owners[id]

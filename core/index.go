@@ -37,6 +37,9 @@ type Options struct {
 	// waiting for a missing event_id; beyond it the gap is accepted (counted)
 	// and held events are applied in order. Default 256.
 	MaxHeldEvents int
+	// MaxRanksPerSubscription bounds the distinct dp ranks (besides the
+	// registered one) that a publisher may name in its batches. Default 1024.
+	MaxRanksPerSubscription int
 	// ContextSizeHint presizes each context's block map for this many blocks,
 	// avoiding incremental resizes while a large index warms up (at about 13 B
 	// of bucket memory per hinted block). Default 0: start small and grow.
@@ -59,6 +62,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxHeldEvents == 0 {
 		o.MaxHeldEvents = 256
 	}
+	if o.MaxRanksPerSubscription == 0 {
+		o.MaxRanksPerSubscription = 1024
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -69,6 +75,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	if o.MaxRegistrations < 0 {
 		errs = append(errs, fmt.Errorf("MaxRegistrations=%d: must be >= 0: %w", o.MaxRegistrations, ErrInvalid))
+	}
+	if o.MaxRanksPerSubscription < 0 {
+		errs = append(errs, fmt.Errorf("MaxRanksPerSubscription=%d: must be >= 0: %w", o.MaxRanksPerSubscription, ErrInvalid))
 	}
 	if o.ContextSizeHint < 0 {
 		errs = append(errs, fmt.Errorf("ContextSizeHint=%d: must be >= 0: %w", o.ContextSizeHint, ErrInvalid))
@@ -92,6 +101,9 @@ type Counters struct {
 	DuplicateIDs   atomic.Uint64
 	EventIDGaps    atomic.Uint64
 	ClearedBlocks  atomic.Uint64
+	// RankRejects counts events dropped for a publisher-named dp rank that is
+	// out of range or beyond MaxRanksPerSubscription.
+	RankRejects atomic.Uint64
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the
@@ -139,17 +151,17 @@ func (ix *Index) acquireContextLocked(k ContextKey, reg *Registration, bind bool
 	if c == nil {
 		c = newContext(k, reg.Profile, bind, ix.opts.ContextSizeHint)
 		ix.contexts.Store(k, c)
-	} else if bind {
-		if !c.bound {
+	} else if b := c.bind.Load(); bind {
+		if !b.bound {
 			// A pool-only context adopts the first engine/explicit profile.
-			c.profile, c.bound = reg.Profile, true
-		} else if c.profile != reg.Profile {
+			c.bind.Store(&binding{profile: reg.Profile, bound: true})
+		} else if b.profile != reg.Profile {
+			sp := b.profile.Spec
 			return nil, fmt.Errorf("register %s: context %s/%s/%q/%d is bound to hash profile %s/%s/%s/%s: %w",
 				reg.Key(), k.TenantID, k.ModelName, k.LoraName, k.BlockSize,
-				c.profile.Spec.Strategy, c.profile.Spec.Algorithm, c.profile.Spec.PythonHashSeed,
-				c.profile.Spec.IndexProjection, ErrConflict)
+				sp.Strategy, sp.Algorithm, sp.PythonHashSeed, sp.IndexProjection, ErrConflict)
 		}
-	} else if c.bound && c.profile != reg.Profile && reg.ProfileExplicit {
+	} else if b.bound && b.profile != reg.Profile && reg.ProfileExplicit {
 		return nil, fmt.Errorf("register %s: pool profile differs from the context's bound profile: %w", reg.Key(), ErrConflict)
 	}
 	c.refs++

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/seed-c7a81618/conductor/hash"
@@ -103,7 +104,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 
 	nBlocks := len(req.Hashes)
 	if !req.ByHash {
-		if err := res.chain.Reset(&c.profile, req.Tokens, c.key.BlockSize, c.loraBytes(), req.CacheSalt); err != nil {
+		if err := res.chain.Reset(c.profile(), req.Tokens, c.key.BlockSize, c.loraBytes(), req.CacheSalt); err != nil {
 			return fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
 		}
 		nBlocks = res.chain.Blocks()
@@ -117,6 +118,10 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	bs := int64(c.key.BlockSize)
 	tokens := func(blocks int32) int64 {
 		if req.ByHash {
+			// Saturate: a registration's block_size may be up to 2^63-1.
+			if blocks > 0 && bs > math.MaxInt64/int64(blocks) {
+				return math.MaxInt64
+			}
 			return int64(blocks) * bs
 		}
 		return int64(res.chain.MatchedTokens(int(blocks)))
@@ -201,6 +206,9 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 				continue // owner newer than this snapshot
 			}
 			o := &owners[id]
+			if o.gen != wordGen(w) {
+				continue // the id was released and reused after this snapshot
+			}
 			t := uint8(wordTier(w))
 			if o.shared {
 				if o.live && t < shared {

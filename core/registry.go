@@ -145,6 +145,9 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if old, ok := ix.subs[key]; ok {
+		if old.unregistering {
+			return nil, false, fmt.Errorf("register %s: service is being unregistered: %w", key, ErrConflict)
+		}
 		if sameConfig(&old.reg, &r) {
 			return old, false, nil
 		}
@@ -264,12 +267,14 @@ type Subscription struct {
 	// state per context this subscription has touched (single writer; read by
 	// Unregister only after close()).
 	state map[*context]*subCtx
+	// ranks are the publisher-named dp ranks admitted so far (admitRank).
+	ranks map[int32]struct{}
 	// rfc holds RFC #1527 per-stream event_id cursors.
 	rfc map[uint64]*rfcStream
 	// scratch reused across events.
 	seqScratch []uint64
 	// Operands of the bound map-update functions addFn/removeFn (single writer).
-	opID            uint32
+	opID            ownerRef
 	opTier          Tier
 	opChanged       bool
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)

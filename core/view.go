@@ -29,8 +29,9 @@ func (ix *Index) GlobalView() GlobalView {
 	var gv GlobalView
 	ix.contexts.Range(func(k ContextKey, c *context) bool {
 		m := c.meta.Load()
-		cv := ContextView{ContextKey: k, PrefixCount: c.blocks.Size(), Profile: c.profile,
-			ProfileBound: c.bound, Instances: make(map[string][]int32, len(m.instances))}
+		b := c.bind.Load()
+		cv := ContextView{ContextKey: k, PrefixCount: c.blocks.Size(), Profile: b.profile,
+			ProfileBound: b.bound, Instances: make(map[string][]int32, len(m.instances))}
 		for _, sp := range m.instances {
 			ranks := make([]int32, 0, sp.hi-sp.lo)
 			for _, s := range m.slots[sp.lo:sp.hi] {

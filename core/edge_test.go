@@ -1,0 +1,177 @@
+package core
+
+import (
+	"errors"
+	"math"
+	"sync"
+	"testing"
+)
+
+// TestOwnerIDReuseDuringQuery: a query walking with an owner-table snapshot
+// taken before an owner was released must not credit the blocks of the owner
+// that reuses its id to the released one.
+func TestOwnerIDReuseDuringQuery(t *testing.T) {
+	ix := New(Options{})
+	p := cborProfile(t)
+	a := mustRegister(t, ix, engineReg(t, "A", 0, p))
+	a.Apply(stored("GPU", 1, 2, 3))
+	mustRegister(t, ix, engineReg(t, "Z", 0, p)) // keeps the context alive
+	c := ix.lookupContext(ContextKey{TenantID: "default", ModelName: "m", BlockSize: testBS})
+	old := c.meta.Load() // an in-flight query's snapshot
+
+	if _, err := ix.Unregister(a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	b := mustRegister(t, ix, engineReg(t, "B", 0, p))
+	b.Apply(stored("GPU", 11, 12, 13)) // B interns A's released id
+	if got := c.owners[0]; got.name != "B" {
+		t.Fatalf("test premise: id 0 should now be B's, got %+v", got)
+	}
+
+	cur := growCursors(nil, len(old.slots))
+	req := &QueryRequest{ByHash: true, Hashes: []uint64{11, 12, 13}}
+	end := walk(c, old, 0, cur, 3, req, nil)
+	for i, s := range old.slots {
+		n := cur[i].bound[TierDevice]
+		if !cur[i].done {
+			n = end
+		}
+		if s.instance == "A" && n != 0 {
+			t.Fatalf("released owner A credited with %d of B's blocks", n)
+		}
+	}
+}
+
+func TestRegisterWhileUnregistering(t *testing.T) {
+	ix := New(Options{})
+	r := engineReg(t, "A", 0, cborProfile(t))
+	a := mustRegister(t, ix, r)
+	a.mu.Lock() // an Apply in flight holds Unregister at close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := ix.Unregister(a.Key()); err != nil {
+			t.Error(err)
+		}
+	}()
+	for {
+		ix.mu.Lock()
+		u := a.unregistering
+		ix.mu.Unlock()
+		if u {
+			break
+		}
+	}
+	_, _, err := ix.Register(r)
+	a.mu.Unlock()
+	<-done
+	if !errors.Is(err, ErrConflict) {
+		t.Fatalf("register during unregister: %v", err)
+	}
+	mustRegister(t, ix, r) // afterwards the key is free
+}
+
+// TestPoolContextBinding: an engine registration binds a pool-only context's
+// profile while the pool applies events (run under -race).
+func TestPoolContextBinding(t *testing.T) {
+	ix := New(Options{})
+	pool := mustRegister(t, ix, poolReg("pool"))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b := poolStored("cpu", "be")
+		e := &b.Events[0]
+		e.Tokens, e.HasTokens, e.HasBaseIdx = make([]int32, testBS), true, true
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			e.Hashes = append(e.Hashes[:0], uint64(i))
+			pool.Apply(b)
+		}
+	}()
+	mustRegister(t, ix, engineReg(t, "E", 0, cborProfile(t)))
+	res := &QueryResult{}
+	_ = ix.Query(&QueryRequest{Model: "m", BlockSize: testBS, Tokens: make([]int32, 64)}, res)
+	close(stop)
+	wg.Wait()
+	gv := ix.GlobalView()
+	if !gv.Contexts[0].ProfileBound || gv.Contexts[0].Profile.Spec.Algorithm != "sha256_cbor" {
+		t.Fatalf("%+v", gv.Contexts[0])
+	}
+}
+
+func TestByHashTokensSaturate(t *testing.T) {
+	ix := New(Options{})
+	r := engineReg(t, "A", 0, cborProfile(t))
+	r.BlockSize = 1 << 62
+	s := mustRegister(t, ix, r)
+	b := stored("GPU", 1, 2)
+	b.Events[0].BlockSize = 1 << 62
+	s.Apply(b)
+	res := &QueryResult{}
+	if err := ix.Query(&QueryRequest{Model: "m", BlockSize: 1 << 62, Hashes: []uint64{1, 2}, ByHash: true}, res); err != nil {
+		t.Fatal(err)
+	}
+	if r := res.Instances[0]; r.Device != math.MaxInt64 || r.Ranks[0].Device != math.MaxInt64 {
+		t.Fatalf("want saturation at MaxInt64: %+v", r)
+	}
+}
+
+// TestPoolClearSpansContexts: a pool's cleared event removes that backend's
+// objects in every context of the tenant (a pool event names no model).
+func TestPoolClearSpansContexts(t *testing.T) {
+	ix := New(Options{})
+	p := cborProfile(t)
+	mustRegister(t, ix, engineReg(t, "E", 0, p))
+	r2 := engineReg(t, "E2", 0, p)
+	r2.ModelName = "m2"
+	mustRegister(t, ix, r2)
+	pool := mustRegister(t, ix, poolReg("pool"))
+	pool.Apply(poolStored("cpu", "be", 1))
+	b := poolStored("cpu", "be", 2)
+	b.Events[0].ModelName = []byte("m2")
+	pool.Apply(b)
+	other := poolStored("cpu", "be2", 3)
+	other.Events[0].ModelName = []byte("m2")
+	pool.Apply(other)
+	cl := cleared()
+	cl.Events[0].BackendID, cl.Events[0].TenantID = []byte("be"), []byte("default")
+	pool.Apply(cl)
+	res := &QueryResult{}
+	for _, c := range []struct {
+		model string
+		hash  uint64
+		want  int64
+	}{{"m", 1, 0}, {"m2", 2, 0}, {"m2", 3, 16}} {
+		if err := ix.Query(&QueryRequest{Model: c.model, BlockSize: testBS, Hashes: []uint64{c.hash}, ByHash: true}, res); err != nil {
+			t.Fatal(err)
+		}
+		if got := res.Instances[0].CPUShare; got != c.want {
+			t.Fatalf("%s/%d after clear of backend be: cpu_share %d want %d", c.model, c.hash, got, c.want)
+		}
+	}
+}
+
+// TestPublisherRanksAreBounded: batch dp ranks beyond int32 or beyond
+// MaxRanksPerSubscription are dropped, counted, and never become rows.
+func TestPublisherRanksAreBounded(t *testing.T) {
+	ix := New(Options{MaxRanksPerSubscription: 2})
+	s := mustRegister(t, ix, engineReg(t, "a", 0, cborProfile(t)))
+	for _, r := range []uint32{1, 2, 3, math.MaxInt32 + 1, 1} {
+		b := stored("GPU", uint64(r))
+		b.DPRank, b.HasDPRank = r, true
+		s.Apply(b)
+	}
+	r := row(queryHashes(t, ix, "a", 1), "a")
+	if len(r.Ranks) != 3 { // registered 0, admitted 1 and 2
+		t.Fatalf("ranks: %+v", r.Ranks)
+	}
+	if n := ix.Counters().RankRejects.Load(); n != 2 {
+		t.Fatalf("rank rejects %d", n)
+	}
+}
