@@ -683,3 +683,35 @@ func TestZMQUnregisterRemovesContributions(t *testing.T) {
 		t.Fatal("the other stream lost its block")
 	}
 }
+
+// TestZMQRestartAfterReplayOnlyJoin: a subscription whose every message came
+// through the replay on connect has no live baseline; when its publisher then
+// restarts, the new incarnation's low sequences must not be dropped as
+// duplicates of the old ones.
+func TestZMQRestartAfterReplayOnlyJoin(t *testing.T) {
+	h := newHarness(t, fastOpts(t))
+	a := newPublisher(t, bench.PublisherOptions{})
+	store := func(x uint64) []byte {
+		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
+	}
+	for x := uint64(100); x < 110; x++ {
+		publish(t, a, store(x)) // before the subscription: only the ring has them
+	}
+	k := h.register(registration("vllm-a", core.PublisherVLLM, a, vllmProfile(t)))
+	waitFor(t, "replayed on connect", func() bool { return h.holds("vllm-a", 109) })
+	ep, rep := a.Endpoint(), a.ReplayEndpoint()
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := newPublisher(t, bench.PublisherOptions{Endpoint: ep, ReplayEndpoint: rep})
+	waitFor(t, "reconnect", func() bool { st := h.status(k); return st.Reconnects > 0 && st.ReplaysSucceeded >= 2 })
+	for x := uint64(200); x < 203; x++ {
+		publish(t, b, store(x))
+	}
+	waitFor(t, "new incarnation applied, old cleared", func() bool {
+		return h.holds("vllm-a", 200) && h.holds("vllm-a", 202) && !h.holds("vllm-a", 109)
+	})
+	if st := h.status(k); st.Restarts == 0 {
+		t.Fatalf("restart not counted: %+v", st)
+	}
+}

@@ -546,8 +546,13 @@ func (l *listener) handleLive(frames [][]byte) {
 		l.consume(s, payload)
 		return
 	case seqDuplicate:
-		l.m.duplicates.Inc()
-		return
+		// A replay may have delivered s before its live copy; a different
+		// payload under s means a new incarnation instead.
+		if !l.canReplay() || !rx.seq.conflicts(s, l.payloadSum(payload)) {
+			l.m.duplicates.Inc()
+			return
+		}
+		v = seqRestart
 	}
 	// What follows may replay, which reuses the receive buffer payload aliases.
 	rx.held = append(rx.held[:0], payload...)

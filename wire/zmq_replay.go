@@ -76,7 +76,7 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 
 	deadline := now.Add(l.opts.ReplayTotalTimeout)
 	recvDeadline := now.Add(l.opts.ReplayTimeout)
-	staleSeen := false
+	staleSeen, below := false, false
 	var frames [][]byte
 	for {
 		now = time.Now()
@@ -132,12 +132,19 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 						return l.replayFailure(fmt.Errorf("reply: %w", err))
 					}
 					if end {
+						if verify && below {
+							// The ring ends before our baseline: the same
+							// incarnation's ring would hold it (it holds the
+							// newest batches), so this is a new one.
+							return replayRestart
+						}
 						return l.replayEnded(until, bounded, staleSeen)
 					}
 					if seq > math.MaxInt64 {
 						return l.replayFailure(fmt.Errorf("reply seq=%d: %w", seq, ErrSeqRange))
 					}
 					if seq < from {
+						below = true
 						continue // not asked for
 					}
 					if verify {

@@ -29,6 +29,19 @@ type seqTracker struct {
 	liveLast uint64
 
 	threshold uint64
+
+	// recent remembers the payload checksum of the last sumRing consumed
+	// sequences, so that a live sequence at or below last can be told apart:
+	// the same payload is a late duplicate, another payload a new incarnation
+	// whose messages so far all came through replay (TestZMQRestartAfterReplayOnlyJoin).
+	recent [sumRing]seqSum
+}
+
+const sumRing = 256
+
+type seqSum struct {
+	seq, sum uint64
+	ok       bool
 }
 
 // seqVerdict is what the receive loop must do with a sequence.
@@ -108,10 +121,19 @@ func (t *seqTracker) place(s uint64) seqVerdict {
 // consumed records that s (with payload checksum sum) was applied or dropped.
 func (t *seqTracker) consumed(s, sum uint64) {
 	t.has, t.last, t.lastSum = true, s, sum
+	t.recent[s%sumRing] = seqSum{seq: s, sum: sum, ok: true}
+}
+
+// conflicts reports whether s was consumed with a payload other than the one
+// whose checksum is sum (unknown sequences never conflict).
+func (t *seqTracker) conflicts(s, sum uint64) bool {
+	r := t.recent[s%sumRing]
+	return r.ok && r.seq == s && r.sum != sum
 }
 
 // rebase forgets the baseline (after a stale or restart clear): the next consumed
 // sequence starts a new one. liveLast is kept.
 func (t *seqTracker) rebase() {
 	t.has, t.last, t.lastSum = false, 0, 0
+	t.recent = [sumRing]seqSum{}
 }

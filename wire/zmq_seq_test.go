@@ -109,3 +109,33 @@ func TestSeqTracker(t *testing.T) {
 		})
 	}
 }
+
+// TestSeqTrackerConflicts: the checksum ring tells a late duplicate (same
+// payload) from a new incarnation's message under an already-consumed
+// sequence, and forgets everything on rebase.
+func TestSeqTrackerConflicts(t *testing.T) {
+	var tr seqTracker
+	tr.threshold = 10000
+	for s := uint64(0); s < 300; s++ {
+		tr.consumed(s, s*7+1)
+	}
+	cases := []struct {
+		seq, sum uint64
+		want     bool
+	}{
+		{299, 299*7 + 1, false}, // same payload: duplicate
+		{299, 5, true},          // other payload under a consumed sequence
+		{100, 5, true},          // still within the ring
+		{40, 5, false},          // fell out of the ring (overwritten by 296): unknown
+		{400, 5, false},         // never consumed
+	}
+	for _, c := range cases {
+		if got := tr.conflicts(c.seq, c.sum); got != c.want {
+			t.Errorf("conflicts(%d, %d) = %v, want %v", c.seq, c.sum, got, c.want)
+		}
+	}
+	tr.rebase()
+	if tr.conflicts(299, 5) {
+		t.Error("rebase must forget checksums")
+	}
+}
