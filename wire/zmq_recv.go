@@ -181,13 +181,16 @@ type pebbeSocket struct {
 
 // socketHandle returns the libzmq handle of s.
 //
-// Safety: zmq.Socket (pebbe/zmq4 v1.4.0, pinned in go.mod and go.sum) is
+// Safety: zmq.Socket (pebbe/zmq4 v1.4.0, pinned in go.mod and go.sum and
+// guarded by TestPebbeVersionPinned) is
 // {soc unsafe.Pointer; ctx *Context; opened bool; err error}; pebbeSocket mirrors
 // it, so reading the first word through it is reading soc. The handle is only used
 // while s is open and reachable (callers KeepAlive s past the cgo call). A layout
-// change in an upgrade would make this read garbage: TestSocketHandle checks the
-// mirror's size and that the handle answers ZMQ_TYPE like s.GetType(), and
-// handleMatches repeats that check on every socket before the fast path is used.
+// change in an upgrade would make this read garbage, and handing garbage to
+// libzmq may crash rather than fail, so the real guard is the version pin
+// (TestPebbeVersionPinned); on top of it TestSocketHandle checks the mirror's
+// size and that the handle answers ZMQ_TYPE like s.GetType(), and handleMatches
+// repeats that check on every socket before the fast path is used.
 func socketHandle(s *zmq.Socket) unsafe.Pointer {
 	return (*pebbeSocket)(unsafe.Pointer(s)).soc
 }
