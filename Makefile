@@ -12,13 +12,19 @@ RUN_ARGS ?=
 
 all: build
 
-# deps installs what a fresh Debian machine lacks: libzmq (cgo, via pkg-config).
+# deps installs what a fresh Debian machine lacks for cgo + libzmq: a C
+# toolchain (cgo and -race need one) and libzmq with pkg-config.
+APT_PKGS := libzmq3-dev pkg-config gcc libc6-dev
 deps:
-	@if ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq; then \
-		echo "installing libzmq3-dev (apt-get)"; \
-		SUDO=""; [ "$$(id -u)" -ne 0 ] && SUDO=sudo; \
+	@if ! command -v gcc >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq; then \
+		echo "installing $(APT_PKGS) (apt-get)"; \
+		SUDO=""; \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			command -v sudo >/dev/null 2>&1 || { echo "need root or sudo to apt-get install $(APT_PKGS)" >&2; exit 1; }; \
+			SUDO=sudo; \
+		fi; \
 		$$SUDO apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq libzmq3-dev pkg-config >/dev/null; \
+		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PKGS) >/dev/null; \
 	fi
 	@pkg-config --exists libzmq || { echo "libzmq still missing after install" >&2; exit 1; }
 
