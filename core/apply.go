@@ -307,15 +307,24 @@ func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier,
 	if s.addFn == nil {
 		s.addFn = s.addOne
 	}
+	s.opHoldings = 0
 	for _, k := range keys {
 		c.blocks.Compute(k, s.addFn)
 	}
+	s.ix.holdings[t].Add(s.opHoldings)
 	st.Blocks += len(keys)
 	s.ix.counters.BlocksStored.Add(uint64(len(keys)))
 }
 
+// addOne and removeOne run under the key's bucket lock; xsync calls them
+// exactly once per Compute. opHoldings counts holdings (owner words) created
+// minus dropped, for the per-tier gauges.
 func (s *Subscription) addOne(old blockVal, _ bool) (blockVal, bool) {
-	return old.withAdded(s.opID, s.opTier, 1), false
+	nv := old.withAdded(s.opID, s.opTier, 1)
+	if nv.count() > old.count() {
+		s.opHoldings++
+	}
+	return nv, false
 }
 
 func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
@@ -324,6 +333,9 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 	}
 	nv, changed := old.withRemoved(s.opID, s.opTier, 1)
 	s.opChanged = changed
+	if nv.count() < old.count() {
+		s.opHoldings--
+	}
 	return nv, nv.empty()
 }
 
@@ -332,6 +344,8 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t Tier, viaEngine bool, st *ApplyStats) {
 	c := sc.ctx
 	rehashed := viaEngine && c.profile().Strategy == hash.StrategyXXH3
+	s.opHoldings = 0
+	defer func() { s.ix.holdings[t].Add(s.opHoldings) }()
 	for _, h := range hashes {
 		k := h
 		if rehashed {
@@ -363,7 +377,7 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 // match keep, and returns the number of blocks changed.
 func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
 	ids := sc.ctx.ownersOf(s.id, keep)
-	n := sc.ctx.removeOwnersFromBlocks(ids)
+	n := sc.ctx.removeOwnersFromBlocks(ids, &s.ix.holdings)
 	s.ix.counters.ClearedBlocks.Add(uint64(n))
 	return n
 }

@@ -223,7 +223,7 @@ func (c *context) rebuildLocked() {
 
 // removeOwnersFromBlocks drops every holding of the given owners from every
 // block. Cost is O(blocks in the context); it runs on clear and unregister only.
-func (c *context) removeOwnersFromBlocks(ids map[uint32]bool) (blocks int) {
+func (c *context) removeOwnersFromBlocks(ids map[uint32]bool, holdings *[NumTiers]atomic.Int64) (blocks int) {
 	if len(ids) == 0 {
 		return 0
 	}
@@ -249,6 +249,11 @@ func (c *context) removeOwnersFromBlocks(ids map[uint32]bool) (blocks int) {
 			nv, changed := old.withoutOwners(drop)
 			if changed {
 				blocks++
+				old.forEach(func(w uint64) {
+					if drop(wordOwner(w)) {
+						holdings[wordTier(w)].Add(-1)
+					}
+				})
 			}
 			return nv, nv.empty()
 		})

@@ -140,7 +140,11 @@ func (ix *Index) restoreOne(s *Subscription, ev *DumpEvent, t Tier) bool {
 		n = 1
 	}
 	sc.ctx.blocks.Compute(ev.SeqHash, func(old blockVal, _ bool) (blockVal, bool) {
-		return old.withAdded(id, t, n), false
+		nv := old.withAdded(id, t, n)
+		if nv.count() > old.count() {
+			ix.holdings[t].Add(1)
+		}
+		return nv, false
 	})
 	return true
 }

@@ -122,6 +122,9 @@ type Index struct {
 	nextSub   uint32
 
 	counters Counters
+	// holdings counts (block, owner) holdings per tier, kept as blocks change
+	// so that metrics need not walk the index.
+	holdings [NumTiers]atomic.Int64
 	warned   sync.Map // medium name → struct{}: log unknown media once
 }
 

@@ -209,7 +209,7 @@ func (ix *Index) Unregister(k ServiceKey) (Registration, error) {
 
 	for c := range sub.state {
 		ids := c.ownersOf(sub.id, nil)
-		n := c.removeOwnersFromBlocks(ids)
+		n := c.removeOwnersFromBlocks(ids, &ix.holdings)
 		ix.counters.ClearedBlocks.Add(uint64(n))
 		c.releaseOwners(sub.id)
 	}
@@ -277,6 +277,7 @@ type Subscription struct {
 	opID            ownerRef
 	opTier          Tier
 	opChanged       bool
+	opHoldings      int64
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)
 }
 

@@ -59,15 +59,12 @@ func ctxLess(a, b ContextKey) bool {
 }
 
 // TierBlocks returns the number of (block, owner) holdings per tier across
-// all contexts (for metrics; O(blocks)).
+// all contexts. O(1): the counts are kept as blocks change
+// (TestTierBlocksMatchesIndex checks them against a walk of the index).
 func (ix *Index) TierBlocks() [NumTiers]int {
 	var n [NumTiers]int
-	ix.contexts.Range(func(_ ContextKey, c *context) bool {
-		c.blocks.Range(func(_ uint64, v blockVal) bool {
-			v.forEach(func(w uint64) { n[wordTier(w)]++ })
-			return true
-		})
-		return true
-	})
+	for t := range n {
+		n[t] = int(ix.holdings[t].Load())
+	}
 	return n
 }

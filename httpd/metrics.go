@@ -116,8 +116,8 @@ func (m *serverMetrics) queryRows(q *core.QueryRequest, res *core.QueryResult) {
 
 // writeIndexMetrics writes gauges and counters read from the index at scrape
 // time: contexts, prefixes, (block, owner) holdings per tier, registrations by
-// publisher type, event counters. TierBlocks walks every block: O(blocks) per
-// scrape.
+// publisher type, event counters. All O(contexts + registrations): the index
+// keeps its per-tier holding counts as blocks change.
 func writeIndexMetrics(w io.Writer, ix *core.Index) {
 	gv := ix.GlobalView()
 	var prefixes uint64
