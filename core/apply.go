@@ -320,8 +320,8 @@ func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier,
 // exactly once per Compute. opHoldings counts holdings (owner words) created
 // minus dropped, for the per-tier gauges.
 func (s *Subscription) addOne(old blockVal, _ bool) (blockVal, bool) {
-	nv := old.withAdded(s.opID, s.opTier, 1)
-	if nv.count() > old.count() {
+	nv, created := old.withAdded(s.opID, s.opTier, 1)
+	if created {
 		s.opHoldings++
 	}
 	return nv, false
@@ -331,9 +331,9 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 	if !loaded {
 		return old, true
 	}
-	nv, changed := old.withRemoved(s.opID, s.opTier, 1)
+	nv, changed, dropped := old.withRemoved(s.opID, s.opTier, 1)
 	s.opChanged = changed
-	if nv.count() < old.count() {
+	if dropped {
 		s.opHoldings--
 	}
 	return nv, nv.empty()
@@ -345,7 +345,6 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 	c := sc.ctx
 	rehashed := viaEngine && c.profile().Strategy == hash.StrategyXXH3
 	s.opHoldings = 0
-	defer func() { s.ix.holdings[t].Add(s.opHoldings) }()
 	for _, h := range hashes {
 		k := h
 		if rehashed {
@@ -371,6 +370,7 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 			s.ix.counters.BlocksRemoved.Add(1)
 		}
 	}
+	s.ix.holdings[t].Add(s.opHoldings)
 }
 
 // clearOwners removes every holding of this subscription's owners in sc that

@@ -90,26 +90,27 @@ func (b blockVal) count() int {
 	return n
 }
 
-// withAdded returns b with n more copies held by (id, t).
-func (b blockVal) withAdded(id ownerRef, t Tier, n uint32) blockVal {
+// withAdded returns b with n more copies held by (id, t), and whether that
+// created a new holding (owner word).
+func (b blockVal) withAdded(id ownerRef, t Tier, n uint32) (blockVal, bool) {
 	key := ownerWord(id, t, 1)
 	if b.w0 == 0 && b.rest == nil {
-		return blockVal{w0: ownerWord(id, t, n)}
+		return blockVal{w0: ownerWord(id, t, n)}, true
 	}
 	if b.w0 != 0 && sameSlot(b.w0, key) {
-		return blockVal{w0: ownerWord(id, t, wordCopies(b.w0)+n), rest: b.rest}
+		return blockVal{w0: ownerWord(id, t, wordCopies(b.w0)+n), rest: b.rest}, false
 	}
 	if b.rest != nil {
 		for i, w := range b.rest.words {
 			if sameSlot(w, key) {
 				nl := &ownerList{words: append([]uint64(nil), b.rest.words...)}
 				nl.words[i] = ownerWord(id, t, wordCopies(w)+n)
-				return blockVal{w0: b.w0, rest: nl}
+				return blockVal{w0: b.w0, rest: nl}, false
 			}
 		}
 	}
 	if b.w0 == 0 {
-		return blockVal{w0: ownerWord(id, t, n), rest: b.rest}
+		return blockVal{w0: ownerWord(id, t, n), rest: b.rest}, true
 	}
 	var words []uint64
 	if b.rest != nil {
@@ -117,19 +118,20 @@ func (b blockVal) withAdded(id ownerRef, t Tier, n uint32) blockVal {
 		copy(words, b.rest.words)
 	}
 	words = append(words, ownerWord(id, t, n))
-	return blockVal{w0: b.w0, rest: &ownerList{words: words}}
+	return blockVal{w0: b.w0, rest: &ownerList{words: words}}, true
 }
 
-// withRemoved returns b with n fewer copies held by (id, t) (dropping the word
-// at zero) and whether anything changed. Removing an absent holding is a no-op.
-func (b blockVal) withRemoved(id ownerRef, t Tier, n uint32) (blockVal, bool) {
+// withRemoved returns b with n fewer copies held by (id, t), whether anything
+// changed, and whether the holding was dropped (its last copy removed).
+// Removing an absent holding is a no-op.
+func (b blockVal) withRemoved(id ownerRef, t Tier, n uint32) (nb blockVal, changed, dropped bool) {
 	key := ownerWord(id, t, 1)
 	if b.w0 != 0 && sameSlot(b.w0, key) {
 		c := wordCopies(b.w0)
 		if c > n {
-			return blockVal{w0: ownerWord(id, t, c-n), rest: b.rest}, true
+			return blockVal{w0: ownerWord(id, t, c-n), rest: b.rest}, true, false
 		}
-		return b.promote(), true
+		return b.promote(), true, true
 	}
 	if b.rest != nil {
 		for i, w := range b.rest.words {
@@ -143,10 +145,10 @@ func (b blockVal) withRemoved(id ownerRef, t Tier, n uint32) (blockVal, bool) {
 				nl = append(nl, ownerWord(id, t, c-n))
 			}
 			nl = append(nl, b.rest.words[i+1:]...)
-			return blockVal{w0: b.w0, rest: listOrNil(nl)}.normal(), true
+			return blockVal{w0: b.w0, rest: listOrNil(nl)}.normal(), true, c <= n
 		}
 	}
-	return b, false
+	return b, false, false
 }
 
 // withoutOwners returns b minus every word whose owner satisfies drop.

@@ -140,8 +140,8 @@ func (ix *Index) restoreOne(s *Subscription, ev *DumpEvent, t Tier) bool {
 		n = 1
 	}
 	sc.ctx.blocks.Compute(ev.SeqHash, func(old blockVal, _ bool) (blockVal, bool) {
-		nv := old.withAdded(id, t, n)
-		if nv.count() > old.count() {
+		nv, created := old.withAdded(id, t, n)
+		if created {
 			ix.holdings[t].Add(1)
 		}
 		return nv, false

@@ -73,7 +73,7 @@ func BenchmarkApplyMutexMap(b *testing.B) {
 		base := uint64(i%4096) * per
 		mu.Lock()
 		for j := uint64(0); j < per; j++ {
-			m[base+j] = m[base+j].withAdded(1, TierDevice, 1)
+			m[base+j], _ = m[base+j].withAdded(1, TierDevice, 1)
 		}
 		mu.Unlock()
 	}
