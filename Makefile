@@ -46,7 +46,7 @@ race: deps
 
 # fuzz-smoke runs every fuzz target briefly (part of `make test`).
 fuzz-smoke: deps
-	@FUZZTIME=$(FUZZ_SMOKE_TIME) ./fuzz/run.sh
+	@FUZZTIME=$(FUZZ_SMOKE_TIME) FUZZMINIMIZE=0 ./fuzz/run.sh
 
 # fuzz runs every fuzz target for FUZZTIME each.
 fuzz: deps
