@@ -23,6 +23,16 @@ var (
 	ErrLimit = errors.New("conductor: limit exceeded")
 )
 
+// FieldError attributes an error to one field of a registration or request
+// (for the API's {reason, field} envelope). It wraps its cause.
+type FieldError struct {
+	Field string
+	Err   error
+}
+
+func (e *FieldError) Error() string { return e.Err.Error() }
+func (e *FieldError) Unwrap() error { return e.Err }
+
 // Options configure an Index. The zero value is valid: every field has a
 // documented default applied by EnsureDefaults.
 type Options struct {

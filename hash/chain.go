@@ -100,7 +100,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 		need += need / frameTarget * 2 * frameHeader
 	case StrategySGLang, StrategySGLangBigram:
 		if i := firstNegative(tokens); i >= 0 {
-			return fmt.Errorf("token_ids[%d]=%d: %w", i, tokens[i], ErrNegativeToken)
+			return &TokenError{Index: i, Value: tokens[i], Err: ErrNegativeToken}
 		}
 		if p.Strategy == StrategySGLang {
 			blocks = ceilDiv(len(tokens), blockSize)
@@ -281,3 +281,17 @@ func firstNegative(tokens []int32) int {
 	}
 	return -1
 }
+
+// TokenError reports the first invalid token id of a prompt (Err is the
+// reason, e.g. ErrNegativeToken).
+type TokenError struct {
+	Index int
+	Value int32
+	Err   error
+}
+
+func (e *TokenError) Error() string {
+	return fmt.Sprintf("token_ids[%d]=%d: %v", e.Index, e.Value, e.Err)
+}
+
+func (e *TokenError) Unwrap() error { return e.Err }

@@ -3,6 +3,7 @@ package httpd
 import (
 	"math"
 	"strconv"
+	"unicode/utf8"
 )
 
 // kind classifies one decoded request value, dialect-neutrally.
@@ -73,6 +74,9 @@ func strField(v *value, field string) ([]byte, *RequestError) {
 	if len(v.s) == 0 {
 		return nil, reqErr(ErrInvalidValue, field, field+" must not be empty")
 	}
+	if !utf8.Valid(v.s) {
+		return nil, reqErr(ErrInvalidValue, field, field+" must be valid UTF-8")
+	}
 	return v.s, nil
 }
 
@@ -81,6 +85,13 @@ func strField(v *value, field string) ([]byte, *RequestError) {
 func optStrField(v *value, field string, nullOK bool) ([]byte, *RequestError) {
 	switch {
 	case v.kind == kindStr:
+		// Every identity (instance, model, LoRA, tenant, salt) must be valid
+		// UTF-8: a registration the JSON dialect could not name again (it
+		// renders invalid bytes as U+FFFD), or a context /query refuses, would
+		// be unreachable.
+		if !utf8.Valid(v.s) {
+			return nil, reqErr(ErrInvalidValue, field, field+" must be valid UTF-8")
+		}
 		return v.s, nil
 	case v.kind == kindNil && nullOK:
 		return nil, nil

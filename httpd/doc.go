@@ -8,7 +8,7 @@
 //	POST /query           tiered prefix hits for token ids
 //	POST /query_by_hash   the same for precomputed prefix hashes (seq_hashes, alias block_hash)
 //	GET  /global_view     contexts, prefix counts, hash profiles, instances → ranks
-//	GET  /services        registrations
+//	GET  /services        registrations (the C++ conductor's 11 keys plus AdditionalSalt)
 //	GET  /health          liveness, version, Go version, hash backend and CPU features
 //	GET  /metrics         Prometheus text (VictoriaMetrics/metrics)
 //

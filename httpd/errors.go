@@ -20,10 +20,11 @@ var (
 	ErrUnsupported            = errors.New("conductor: unsupported")
 	ErrInvalidRegistration    = errors.New("conductor: invalid registration")
 	ErrLimitExceeded          = errors.New("conductor: limit exceeded")
+	ErrInvalidRequest         = errors.New("conductor: malformed HTTP request")
 )
 
 // reasons maps each sentinel to its stable wire token (reference §1.1 plus
-// invalid_json and limit_exceeded, which the msgpack-only upstream lacks).
+// invalid_json, limit_exceeded and invalid_request, which upstream lacks).
 var reasons = [...]struct {
 	err    error
 	reason string
@@ -39,6 +40,7 @@ var reasons = [...]struct {
 	{ErrUnsupported, "unsupported"},
 	{ErrInvalidRegistration, "invalid_registration"},
 	{ErrLimitExceeded, "limit_exceeded"},
+	{ErrInvalidRequest, "invalid_request"},
 }
 
 // numReasons sizes the per-reason metric slots.

@@ -209,7 +209,11 @@ func (s *Server) writeQueryFailure(ctx *fasthttp.RequestCtx, ep endpoint, st *re
 	}
 	switch {
 	case errors.Is(err, hash.ErrNegativeToken):
-		s.writeError(ctx, ep, st, json, reqErr(ErrOutOfRange, field, "token ids must be non-negative for this context's hash strategy"))
+		re := reqErr(ErrOutOfRange, field, "token ids must be non-negative for this context's hash strategy")
+		if te := new(hash.TokenError); errors.As(err, &te) {
+			re = elemErr(ErrOutOfRange, field, te.Index, "token ids must be non-negative for this context's hash strategy")
+		}
+		s.writeError(ctx, ep, st, json, re)
 	case errors.Is(err, hash.ErrInvalidUTF8):
 		s.writeError(ctx, ep, st, json, reqErr(ErrInvalidValue, "", err.Error()))
 	case errors.Is(err, core.ErrInvalid):

@@ -535,3 +535,18 @@ func TestSeedExamples(t *testing.T) {
 		t.Fatalf("after unregister: %s", r.body)
 	}
 }
+
+// TestQueryNegativeTokenIndex: under an SGLang profile token ids must be
+// non-negative (the partial last block is hashed too); the error names the
+// first offending element.
+func TestQueryNegativeTokenIndex(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	reg := with(baseReg(), "type", "SGLang", "modelname", "sg", "block_size", 2,
+		"hash_profile", obj{"strategy", "sglang", "algorithm", "sha256_raw", "index_projection", "first64_be"})
+	if r := env.postMP(t, "/register", mp(reg)); r.status != 200 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	q := obj{"model", "sg", "block_size", 2, "token_ids", []any{1, 2, 3, 4, -5}}
+	checkError(t, env.postMP(t, "/query", mp(q)), 400, "out_of_range", "token_ids", 4)
+	checkError(t, env.postJSON(t, "/query", `{"model":"sg","block_size":2,"token_ids":[1,-2,3]}`), 400, "out_of_range", "token_ids", 1)
+}

@@ -367,6 +367,10 @@ func (s *Server) handleRegister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 		switch {
 		case errors.Is(err, core.ErrLimit):
 			s.writeError(ctx, ep, st, json, reqErr(ErrLimitExceeded, "", err.Error()))
+		case errors.As(err, new(*core.FieldError)) && !errors.Is(err, core.ErrConflict):
+			var fe *core.FieldError
+			errors.As(err, &fe)
+			s.writeError(ctx, ep, st, json, reqErr(ErrInvalidValue, fe.Field, err.Error()))
 		case errors.Is(err, core.ErrConflict), errors.Is(err, core.ErrInvalid):
 			s.writeError(ctx, ep, st, json, reqErr(ErrInvalidRegistration, "", err.Error()))
 		default:

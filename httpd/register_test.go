@@ -2,6 +2,7 @@ package httpd
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -484,5 +485,38 @@ func TestUnregister(t *testing.T) {
 	}
 	if n := len(env.ix.Services()); n != 1 {
 		t.Fatalf("%d services left", n)
+	}
+}
+
+// fieldRegistrar refuses a registration naming the offending field, as the
+// ingester does for a malformed ZMQ endpoint.
+type fieldRegistrar struct{ *coreRegistrar }
+
+func (f fieldRegistrar) Register(core.Registration) (bool, error) {
+	return false, fmt.Errorf("register x: %w", &core.FieldError{Field: "replay_endpoint",
+		Err: fmt.Errorf("replay_endpoint=\"tcp://h\": tcp address lacks a port: %w", core.ErrInvalid)})
+}
+
+// TestRegisterFieldErrors: a registrar error attributed to a field is a 400
+// invalid_value naming that field, in both dialects.
+func TestRegisterFieldErrors(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	env.s.reg = fieldRegistrar{env.reg}
+	checkError(t, env.postMP(t, "/register", mp(baseReg())), 400, "invalid_value", "replay_endpoint", -1)
+	checkError(t, env.postJSON(t, "/register", jsonEnc(baseReg())), 400, "invalid_value", "replay_endpoint", -1)
+}
+
+// TestRegisterRejectsInvalidUTF8: identities must be valid UTF-8 in the
+// msgpack dialect too (JSON rejects them while scanning), else the context or
+// the service key could never be named again.
+func TestRegisterRejectsInvalidUTF8(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	for i, field := range []string{"instance_id", "modelname", "lora_name", "tenant_id", "endpoint"} {
+		body := with(baseReg(), "endpoint", fmt.Sprintf("tcp://h:%d", 100+i))
+		body = with(body, field, string([]byte{0xa1, 0xff}))
+		checkError(t, env.postMP(t, "/register", mp(body)), 400, "invalid_value", field, -1)
+	}
+	if n := len(env.ix.Services()); n != 0 {
+		t.Fatalf("%d registrations created", n)
 	}
 }

@@ -85,11 +85,16 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWith
 // errors by reason, index gauges).
 func (s *Server) Metrics() *metrics.Set { return s.m.set }
 
-// fastLogger routes fasthttp's rare log lines to slog.
+// fastLogger routes fasthttp's log lines to slog at debug level: they report
+// client-caused failures (malformed requests, reset connections), which a
+// client could otherwise use to flood the log; they are counted in
+// conductor_http_requests_total{path="other"} anyway.
 type fastLogger struct{ l *slog.Logger }
 
 func (f fastLogger) Printf(format string, args ...any) {
-	f.l.Warn("fasthttp: " + fmt.Sprintf(format, args...))
+	if f.l.Enabled(context.Background(), slog.LevelDebug) {
+		f.l.Debug("fasthttp: " + fmt.Sprintf(format, args...))
+	}
 }
 
 // endpoint enumerates the routes (metric labels use endpoint.String()).
@@ -185,7 +190,10 @@ func (s *Server) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 			Msg: "request body exceeds " + strconv.Itoa(s.opts.MaxBodyBytes) + " bytes"})
 		return
 	}
-	s.writeOpError(ctx, epOther, st, json, 400, "malformed HTTP request: "+err.Error())
+	// fasthttp's error text may quote the whole raw request: answer with a
+	// fixed message (the client knows what it sent).
+	s.writeError(ctx, epOther, st, json, &RequestError{Err: ErrInvalidRequest, Index: noIndex, Status: 400,
+		Msg: "malformed HTTP request"})
 }
 
 // reqState is the pooled per-request scratch.

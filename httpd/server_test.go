@@ -2,8 +2,11 @@ package httpd
 
 import (
 	"errors"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/VictoriaMetrics/metrics"
 
@@ -252,5 +255,26 @@ func TestRequestErrorText(t *testing.T) {
 		if ReasonOf(&RequestError{Err: r.err}) != r.reason {
 			t.Fatal(r.reason)
 		}
+	}
+}
+
+// TestMalformedHTTPRequest: a request fasthttp cannot parse gets a fixed 400
+// invalid_request answer that does not echo the request back.
+func TestMalformedHTTPRequest(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	c, err := net.DialTimeout("tcp", env.addr, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	secret := "SECRET-" + strings.Repeat("x", 64)
+	if _, err := c.Write([]byte("POST /query HTTP/1.1\r\nHost: h\r\nContent-Length: nope-" + secret + "\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(c)
+	resp := string(out)
+	if !strings.HasPrefix(resp, "HTTP/1.1 400") || !strings.Contains(resp, `"reason":"invalid_request"`) || strings.Contains(resp, "SECRET") {
+		t.Fatalf("response:\n%s", resp)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/seed-c7a81618/conductor/core"
 )
 
 // checkConnectEndpoint reports whether ep is an address a SUB or DEALER socket can
@@ -17,7 +19,7 @@ import (
 // TestCheckConnectEndpoint lists the accepted and refused forms.
 func checkConnectEndpoint(field, ep string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%s=%q: %s: %w", field, ep, why, ErrBadEndpoint)
+		return &core.FieldError{Field: field, Err: fmt.Errorf("%s=%q: %s: %w", field, ep, why, ErrBadEndpoint)}
 	}
 	scheme, rest, ok := strings.Cut(ep, "://")
 	if !ok {

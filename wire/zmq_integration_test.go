@@ -551,12 +551,14 @@ func TestZMQRegisterErrors(t *testing.T) {
 	for _, ep := range []string{"tcp://*:5557", "localhost:5557", "tcp://127.0.0.1:0"} {
 		bad := r
 		bad.Endpoint = ep
-		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) || !errors.Is(err, core.ErrInvalid) {
+		var fe *core.FieldError
+		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) || !errors.Is(err, core.ErrInvalid) ||
+			!errors.As(err, &fe) || fe.Field != "endpoint" {
 			t.Errorf("endpoint %q: got %v", ep, err)
 		}
 		bad = r
 		bad.ReplayEndpoint = ep
-		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) {
+		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) || !errors.As(err, &fe) || fe.Field != "replay_endpoint" {
 			t.Errorf("replay endpoint %q: got %v", ep, err)
 		}
 	}
@@ -569,8 +571,9 @@ func TestZMQRegisterErrors(t *testing.T) {
 		} else {
 			bad.ReplayEndpoint = longIPC
 		}
+		var fe *core.FieldError
 		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) || !errors.Is(err, core.ErrInvalid) ||
-			!strings.Contains(err.Error(), field) {
+			!errors.As(err, &fe) || fe.Field != field {
 			t.Errorf("%s refused by libzmq: got %v", field, err)
 		}
 	}

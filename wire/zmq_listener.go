@@ -147,6 +147,8 @@ type receiver struct {
 	heldDirty         bool // RFC events may be held in core: FlushHeld when idle
 	errLogNext        time.Time
 	errLogSuppressed  int
+	monLogNext        time.Time
+	monLogSuppressed  int
 	replayFailLogNext time.Time
 }
 
@@ -498,16 +500,30 @@ func (l *listener) drainMonitor() {
 			rx.connected = false
 			l.setState(ListenerPending)
 			l.setErr("disconnected from " + addr)
-			l.log.Warn("listener disconnected; libzmq reconnects", "peer", addr)
+			l.warnMonitor("listener disconnected; libzmq reconnects", "peer", addr)
 		case ev&zmq.EVENT_CONNECT_RETRIED != 0:
 			if !rx.connected {
 				l.setErr("publisher not reachable at " + l.reg.Endpoint + "; retrying")
 			}
 		default: // handshake failures
 			l.setErr(fmt.Sprintf("%v with %s", ev, addr))
-			l.log.Warn("ZMTP handshake failed", "event", ev.String(), "peer", addr)
+			l.warnMonitor("ZMTP handshake failed", "event", ev.String(), "peer", addr)
 		}
 	}
+}
+
+// warnMonitor logs a connection problem at most once per errLogEvery: a peer
+// that accepts TCP but does not speak ZMTP makes libzmq retry several times a
+// second, and every retry is an event. last_error always has the newest.
+func (l *listener) warnMonitor(msg string, args ...any) {
+	rx := &l.rx
+	now := time.Now()
+	if now.Before(rx.monLogNext) {
+		rx.monLogSuppressed++
+		return
+	}
+	l.log.Warn(msg, append(args, "suppressed", rx.monLogSuppressed)...)
+	rx.monLogNext, rx.monLogSuppressed = now.Add(errLogEvery), 0
 }
 
 // drainSub handles up to drainMax live messages.

@@ -5,6 +5,8 @@ import (
 	"syscall"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/seed-c7a81618/conductor/core"
 )
 
 // Socket life cycle of a listener: every function here runs on the listener's
@@ -82,7 +84,7 @@ func (l *listener) openSub() error {
 	if err := s.Connect(l.reg.Endpoint); err != nil {
 		closeSocket(s)
 		closeSocket(mon)
-		return fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)
+		return &core.FieldError{Field: "endpoint", Err: fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)}
 	}
 	rx.subSoc, rx.monSoc, rx.connected = s, mon, false
 	rx.subFast = handleMatches(s)
@@ -126,7 +128,7 @@ func (l *listener) ensureDealer() error {
 	}
 	if err = d.Connect(l.reg.ReplayEndpoint); err != nil {
 		closeSocket(d)
-		return fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)
+		return &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)}
 	}
 	rx.dealer = d
 	rx.dealerFast = handleMatches(d)

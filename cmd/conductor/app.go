@@ -107,20 +107,23 @@ func parseLevel(s string) (slog.Level, bool) {
 }
 
 // configPath resolves the configuration file: flag, then
-// CONDUCTOR_CONFIG_PATH (empty = unset), then $HOME/.mooncake/conductor_config.json
-// (literally ~/.mooncake/… when HOME is unset or empty).
-func configPath(flagPath string, env func(string) string) string {
-	if flagPath != "" {
-		return flagPath
+// CONDUCTOR_CONFIG_PATH, then $HOME/.mooncake/conductor_config.json (literally
+// ~/.mooncake/… when HOME is unset or empty). emptyEnv reports a
+// CONDUCTOR_CONFIG_PATH that is set but empty (treated as unset, with a warning).
+func configPath(flagPath string, env func(string) (string, bool)) (path string, emptyEnv bool) {
+	p, set := env("CONDUCTOR_CONFIG_PATH")
+	emptyEnv = set && p == "" && flagPath == ""
+	switch {
+	case flagPath != "":
+		return flagPath, false
+	case p != "":
+		return p, false
 	}
-	if p := env("CONDUCTOR_CONFIG_PATH"); p != "" {
-		return p
-	}
-	home := env("HOME")
+	home, _ := env("HOME")
 	if home == "" {
-		return "~/.mooncake/conductor_config.json"
+		return "~/.mooncake/conductor_config.json", emptyEnv
 	}
-	return filepath.Join(home, ".mooncake", "conductor_config.json")
+	return filepath.Join(home, ".mooncake", "conductor_config.json"), emptyEnv
 }
 
 // app is one running conductor.
@@ -136,7 +139,7 @@ type app struct {
 
 // run is the whole process: it returns the exit status. It serves until ctx
 // is cancelled, then shuts down gracefully.
-func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	a, code := newApp(args, env, stdout, stderr)
 	if a == nil {
 		return code
@@ -146,7 +149,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 
 // newApp parses flags and configuration, builds the index, ingester and HTTP
 // server, and binds the listener. A nil app comes with the exit status.
-func newApp(args []string, env func(string) string, stdout, stderr io.Writer) (*app, int) {
+func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Writer) (*app, int) {
 	s, err := parseFlags(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -162,7 +165,8 @@ func newApp(args []string, env func(string) string, stdout, stderr io.Writer) (*
 
 	levelText, levelSrc := s.logLevel, "--log-level"
 	if levelText == "" {
-		levelText, levelSrc = env("CONDUCTOR_LOG_LEVEL"), "CONDUCTOR_LOG_LEVEL"
+		levelText, _ = env("CONDUCTOR_LOG_LEVEL")
+		levelSrc = "CONDUCTOR_LOG_LEVEL"
 	}
 	level, levelOK := parseLevel(levelText)
 	hopts := &slog.HandlerOptions{Level: level}
@@ -175,7 +179,10 @@ func newApp(args []string, env func(string) string, stdout, stderr io.Writer) (*
 		log.Warn("invalid log level, using INFO", "source", levelSrc, "value", levelText)
 	}
 
-	path := configPath(s.configPath, env)
+	path, emptyEnv := configPath(s.configPath, env)
+	if emptyEnv {
+		log.Warn("CONDUCTOR_CONFIG_PATH is set but empty; using the default path", "path", path)
+	}
 	cfg, readErr, err := loadConfig(path)
 	if err != nil {
 		log.Error("cannot use configuration file", "path", path, "err", err)
@@ -299,6 +306,7 @@ func (a *app) serve(ctx context.Context) int {
 // another; failures are logged and skipped.
 func (a *app) registerStatic(ctx context.Context) {
 	if len(a.static) == 0 {
+		a.log.Info("Static KV Event Manager started", "success", 0, "failed", 0)
 		return
 	}
 	ok, failed := 0, 0

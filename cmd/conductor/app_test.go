@@ -33,8 +33,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-func envOf(m map[string]string) func(string) string {
-	return func(k string) string { return m[k] }
+func envOf(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
 }
 
 // proc is a conductor started in-process with run's building blocks.

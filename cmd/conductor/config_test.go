@@ -121,19 +121,21 @@ func TestLoadConfig(t *testing.T) {
 }
 
 func TestConfigPath(t *testing.T) {
-	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	for _, c := range []struct {
-		flag string
-		env  map[string]string
-		want string
+		flag     string
+		env      map[string]string
+		want     string
+		emptyEnv bool
 	}{
-		{"/f.json", map[string]string{"CONDUCTOR_CONFIG_PATH": "/e.json", "HOME": "/h"}, "/f.json"},
-		{"", map[string]string{"CONDUCTOR_CONFIG_PATH": "/e.json", "HOME": "/h"}, "/e.json"},
-		{"", map[string]string{"CONDUCTOR_CONFIG_PATH": "", "HOME": "/h"}, "/h/.mooncake/conductor_config.json"},
-		{"", map[string]string{}, "~/.mooncake/conductor_config.json"},
+		{"/f.json", map[string]string{"CONDUCTOR_CONFIG_PATH": "/e.json", "HOME": "/h"}, "/f.json", false},
+		{"", map[string]string{"CONDUCTOR_CONFIG_PATH": "/e.json", "HOME": "/h"}, "/e.json", false},
+		{"", map[string]string{"CONDUCTOR_CONFIG_PATH": "", "HOME": "/h"}, "/h/.mooncake/conductor_config.json", true},
+		{"", map[string]string{"HOME": "/h"}, "/h/.mooncake/conductor_config.json", false},
+		{"", map[string]string{}, "~/.mooncake/conductor_config.json", false},
 	} {
-		if got := configPath(c.flag, env(c.env)); got != c.want {
-			t.Errorf("%v: %s, want %s", c, got, c.want)
+		got, empty := configPath(c.flag, envOf(c.env))
+		if got != c.want || empty != c.emptyEnv {
+			t.Errorf("%v: %s %v, want %s %v", c, got, empty, c.want, c.emptyEnv)
 		}
 	}
 }

@@ -18,7 +18,8 @@
 //     invalid → warning and INFO).
 //  3. flags: --http-port, --listen (bind address, default 0.0.0.0 like the C++
 //     conductor), --log-level, --log-format (text | json), --max-body-bytes,
-//     --max-query-tokens, --max-registrations, --shutdown-timeout, --version.
+//     --max-query-tokens, --max-registrations, --context-size-hint,
+//     --shutdown-timeout, --version.
 //
 // Static registrations start in the background after the HTTP server listens;
 // failures are logged and never block or abort startup. Logs are log/slog on
@@ -40,7 +41,7 @@ func main() {
 		<-ctx.Done()
 		stop() // a second signal terminates immediately
 	}()
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
