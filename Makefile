@@ -8,7 +8,7 @@ BENCH ?= .
 BENCHTIME ?= 1s
 RUN_ARGS ?=
 
-.PHONY: all deps build run test vet fmt-check race fuzz fuzz-smoke bench clean
+.PHONY: all deps build run test vet fmt-check race unit fuzz fuzz-smoke bench clean
 
 all: build
 
@@ -44,6 +44,12 @@ fmt-check:
 race: deps
 	$(GO) test -race -count=1 -timeout 15m ./...
 
+# unit runs the suite without -race too: the zero-allocation proofs
+# (//go:build !race, allocation counts are meaningless under the race detector)
+# only run here.
+unit: deps
+	$(GO) test -count=1 -timeout 10m ./...
+
 # fuzz-smoke runs every fuzz target briefly (part of `make test`).
 fuzz-smoke: deps
 	@FUZZTIME=$(FUZZ_SMOKE_TIME) FUZZMINIMIZE=0 ./fuzz/run.sh
@@ -52,7 +58,7 @@ fuzz-smoke: deps
 fuzz: deps
 	@FUZZTIME=$(FUZZTIME) ./fuzz/run.sh
 
-test: deps vet fmt-check race fuzz-smoke
+test: deps vet fmt-check race unit fuzz-smoke
 	@echo "make test: all checks passed"
 
 bench: deps

@@ -51,6 +51,7 @@
 //
 // # Limits
 //
+// A request fasthttp cannot parse is 400 invalid_request (never echoed back).
 // Options.MaxBodyBytes (413 limit_exceeded), Options.MaxQueryTokens (400
 // out_of_range on token_ids / seq_hashes), and the registry bound
 // core.Options.MaxRegistrations (core.ErrLimit → 400 limit_exceeded).
