@@ -13,16 +13,16 @@ if [ -z "$targets" ]; then echo "no fuzz targets"; exit 1; fi
 for t in $targets; do
   echo "fuzz $t ($FUZZTIME)"
   log=$(mktemp)
-  for attempt in 1 2; do
+  for attempt in 1 2 3; do
     if go test -run='^$' -fuzz="^${t}\$" -fuzztime="$FUZZTIME" "${extra[@]}" -parallel=2 . >"$log" 2>&1; then
       break
     fi
     # A real finding writes its input under testdata/fuzz; a shutdown race of
-    # the fuzzing engine does not, and is retried once.
-    if grep -q 'Failing input written' "$log" || [ "$attempt" = 2 ] || ! grep -q 'context deadline exceeded' "$log"; then
+    # the fuzzing engine does not, and is retried (twice at most).
+    if grep -q 'Failing input written' "$log" || [ "$attempt" = 3 ] || ! grep -q 'context deadline exceeded' "$log"; then
       cat "$log"; rm -f "$log"; exit 1
     fi
-    echo "  fuzzing engine timed out at shutdown; retrying once"
+    echo "  fuzzing engine timed out at shutdown; retrying"
   done
   rm -f "$log"
 done
