@@ -81,10 +81,13 @@ type ownerKey struct {
 }
 
 func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *context {
-	blocks := xsync.NewMapOf[uint64, blockVal]()
+	// Grow-only: engines evict and re-store blocks all the time; a table that
+	// shrank whenever evictions outpaced stores would pay resize after resize.
+	opts := []func(*xsync.MapConfig){xsync.WithGrowOnly()}
 	if sizeHint > 0 {
-		blocks = xsync.NewMapOfPresized[uint64, blockVal](sizeHint)
+		opts = append(opts, xsync.WithPresize(sizeHint))
 	}
+	blocks := xsync.NewMapOf[uint64, blockVal](opts...)
 	c := &context{
 		key:      key,
 		lora:     []byte(key.LoraName),
