@@ -27,6 +27,11 @@
 //     the same block concurrently.
 //   - After Unregister returns, no block carries an owner of that subscription,
 //     and no later Apply on its handle changes the index.
+//   - Owner ids are reused after release, but every owner word carries the
+//     id's generation: a query or dump reading an older snapshot of the owner
+//     table skips words of a newer incarnation (TestOwnerIDReuseDuringQuery).
+//   - Index.TierBlocks equals a walk of every block's owner words
+//     (TestTierBlocksMatchesIndex): holdings are counted as they change.
 //   - For every query row: device ≤ cpu_local ≤ cpu_share ≤ disk ≤ ⌊len/B⌋·B
 //     (or the logical length for SGLang partial/bigram chains), and
 //     longest_matched = disk. The tests named *Invariant* check these.
