@@ -389,20 +389,9 @@ func (r *mpReader) int32s(buf *[]int32, field string, max int) ([]int32, *Reques
 		*buf = dst[:0]
 		return dst, nil
 	}
-	n, p, isArray, ok := arrayHeader(b)
-	switch {
-	case !ok:
-		r.fail(msgInvalidMsgpack)
-		return dst, nil
-	case !isArray:
-		r.skip()
-		return dst, reqErr(ErrInvalidType, field, field+" must be a bin or an array")
-	case n > len(p):
-		r.fail(msgInvalidMsgpack)
-		return dst, nil
-	case n > max:
-		r.skip()
-		return dst, countErr(field, max)
+	n, p, aerr, ok := r.arrayFor(field, " must be a bin or an array", max)
+	if !ok {
+		return dst, aerr
 	}
 	if cap(dst) < n {
 		dst = make([]int32, n)
@@ -423,6 +412,30 @@ func (r *mpReader) int32s(buf *[]int32, field string, max int) ([]int32, *Reques
 	}
 	r.b = p[off:]
 	return dst, nil
+}
+
+// arrayFor reads the array header of field's value: n elements starting at p.
+// ok=false means the caller returns fe at once: nil after a syntax error
+// (recorded in r), else the field error (invalid_type with "field"+notArray,
+// or too many elements) after skipping the value. Counts are checked against
+// the remaining bytes before anything is allocated.
+func (r *mpReader) arrayFor(field, notArray string, max int) (n int, p []byte, fe *RequestError, ok bool) {
+	n, p, isArray, ok := arrayHeader(r.b)
+	switch {
+	case !ok:
+		r.fail(msgInvalidMsgpack)
+		return 0, nil, nil, false
+	case !isArray:
+		r.skip()
+		return 0, nil, reqErr(ErrInvalidType, field, field+notArray), false
+	case n > len(p):
+		r.fail(msgInvalidMsgpack)
+		return 0, nil, nil, false
+	case n > max:
+		r.skip()
+		return 0, nil, countErr(field, max), false
+	}
+	return n, p, nil, true
 }
 
 // failElems skips the remaining k array elements starting at p[off:] and
@@ -447,20 +460,9 @@ func (r *mpReader) uint64s(buf *[]uint64, field string, max int) ([]uint64, *Req
 	if r.syntax != nil {
 		return dst, nil
 	}
-	n, p, isArray, ok := arrayHeader(r.b)
-	switch {
-	case !ok:
-		r.fail(msgInvalidMsgpack)
-		return dst, nil
-	case !isArray:
-		r.skip()
-		return dst, reqErr(ErrInvalidType, field, field+" must be an array")
-	case n > len(p):
-		r.fail(msgInvalidMsgpack)
-		return dst, nil
-	case n > max:
-		r.skip()
-		return dst, countErr(field, max)
+	n, p, fe, ok := r.arrayFor(field, " must be an array", max)
+	if !ok {
+		return dst, fe
 	}
 	if cap(dst) < n {
 		dst = make([]uint64, n)
