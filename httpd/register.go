@@ -115,32 +115,13 @@ func DecodeRegistration(body []byte, json bool, opts DecodeOptions) (core.Regist
 
 func decodeRegistration(r reader, json bool, opts DecodeOptions) (core.Registration, *RequestError) {
 	var slots [numRegKeys]regSlot
-	var fe *RequestError
-	for {
-		key, ok := r.nextKey()
-		if !ok {
-			break
-		}
+	var seen [numRegKeys]bool
+	if fe := scanFields(r, "", seen[:], func(key []byte) (int, bool) {
 		id := regKey(key, json)
-		switch {
-		case id < 0 && opts.IgnoreUnknown:
-			r.skip()
-		case fe != nil:
-			r.skip()
-		case id < 0:
-			fe = reqErr(ErrUnknownField, string(key), "unknown field "+string(key))
-			r.skip()
-		case slots[id].set:
-			fe = reqErr(ErrInvalidValue, string(key), "duplicate field "+string(key))
-			r.skip()
-		default:
-			slots[id] = regSlot{set: true, name: string(key), v: r.value()}
-		}
-	}
-	if err := r.err(); err != nil {
-		return core.Registration{}, err
-	}
-	if fe != nil {
+		return id, id < 0 && opts.IgnoreUnknown
+	}, func(id int, key []byte) {
+		slots[id] = regSlot{set: true, name: string(key), v: r.value()}
+	}); fe != nil {
 		return core.Registration{}, fe
 	}
 
@@ -271,6 +252,39 @@ func decodeRegistration(r reader, json bool, opts DecodeOptions) (core.Registrat
 	return reg, nil
 }
 
+// scanFields reads every key of the map r is in, strictly: lookup maps a key
+// to its slot (id < 0: unknown; skip: accepted and ignored); the first unknown
+// or repeated key becomes the error ("unknown "/"duplicate " + what + "field
+// K") and every later value is skipped; store receives the others, with
+// seen[id] already set. A syntax error anywhere (r.err) wins.
+func scanFields(r reader, what string, seen []bool, lookup func(key []byte) (id int, skip bool), store func(id int, key []byte)) *RequestError {
+	var fe *RequestError
+	for {
+		key, ok := r.nextKey()
+		if !ok {
+			break
+		}
+		id, skip := lookup(key)
+		switch {
+		case skip || fe != nil:
+			r.skip()
+		case id < 0:
+			fe = reqErr(ErrUnknownField, string(key), "unknown "+what+"field "+string(key))
+			r.skip()
+		case seen[id]:
+			fe = reqErr(ErrInvalidValue, string(key), "duplicate "+what+"field "+string(key))
+			r.skip()
+		default:
+			seen[id] = true
+			store(id, key)
+		}
+	}
+	if err := r.err(); err != nil {
+		return err
+	}
+	return fe
+}
+
 // Profile sub-keys, in the order their presence and types are checked.
 var profileKeys = [...]string{hash.FieldStrategy, hash.FieldAlgorithm, hash.FieldSeed, hash.FieldProjection}
 
@@ -282,37 +296,14 @@ var profileKeys = [...]string{hash.FieldStrategy, hash.FieldAlgorithm, hash.Fiel
 func decodeProfile(r reader) (hash.Profile, *RequestError) {
 	var vals [len(profileKeys)]value
 	var set [len(profileKeys)]bool
-	var fe *RequestError
-	for {
-		key, ok := r.nextKey()
-		if !ok {
-			break
-		}
-		if fe != nil {
-			r.skip()
-			continue
-		}
-		id := -1
+	if fe := scanFields(r, "hash_profile ", set[:], func(key []byte) (int, bool) {
 		for i, k := range profileKeys {
 			if string(key) == k {
-				id = i
+				return i, false
 			}
 		}
-		switch {
-		case id < 0:
-			fe = reqErr(ErrUnknownField, string(key), "unknown hash_profile field "+string(key))
-			r.skip()
-		case set[id]:
-			fe = reqErr(ErrInvalidValue, string(key), "duplicate hash_profile field "+string(key))
-			r.skip()
-		default:
-			set[id], vals[id] = true, r.value()
-		}
-	}
-	if err := r.err(); err != nil {
-		return hash.Profile{}, err
-	}
-	if fe != nil {
+		return -1, false
+	}, func(id int, _ []byte) { vals[id] = r.value() }); fe != nil {
 		return hash.Profile{}, fe
 	}
 	if !set[0] {
@@ -433,34 +424,10 @@ func unregKey(key []byte, json bool) int {
 func decodeUnregister(r reader, json bool) (core.ServiceKey, *RequestError) {
 	var vals [numUnregKeys]value
 	var set [numUnregKeys]bool
-	var fe *RequestError
-	for {
-		key, ok := r.nextKey()
-		if !ok {
-			break
-		}
-		if fe != nil {
-			r.skip()
-			continue
-		}
+	if fe := scanFields(r, "", set[:], func(key []byte) (int, bool) {
 		id := unregKey(key, json)
-		switch {
-		case id < 0:
-			fe = reqErr(ErrUnknownField, string(key), "unknown field "+string(key))
-			r.skip()
-		case id == uIgnored:
-			r.skip()
-		case set[id]:
-			fe = reqErr(ErrInvalidValue, string(key), "duplicate field "+string(key))
-			r.skip()
-		default:
-			set[id], vals[id] = true, r.value()
-		}
-	}
-	if err := r.err(); err != nil {
-		return core.ServiceKey{}, err
-	}
-	if fe != nil {
+		return id, id == uIgnored
+	}, func(id int, _ []byte) { vals[id] = r.value() }); fe != nil {
 		return core.ServiceKey{}, fe
 	}
 	var k core.ServiceKey
