@@ -119,14 +119,19 @@ const (
 )
 
 func (d *Decoder) engineTag(tag []byte) core.EventKind {
+	if d.dialect == DialectSGLang && string(tag) == "BlockStoredWithMetadata" {
+		// SGLang's salted-store subclass; its msgspec tag defaults to the class name.
+		return core.EventStored
+	}
+	return engineKind(tag)
+}
+
+// engineKind maps the vLLM/SGLang event class names (also Mooncake's legacy
+// `type` alias) to event kinds; 0 for anything else.
+func engineKind(tag []byte) core.EventKind {
 	switch string(tag) {
 	case "BlockStored":
 		return core.EventStored
-	case "BlockStoredWithMetadata":
-		// SGLang's salted-store subclass; its msgspec tag defaults to the class name.
-		if d.dialect == DialectSGLang {
-			return core.EventStored
-		}
 	case "BlockRemoved":
 		return core.EventRemoved
 	case "AllBlocksCleared":

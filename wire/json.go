@@ -281,7 +281,7 @@ func (d *Decoder) jsonRFCField(e *core.Event, st *rfcState, f uint32, p []byte) 
 			if st.kind = rfcEventType(v); st.kind == 0 {
 				return p, ErrUnknownTag
 			}
-		} else if st.legacy = rfcLegacyType(v); st.legacy == 0 {
+		} else if st.legacy = engineKind(v); st.legacy == 0 {
 			return p, ErrUnknownTag
 		}
 		return p, nil

@@ -124,18 +124,6 @@ func rfcEventType(v []byte) core.EventKind {
 	return 0
 }
 
-func rfcLegacyType(v []byte) core.EventKind {
-	switch string(v) {
-	case "BlockStored":
-		return core.EventStored
-	case "BlockRemoved":
-		return core.EventRemoved
-	case "AllBlocksCleared":
-		return core.EventCleared
-	}
-	return 0
-}
-
 func (d *Decoder) rfcEvent(e *core.Event, p []byte) ([]byte, error) {
 	n, p, err := readMap(p)
 	if err != nil {
@@ -193,7 +181,7 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 			if st.kind == 0 {
 				return p, ErrUnknownTag
 			}
-		} else if st.legacy = rfcLegacyType(v); st.legacy == 0 {
+		} else if st.legacy = engineKind(v); st.legacy == 0 {
 			return p, ErrUnknownTag
 		}
 		return p, nil
