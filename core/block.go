@@ -79,17 +79,6 @@ func (b blockVal) appendWords(dst []uint64) []uint64 {
 	return dst
 }
 
-func (b blockVal) count() int {
-	n := 0
-	if b.w0 != 0 {
-		n = 1
-	}
-	if b.rest != nil {
-		n += len(b.rest.words)
-	}
-	return n
-}
-
 // withAdded returns b with n more copies held by (id, t), and whether that
 // created a new holding (owner word).
 func (b blockVal) withAdded(id ownerRef, t Tier, n uint32) (blockVal, bool) {

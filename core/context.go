@@ -264,4 +264,3 @@ func (c *context) removeOwnersFromBlocks(ids map[uint32]bool, holdings *[NumTier
 	return blocks
 }
 
-func (c *context) loraBytes() []byte { return c.lora }

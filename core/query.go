@@ -104,7 +104,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 
 	nBlocks := len(req.Hashes)
 	if !req.ByHash {
-		if err := res.chain.Reset(c.profile(), req.Tokens, c.key.BlockSize, c.loraBytes(), req.CacheSalt); err != nil {
+		if err := res.chain.Reset(c.profile(), req.Tokens, c.key.BlockSize, c.lora, req.CacheSalt); err != nil {
 			return fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
 		}
 		nBlocks = res.chain.Blocks()

@@ -292,10 +292,3 @@ func (s *Subscription) close() {
 	s.closed = true
 	s.mu.Unlock()
 }
-
-// Closed reports whether the subscription was unregistered.
-func (s *Subscription) Closed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
