@@ -263,4 +263,3 @@ func (c *context) removeOwnersFromBlocks(ids map[uint32]bool, holdings *[NumTier
 	}
 	return blocks
 }
-
