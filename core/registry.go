@@ -98,8 +98,41 @@ func (r *Registration) Normalize() {
 	}
 }
 
+// Identity limits: every identity string of a registration (instance id,
+// model, LoRA, tenant, salt) is at most MaxIdentityBytes, every endpoint at
+// most MaxEndpointBytes (a 253-byte DNS name with scheme and port fits). They
+// bound what a client can make conductor keep per registration and the size
+// of every metric label derived from one (issue #9 item 5).
+const (
+	MaxIdentityBytes = 256
+	MaxEndpointBytes = 512
+)
+
+// checkLengths reports the first field over its limit as a *FieldError
+// wrapping ErrInvalid.
+func (r *Registration) checkLengths() error {
+	for _, f := range [...]struct {
+		name, v string
+		max     int
+	}{
+		{"endpoint", r.Endpoint, MaxEndpointBytes}, {"replay_endpoint", r.ReplayEndpoint, MaxEndpointBytes},
+		{"modelname", r.ModelName, MaxIdentityBytes}, {"instance_id", r.InstanceID, MaxIdentityBytes},
+		{"lora_name", r.LoraName, MaxIdentityBytes}, {"tenant_id", r.TenantID, MaxIdentityBytes},
+		{"additionalsalt", r.AdditionalSalt, MaxIdentityBytes},
+	} {
+		if len(f.v) > f.max {
+			return &FieldError{Field: f.name, Err: fmt.Errorf("register: %s is %d bytes, longer than the limit of %d: %w",
+				f.name, len(f.v), f.max, ErrInvalid)}
+		}
+	}
+	return nil
+}
+
 // Validate checks the registration's fields.
 func (r *Registration) Validate() error {
+	if err := r.checkLengths(); err != nil {
+		return err
+	}
 	switch {
 	case r.Endpoint == "":
 		return fmt.Errorf("register: endpoint is required: %w", ErrInvalid)

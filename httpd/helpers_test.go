@@ -159,6 +159,16 @@ func (e *testEnv) postJSON(t testing.TB, path, body string) response {
 // obj is an ordered map for building request bodies (key, value, key, value...).
 type obj []any
 
+// has reports whether o has key k.
+func (o obj) has(k string) bool {
+	for i := 0; i+1 < len(o); i += 2 {
+		if o[i] == k {
+			return true
+		}
+	}
+	return false
+}
+
 // mpRaw is a pre-encoded msgpack value.
 type mpRaw []byte
 

@@ -13,7 +13,7 @@ import (
 )
 
 // Status classes counted per endpoint; anything else is "other".
-var statusCodes = [...]int{200, 400, 404, 405, 413, 500}
+var statusCodes = [...]int{200, 400, 404, 405, 413, 500, 503}
 
 const numCodes = len(statusCodes) + 1
 

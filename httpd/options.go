@@ -12,8 +12,10 @@ import (
 // Options configure a Server. The zero value is valid: EnsureDefaults fills
 // every zero field with the default its comment gives.
 type Options struct {
-	// MaxBodyBytes bounds a request body; a larger body is answered 413 with
-	// reason limit_exceeded before the handler runs. Default 64 MiB.
+	// MaxBodyBytes bounds a request body; a larger body (declared, or as it
+	// arrives when chunked) is answered 413 with reason limit_exceeded. The
+	// largest legitimate request is a 1M-token JSON query (about 8 MiB with
+	// 6-digit token ids, 11 MiB with 10-digit ones). Default 16 MiB.
 	MaxBodyBytes int
 	// MaxQueryTokens bounds token_ids (and seq_hashes) elements per query; more
 	// is 400 out_of_range naming the field. Default 1<<20.
@@ -25,9 +27,13 @@ type Options struct {
 	WriteTimeout time.Duration
 	// IdleTimeout closes keep-alive connections idle this long. Default 60s.
 	IdleTimeout time.Duration
-	// Concurrency bounds concurrently served connections. Default 256 * 1024
-	// (fasthttp's default).
+	// Concurrency bounds concurrently served connections inside fasthttp.
+	// Default 256 * 1024 (fasthttp's default); Limiter is the real cap.
 	Concurrency int
+	// Limiter bounds open connections and request-body bytes in flight; share
+	// one across every server of a process. Default: a Limiter of its own with
+	// DefaultMaxConns and DefaultMaxInflightBodyBytes.
+	Limiter *Limiter
 
 	// Version is reported by /health. Default "dev".
 	Version string
@@ -44,7 +50,7 @@ type Options struct {
 // EnsureDefaults fills zero fields with their defaults.
 func (o *Options) EnsureDefaults() {
 	if o.MaxBodyBytes == 0 {
-		o.MaxBodyBytes = 64 << 20
+		o.MaxBodyBytes = 16 << 20
 	}
 	if o.MaxQueryTokens == 0 {
 		o.MaxQueryTokens = 1 << 20

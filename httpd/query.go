@@ -184,7 +184,7 @@ func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
-	r := st.reader(ctx.PostBody(), json)
+	r := st.reader(st.in, json)
 	if rerr := s.parseQuery(r, json, ep == epQueryByHash, st); rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return

@@ -29,8 +29,9 @@ const (
 	numRegKeys
 )
 
-// regKey maps a /register key to its slot. msgpack takes the C++ conductor's
-// keys plus additionalsalt; JSON also takes model_name / model and
+// regKey maps a /register key to its slot. msgpack takes exactly the C++
+// conductor's keys (additionalsalt is unknown_field there, as in the C++
+// dialect); JSON also takes model_name / model and additionalsalt /
 // additional_salt.
 func regKey(key []byte, json bool) int {
 	switch string(key) {
@@ -50,8 +51,6 @@ func regKey(key []byte, json bool) int {
 		return rLora
 	case "tenant_id":
 		return rTenant
-	case "additionalsalt":
-		return rSalt
 	case "cache_group":
 		return rCacheGroup
 	case "hash_profile":
@@ -63,7 +62,7 @@ func regKey(key []byte, json bool) int {
 		switch string(key) {
 		case "model_name", "model":
 			return rModel
-		case "additional_salt":
+		case "additionalsalt", "additional_salt":
 			return rSalt
 		}
 	}
@@ -347,7 +346,7 @@ func (s *Server) handleRegister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
-	reg, rerr := decodeRegistration(st.reader(ctx.PostBody(), json), json, DecodeOptions{})
+	reg, rerr := decodeRegistration(st.reader(st.in, json), json, DecodeOptions{})
 	if rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return
@@ -466,7 +465,7 @@ func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
-	k, rerr := decodeUnregister(st.reader(ctx.PostBody(), json), json)
+	k, rerr := decodeUnregister(st.reader(st.in, json), json)
 	if rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return

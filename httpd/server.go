@@ -39,6 +39,12 @@ type Server struct {
 	start time.Time
 	m     *serverMetrics
 	srv   *fasthttp.Server
+	lim   *Limiter
+
+	// lnMu guards lns, the guarded listeners Serve runs on (Shutdown closes
+	// their idle connections).
+	lnMu sync.Mutex
+	lns  []*guardedListener
 
 	// pool holds *reqState: per-request scratch (readers, token buffers, the
 	// query result, the response encoder), so /query allocates nothing.
@@ -54,14 +60,27 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{ix: ix, reg: reg, opts: opts, start: time.Now()}
+	s := &Server{ix: ix, reg: reg, opts: opts, start: time.Now(), lim: opts.Limiter}
+	if s.lim == nil {
+		s.lim = NewLimiter(0, 0, opts.Logger)
+		s.opts.ExtraMetrics = append(append([]*metrics.Set(nil), opts.ExtraMetrics...), s.lim.Metrics())
+	}
 	s.pool.New = func() any { return new(reqState) }
 	s.m = newServerMetrics(ix)
-	s.srv = &fasthttp.Server{
-		Handler:                      s.Handler,
-		ErrorHandler:                 s.errorHandler,
+	s.srv = newFastServer(s.Handler, s.errorHandler, &opts)
+	return s, nil
+}
+
+// newFastServer configures fasthttp for a conductor surface. Bodies are
+// streamed (StreamRequestBody) so that a declared Content-Length reserves no
+// memory; handlers read them with readBody.
+func newFastServer(h fasthttp.RequestHandler, eh func(*fasthttp.RequestCtx, error), opts *Options) *fasthttp.Server {
+	return &fasthttp.Server{
+		Handler:                      h,
+		ErrorHandler:                 eh,
 		Name:                         "conductor",
 		MaxRequestBodySize:           opts.MaxBodyBytes,
+		StreamRequestBody:            true,
 		ReadTimeout:                  opts.ReadTimeout,
 		WriteTimeout:                 opts.WriteTimeout,
 		IdleTimeout:                  opts.IdleTimeout,
@@ -71,15 +90,41 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Server, error) {
 		NoDefaultServerHeader:        true,
 		Logger:                       fastLogger{opts.Logger},
 	}
-	return s, nil
 }
 
-// Serve accepts connections on ln until Shutdown; it returns nil after Shutdown.
-func (s *Server) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+// Serve accepts connections on ln until Shutdown; it returns nil after
+// Shutdown. Connections are bounded and accept errors retried by the
+// server's Limiter (Options.Limiter).
+func (s *Server) Serve(ln net.Listener) error {
+	gl := s.lim.listen(ln)
+	s.lnMu.Lock()
+	s.lns = append(s.lns, gl)
+	s.lnMu.Unlock()
+	return s.srv.Serve(gl)
+}
 
-// Shutdown stops accepting connections, closes idle ones and waits for
-// in-flight requests to finish (or ctx to expire, returning ctx.Err()).
-func (s *Server) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+// Shutdown stops accepting connections, closes every connection that is not
+// inside a request (idle keep-alive connections, and connections that have
+// not sent a complete request) and waits for in-flight requests to finish (or
+// ctx to expire, returning ctx.Err()). Proved by TestShutdownClosesPartialRequests.
+func (s *Server) Shutdown(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		s.lnMu.Lock()
+		for _, l := range s.lns {
+			l.closeIdle()
+		}
+		s.lnMu.Unlock()
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+		}
+	}
+}
 
 // Metrics returns the server's metric set (request counts and latencies,
 // errors by reason, index gauges).
@@ -146,6 +191,13 @@ func route(path []byte) endpoint {
 // Handler is the fasthttp request handler (exported for embedding and tests).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
+	if tc, ok := ctx.Conn().(*trackedConn); ok {
+		if !tc.begin() {
+			ctx.SetConnectionClose()
+			return
+		}
+		defer tc.end()
+	}
 	ep := route(ctx.Path())
 	st := s.pool.Get().(*reqState)
 	defer s.putState(st)
@@ -160,6 +212,8 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case !ep.post() && !ctx.IsGet() && !ctx.IsHead():
 		ctx.Response.Header.Set("Allow", "GET, HEAD")
 		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, "Method not allowed")
+	case !s.readRequestBody(ctx, ep, st):
+		// answered by readRequestBody
 	case ep == epQuery || ep == epQueryByHash:
 		s.handleQuery(ctx, ep, st)
 	case ep == epRegister:
@@ -202,6 +256,10 @@ type reqState struct {
 	js      jsonReader
 	mp      mpReader
 	scratch []byte // unescaped JSON strings
+	body    []byte // owned buffer a streamed request body is read into
+	in      []byte // the request body to parse (st.body or fasthttp's own buffer)
+	// reserved is the Limiter body budget this request holds (released by putState).
+	reserved int64
 	tokBuf  []int32
 	hashBuf []uint64
 	q       core.QueryRequest
@@ -209,7 +267,9 @@ type reqState struct {
 }
 
 // Retention caps: a pooled state drops buffers grown beyond these by an
-// unusually large request, so the pool does not pin them.
+// unusually large request, so the pool does not pin them (a large response
+// buffer is handed to fasthttp without a copy instead; see writeBody).
+// Proved by TestLargeBodiesAreNotRetained.
 const (
 	retainBytes  = 1 << 20
 	retainTokens = 1 << 20
@@ -217,6 +277,15 @@ const (
 )
 
 func (s *Server) putState(st *reqState) {
+	if st.reserved != 0 {
+		s.lim.releaseBody(st.reserved)
+		st.reserved = 0
+	}
+	if cap(st.body) > retainBytes {
+		s.lim.dropped(int64(cap(st.body)))
+		st.body = nil
+	}
+	st.in = nil
 	st.q = core.QueryRequest{}
 	st.js = jsonReader{}
 	st.mp = mpReader{}
@@ -224,6 +293,7 @@ func (s *Server) putState(st *reqState) {
 		st.scratch = nil
 	}
 	if cap(st.enc.buf) > retainBytes {
+		s.lim.dropped(int64(cap(st.enc.buf)))
 		st.enc.buf = nil
 	}
 	if cap(st.tokBuf) > retainTokens {
@@ -298,6 +368,12 @@ func (s *Server) writeBody(ctx *fasthttp.RequestCtx, status int, json bool, body
 	} else {
 		ctx.SetContentType(contentTypeMsgpack)
 	}
+	if cap(body) > retainBytes {
+		// putState drops this buffer (cap > retainBytes), so fasthttp may own
+		// it: no copy into its pooled response buffer, which would keep it.
+		ctx.Response.SetBodyRaw(body)
+		return
+	}
 	ctx.SetBody(body)
 }
 
@@ -305,6 +381,9 @@ func (s *Server) writeBody(ctx *fasthttp.RequestCtx, status int, json bool, body
 // {"error", "reason", "field"?, "index"?} and counts it by reason.
 func (s *Server) writeError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, e *RequestError) {
 	s.m.requestError(ep, e)
+	if e.status() == 503 {
+		ctx.Response.Header.Set("Retry-After", "1")
+	}
 	if s.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		s.opts.Logger.Debug("request rejected", "path", ep.String(), "reason", ReasonOf(e), "err", e.Error())
 	}
