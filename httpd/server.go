@@ -260,10 +260,10 @@ type reqState struct {
 	in      []byte // the request body to parse (st.body or fasthttp's own buffer)
 	// reserved is the Limiter body budget this request holds (released by putState).
 	reserved int64
-	tokBuf  []int32
-	hashBuf []uint64
-	q       core.QueryRequest
-	res     core.QueryResult
+	tokBuf   []int32
+	hashBuf  []uint64
+	q        core.QueryRequest
+	res      core.QueryResult
 }
 
 // Retention caps: a pooled state drops buffers grown beyond these by an
