@@ -57,6 +57,8 @@ type settings struct {
 	maxBodyBytes    int
 	maxQueryTokens  int
 	maxRegistration int
+	maxConns        int
+	maxInflightBody int64
 	contextSizeHint int
 	shutdownTimeout time.Duration
 }
@@ -71,9 +73,12 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.StringVar(&s.logLevel, "log-level", "", "DEBUG, INFO, WARN or ERROR (default $CONDUCTOR_LOG_LEVEL, else INFO)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&s.showVersion, "version", false, "print the version and exit")
-	fs.IntVar(&s.maxBodyBytes, "max-body-bytes", 0, "largest request body in bytes (default 64 MiB; larger → 413)")
+	fs.IntVar(&s.maxBodyBytes, "max-body-bytes", 0, "largest request body in bytes (default 16 MiB; larger → 413)")
+	fs.Int64Var(&s.maxInflightBody, "max-inflight-body-bytes", httpd.DefaultMaxInflightBodyBytes,
+		"request-body bytes all connections may hold at once (declared lengths count; past it → 503)")
+	fs.IntVar(&s.maxConns, "max-connections", httpd.DefaultMaxConns, "most open HTTP connections over every surface (past it → 503 and close)")
 	fs.IntVar(&s.maxQueryTokens, "max-query-tokens", 0, "most token_ids / seq_hashes per query (default 1048576)")
-	fs.IntVar(&s.maxRegistration, "max-registrations", 0, "most registrations (default 4096)")
+	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations, "most registrations (past it → 400 limit_exceeded)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	if err := fs.Parse(args); err != nil {
@@ -85,11 +90,18 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if s.httpPort > 65535 || s.httpPort < -1 {
 		return s, fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
 	}
+	if s.maxConns <= 0 || s.maxInflightBody <= 0 || s.maxRegistration <= 0 || s.maxBodyBytes < 0 || s.maxQueryTokens < 0 {
+		return s, fmt.Errorf("--max-connections, --max-inflight-body-bytes and --max-registrations must be > 0, " +
+			"--max-body-bytes and --max-query-tokens >= 0 (0 = default)")
+	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
 	}
 	return s, nil
 }
+
+// defaultMaxRegistrations is --max-registrations' default.
+const defaultMaxRegistrations = 4096
 
 // parseLevel maps DEBUG | INFO | WARN (WARNING) | ERROR, in any case.
 func parseLevel(s string) (slog.Level, bool) {
@@ -208,7 +220,20 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		port = s.httpPort
 	}
 
-	ixOpts := core.Options{MaxRegistrations: s.maxRegistration, ContextSizeHint: s.contextSizeHint, Logger: log}
+	soft, hard, err := raiseNoFile()
+	if err != nil {
+		log.Warn("cannot read the file descriptor limit; assuming 1024", "err", err)
+		soft, hard = 1024, 1024
+	}
+	fds := planFDs(soft, hard, s.maxConns, s.maxRegistration)
+	for _, n := range fds.notes {
+		log.Warn("file descriptor budget: "+n, "fd_limit", fds.limit, "fd_hard_limit", fds.hard)
+	}
+	log.Info("file descriptor budget", "fd_limit", fds.limit, "fd_hard_limit", fds.hard,
+		"http_connections", fds.conns, "registrations", fds.registrations,
+		"fds_per_registration", fdsPerRegistration, "reserve", fdReserve)
+
+	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2
@@ -220,12 +245,14 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		return nil, 1
 	}
 	ver := buildVersion()
+	lim := httpd.NewLimiter(fds.conns, s.maxInflightBody, log)
 	srv, err := httpd.New(ix, ing, httpd.Options{
 		MaxBodyBytes:   s.maxBodyBytes,
 		MaxQueryTokens: s.maxQueryTokens,
 		Version:        ver,
 		Logger:         log,
-		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing)},
+		Limiter:        lim,
+		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics()},
 	})
 	if err != nil {
 		ing.Close()
