@@ -52,9 +52,16 @@
 // # Limits
 //
 // A request fasthttp cannot parse is 400 invalid_request (never echoed back).
-// Options.MaxBodyBytes (413 limit_exceeded), Options.MaxQueryTokens (400
-// out_of_range on token_ids / seq_hashes), and the registry bound
+// Bodies are streamed and read by readBody: Options.MaxBodyBytes (413
+// limit_exceeded, declared or as it arrives), the Limiter's in-flight body
+// budget (503 limit_exceeded with Retry-After; a declared length is charged
+// before any byte is read, memory grows only with bytes received) and its
+// connection cap (503 and close, counted). Accept errors are retried with
+// backoff. Options.MaxQueryTokens (400 out_of_range on token_ids /
+// seq_hashes), identity lengths core.MaxIdentityBytes / core.MaxEndpointBytes
+// (400 invalid_value naming the field) and the registry bound
 // core.Options.MaxRegistrations (core.ErrLimit → 400 limit_exceeded).
+// Shutdown closes connections that have not sent a complete request at once.
 //
 // # Metrics
 //
