@@ -76,6 +76,11 @@ type Registration struct {
 	// registration named none and the xxh3 default applies.
 	Profile         hash.Profile
 	ProfileExplicit bool
+	// Owner is the identity that made the registration (the bearer token's
+	// name; "admin" for the admin token and configuration files, "" on an
+	// open surface). Only the owner or the admin may unregister it
+	// (httpd.Gate); two registrations differing only in Owner conflict.
+	Owner string
 }
 
 // Key returns the registration's service key.

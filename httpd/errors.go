@@ -21,6 +21,9 @@ var (
 	ErrInvalidRegistration    = errors.New("conductor: invalid registration")
 	ErrLimitExceeded          = errors.New("conductor: limit exceeded")
 	ErrInvalidRequest         = errors.New("conductor: malformed HTTP request")
+	ErrUnauthorized           = errors.New("conductor: unauthorized")
+	ErrForbidden              = errors.New("conductor: forbidden")
+	ErrStateWrite             = errors.New("conductor: registration state not saved")
 )
 
 // reasons maps each sentinel to its stable wire token (reference §1.1 plus
@@ -41,6 +44,9 @@ var reasons = [...]struct {
 	{ErrInvalidRegistration, "invalid_registration"},
 	{ErrLimitExceeded, "limit_exceeded"},
 	{ErrInvalidRequest, "invalid_request"},
+	{ErrUnauthorized, "unauthorized"},
+	{ErrForbidden, "forbidden"},
+	{ErrStateWrite, "state_not_saved"},
 }
 
 // numReasons sizes the per-reason metric slots.

@@ -35,6 +35,14 @@ type Options struct {
 	// DefaultMaxConns and DefaultMaxInflightBodyBytes.
 	Limiter *Limiter
 
+	// Access decides who may call what (bearer tokens). Default nil: every
+	// endpoint open, every caller the admin.
+	Access *Access
+	// Gate is the door registrations go through (endpoint policy, ownership,
+	// durable state); share one across every surface of a process. Default: a
+	// Gate over the registrar with no endpoint policy.
+	Gate *Gate
+
 	// Version is reported by /health. Default "dev".
 	Version string
 	// Logger receives request errors (debug) and failures (error). Default slog.Default().

@@ -351,10 +351,20 @@ func (s *Server) handleRegister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
-	created, err := s.reg.Register(reg)
+	created, err := s.gate.Register(st.who, reg)
 	key := serviceKey(reg.InstanceID, reg.TenantID, reg.DPRank)
 	if err != nil {
 		switch {
+		case errors.Is(err, ErrForbidden):
+			var fe *core.FieldError
+			field := ""
+			if errors.As(err, &fe) {
+				field = fe.Field
+			}
+			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrForbidden, Field: field, Index: noIndex, Status: 403, Msg: err.Error()})
+		case errors.Is(err, ErrStateWrite):
+			s.opts.Logger.Error("register not saved", "service", key, "err", err)
+			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrStateWrite, Index: noIndex, Status: 500, Msg: err.Error()})
 		case errors.Is(err, core.ErrLimit):
 			s.writeError(ctx, ep, st, json, reqErr(ErrLimitExceeded, "", err.Error()))
 		case errors.As(err, new(*core.FieldError)) && !errors.Is(err, core.ErrConflict):
@@ -471,9 +481,17 @@ func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 		return
 	}
 	key := serviceKey(k.InstanceID, k.TenantID, k.DPRank)
-	if _, err := s.reg.Unregister(k); err != nil {
-		if errors.Is(err, core.ErrNotFound) {
+	if _, err := s.gate.Unregister(st.who, k); err != nil {
+		switch {
+		case errors.Is(err, core.ErrNotFound):
 			s.writeOpError(ctx, ep, st, json, 404, "service not found: "+key)
+			return
+		case errors.Is(err, ErrForbidden):
+			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrForbidden, Index: noIndex, Status: 403, Msg: err.Error()})
+			return
+		case errors.Is(err, ErrStateWrite):
+			s.opts.Logger.Error("unregister not saved", "service", key, "err", err)
+			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrStateWrite, Index: noIndex, Status: 500, Msg: err.Error()})
 			return
 		}
 		s.opts.Logger.Error("unregister failed", "service", key, "err", err)

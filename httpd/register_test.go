@@ -305,7 +305,7 @@ func (f failingRegistrar) Register(core.Registration) (bool, error) {
 
 func TestRegisterSubscribeFailureIs500(t *testing.T) {
 	env := startEnv(t, Options{}, core.Options{})
-	env.s.reg = failingRegistrar{env.reg}
+	env.s.gate.reg = failingRegistrar{env.reg}
 	r := env.postMP(t, "/register", mp(baseReg()))
 	if r.status != 500 {
 		t.Fatalf("status %d", r.status)
@@ -343,7 +343,7 @@ func TestRegisterJSON(t *testing.T) {
 	}
 	want := core.Registration{Endpoint: "tcp://1.1.1.1:5557", ReplayEndpoint: "tcp://1.1.1.1:5558", Type: core.PublisherVLLM,
 		ModelName: "deepseek", LoraName: "sql-adapter", TenantID: "default", InstanceID: "vllm-prefill-node1",
-		BlockSize: 128, AdditionalSalt: "w8a8", Profile: hash.DefaultProfile()}
+		BlockSize: 128, AdditionalSalt: "w8a8", Profile: hash.DefaultProfile(), Owner: "admin"}
 	if svcs[0] != want {
 		t.Fatalf("registration %+v\nwant %+v", svcs[0], want)
 	}
@@ -503,7 +503,7 @@ func (f fieldRegistrar) Register(core.Registration) (bool, error) {
 // invalid_value naming that field, in both dialects.
 func TestRegisterFieldErrors(t *testing.T) {
 	env := startEnv(t, Options{}, core.Options{})
-	env.s.reg = fieldRegistrar{env.reg}
+	env.s.gate.reg = fieldRegistrar{env.reg}
 	checkError(t, env.postMP(t, "/register", mp(baseReg())), 400, "invalid_value", "replay_endpoint", -1)
 	checkError(t, env.postJSON(t, "/register", jsonEnc(baseReg())), 400, "invalid_value", "replay_endpoint", -1)
 }

@@ -40,6 +40,7 @@ type Server struct {
 	m     *serverMetrics
 	srv   *fasthttp.Server
 	lim   *Limiter
+	gate  *Gate
 
 	// lnMu guards lns, the guarded listeners Serve runs on (Shutdown closes
 	// their idle connections).
@@ -60,7 +61,10 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Server, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{ix: ix, reg: reg, opts: opts, start: time.Now(), lim: opts.Limiter}
+	s := &Server{ix: ix, reg: reg, opts: opts, start: time.Now(), lim: opts.Limiter, gate: opts.Gate}
+	if s.gate == nil {
+		s.gate = NewGate(reg, ix, nil)
+	}
 	if s.lim == nil {
 		s.lim = NewLimiter(0, 0, opts.Logger)
 		s.opts.ExtraMetrics = append(append([]*metrics.Set(nil), opts.ExtraMetrics...), s.lim.Metrics())
@@ -163,6 +167,19 @@ var endpointPaths = [numEndpoints]string{"other", "/register", "/unregister", "/
 
 func (e endpoint) String() string { return endpointPaths[e] }
 
+// class is the endpoint's access class.
+func (e endpoint) class() accessClass {
+	switch e {
+	case epQuery, epQueryByHash:
+		return accessQuery
+	case epRegister, epUnregister:
+		return accessMutate
+	case epGlobalView, epServices:
+		return accessInspect
+	}
+	return accessPublic
+}
+
 // post reports whether the endpoint takes POST (else GET and HEAD).
 func (e endpoint) post() bool { return e >= epRegister && e <= epQueryByHash }
 
@@ -212,6 +229,8 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	case !ep.post() && !ctx.IsGet() && !ctx.IsHead():
 		ctx.Response.Header.Set("Allow", "GET, HEAD")
 		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, "Method not allowed")
+	case !s.authorize(ctx, ep, st):
+		// answered by authorize
 	case !s.readRequestBody(ctx, ep, st):
 		// answered by readRequestBody
 	case ep == epQuery || ep == epQueryByHash:
@@ -230,6 +249,21 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.handleMetrics(ctx)
 	}
 	s.m.observe(ep, ctx.Response.StatusCode(), start)
+}
+
+// authorize sets st.who for the request; false means it was answered 401/403.
+func (s *Server) authorize(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) bool {
+	c := ep.class()
+	if ep == epMetrics && s.opts.Access != nil && s.opts.Access.protectMetrics {
+		c = accessInspect
+	}
+	p, rerr := s.opts.Access.authorize(ctx, c)
+	if rerr != nil {
+		s.writeError(ctx, ep, st, !wantsMsgpack(ctx), rerr)
+		return false
+	}
+	st.who = p
+	return true
 }
 
 // errorHandler answers requests fasthttp could not read: 413 for an oversized
@@ -264,6 +298,7 @@ type reqState struct {
 	hashBuf  []uint64
 	q        core.QueryRequest
 	res      core.QueryResult
+	who      Principal // the caller (authorize)
 }
 
 // Retention caps: a pooled state drops buffers grown beyond these by an
@@ -286,6 +321,7 @@ func (s *Server) putState(st *reqState) {
 		st.body = nil
 	}
 	st.in = nil
+	st.who = Principal{}
 	st.q = core.QueryRequest{}
 	st.js = jsonReader{}
 	st.mp = mpReader{}

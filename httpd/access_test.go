@@ -1,0 +1,247 @@
+package httpd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/seed-c7a81618/conductor/core"
+)
+
+const (
+	adminTok = "admin-token-0123456789"
+	queryTok = "query-token-0123456789"
+	teamATok = "team-a-token-0123456789"
+	teamBTok = "team-b-token-0123456789"
+)
+
+// doAuth sends a JSON request with an optional bearer token.
+func (e *testEnv) doAuth(t *testing.T, method, path, token string, body string) response {
+	t.Helper()
+	var req fasthttp.Request
+	var resp fasthttp.Response
+	req.SetRequestURI("http://" + e.addr + path)
+	req.Header.SetMethod(method)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(body)
+	}
+	if err := e.client.Do(&req, &resp); err != nil {
+		t.Fatal(err)
+	}
+	return response{status: resp.StatusCode(), ct: string(resp.Header.ContentType()), body: append([]byte(nil), resp.Body()...)}
+}
+
+func accessEnv(t *testing.T, protectMetrics bool, logs *bytes.Buffer) *testEnv {
+	t.Helper()
+	a, err := NewAccess(AccessOptions{AdminToken: adminTok, QueryToken: queryTok, ProtectMetrics: protectMetrics,
+		ClientTokens: map[string]string{"team-a": teamATok, "team-b": teamBTok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := Options{Access: a}
+	if logs != nil {
+		opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return startEnv(t, opts, core.Options{})
+}
+
+// TestAccessTokens: who may call what, with every kind of token.
+func TestAccessTokens(t *testing.T) {
+	var logs bytes.Buffer
+	env := accessEnv(t, false, &logs)
+	query := jsonEnc(obj{"model", "m", "block_size", 16, "token_ids", seqTokens(16, 0)})
+	reg := func(inst, ep string, rank int) string {
+		return jsonEnc(with(baseReg(), "instance_id", inst, "endpoint", ep, "dp_rank", rank, "modelname", "m", "block_size", 16))
+	}
+	unreg := func(inst string, rank int) string { return jsonEnc(obj{"instance_id", inst, "dp_rank", rank}) }
+	cases := []struct {
+		name, method, path, token string
+		body                      string
+		status                    int
+		reason                    string
+	}{
+		{"health open", "GET", "/health", "", "", 200, ""},
+		{"metrics open", "GET", "/metrics", "", "", 200, ""},
+		{"query without token", "POST", "/query", "", query, 401, "unauthorized"},
+		{"query wrong token", "POST", "/query", "not-a-token-at-all-0000", query, 401, "unauthorized"},
+		{"query with query token", "POST", "/query", queryTok, query, 200, ""},
+		{"query with client token", "POST", "/query", teamATok, query, 200, ""},
+		{"query with admin token", "POST", "/query", adminTok, query, 200, ""},
+		{"register without token", "POST", "/register", "", reg("a1", "tcp://10.0.0.1:1", 0), 401, "unauthorized"},
+		{"register with query token", "POST", "/register", queryTok, reg("a1", "tcp://10.0.0.1:1", 0), 403, "forbidden"},
+		{"register by team-a", "POST", "/register", teamATok, reg("a1", "tcp://10.0.0.1:1", 0), 200, ""},
+		{"team-b unregisters team-a's", "POST", "/unregister", teamBTok, unreg("a1", 0), 403, "forbidden"},
+		{"team-b squats the instance id", "POST", "/register", teamBTok, reg("a1", "tcp://10.0.0.2:1", 1), 403, "forbidden"},
+		{"team-b squats the endpoint", "POST", "/register", teamBTok, reg("b1", "tcp://10.0.0.1:1", 0), 403, "forbidden"},
+		{"team-a adds a rank", "POST", "/register", teamATok, reg("a1", "tcp://10.0.0.1:2", 1), 200, ""},
+		{"team-a unregisters its own", "POST", "/unregister", teamATok, unreg("a1", 1), 200, ""},
+		{"services needs admin", "GET", "/services", teamATok, "", 403, "forbidden"},
+		{"global_view needs a token", "GET", "/global_view", "", "", 401, "unauthorized"},
+		{"services with admin", "GET", "/services", adminTok, "", 200, ""},
+		{"admin unregisters team-a's", "POST", "/unregister", adminTok, unreg("a1", 0), 200, ""},
+	}
+	for _, c := range cases {
+		r := env.doAuth(t, c.method, c.path, c.token, c.body)
+		if r.status != c.status {
+			t.Fatalf("%s: %d %s, want %d", c.name, r.status, r.body, c.status)
+		}
+		if c.reason != "" && !strings.Contains(string(r.body), `"reason":"`+c.reason+`"`) {
+			t.Fatalf("%s: body %s lacks reason %s", c.name, r.body, c.reason)
+		}
+	}
+	if n := len(env.ix.Services()); n != 0 {
+		t.Fatalf("%d registrations left", n)
+	}
+	for _, tok := range []string{adminTok, queryTok, teamATok, teamBTok} {
+		if strings.Contains(logs.String(), tok) {
+			t.Fatalf("a token was logged:\n%s", logs.String())
+		}
+	}
+}
+
+// TestAccessProtectMetrics: /metrics can be put behind the admin token.
+func TestAccessProtectMetrics(t *testing.T) {
+	env := accessEnv(t, true, nil)
+	if r := env.doAuth(t, "GET", "/metrics", "", ""); r.status != 401 {
+		t.Fatalf("%d", r.status)
+	}
+	if r := env.doAuth(t, "GET", "/metrics", adminTok, ""); r.status != 200 {
+		t.Fatalf("%d", r.status)
+	}
+	if r := env.doAuth(t, "GET", "/health", "", ""); r.status != 200 {
+		t.Fatalf("%d", r.status)
+	}
+}
+
+func TestNewAccessValidates(t *testing.T) {
+	for _, o := range []AccessOptions{
+		{AdminToken: "short"},
+		{AdminToken: adminTok, QueryToken: adminTok},
+		{AdminToken: "with space in the token 0123"},
+		{ClientTokens: map[string]string{"a": teamATok}},
+		{AdminToken: adminTok, ClientTokens: map[string]string{"admin": teamATok}},
+	} {
+		if _, err := NewAccess(o); !errors.Is(err, ErrInvalidOptions) {
+			t.Errorf("NewAccess(%+v) = %v", o, err)
+		}
+	}
+	toks, err := ParseClientTokens(strings.NewReader("# comment\n\nteam-a " + teamATok + "\n team-b  " + teamBTok + " \n"))
+	if err != nil || len(toks) != 2 || toks["team-a"] != teamATok || toks["team-b"] != teamBTok {
+		t.Fatalf("%v %v", toks, err)
+	}
+	if _, err := ParseClientTokens(strings.NewReader("x\n")); err == nil {
+		t.Fatal("one field accepted")
+	}
+}
+
+// TestEndpointPolicy: what the allowlist lets through, with DNS answered by a
+// fixed table.
+func TestEndpointPolicy(t *testing.T) {
+	dns := map[string][]netip.Addr{
+		"engine.svc":    {netip.MustParseAddr("10.1.2.3")},
+		"evil.example":  {netip.MustParseAddr("169.254.169.254")},
+		"loop.example":  {netip.MustParseAddr("127.0.0.1")},
+		"mixed.example": {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("192.168.1.1")},
+	}
+	mk := func(spec string) *EndpointPolicy {
+		p, err := ParseEndpointPolicy(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.lookup = func(_ context.Context, h string) ([]netip.Addr, error) {
+			if a, ok := dns[h]; ok {
+				return a, nil
+			}
+			return nil, errors.New("no such host")
+		}
+		p.DenyOwn(13333, 50052)
+		return p
+	}
+	f := func(p *EndpointPolicy, ep string, ok bool) {
+		t.Helper()
+		err := p.Check("endpoint", ep)
+		if (err == nil) != ok {
+			t.Fatalf("policy %q, %s: err %v, want ok=%v", p, ep, err, ok)
+		}
+		if err != nil {
+			var fe *core.FieldError
+			if !errors.Is(err, ErrForbidden) || !errors.As(err, &fe) || fe.Field != "endpoint" {
+				t.Fatalf("error %v is not a forbidden field error", err)
+			}
+		}
+	}
+	def := mk("")
+	f(def, "tcp://10.0.0.5:5557", true)
+	f(def, "tcp://engine.svc:5557", true)
+	f(def, "tcp://unresolvable.example:5557", true) // nothing to check yet
+	f(def, "tcp://169.254.169.254:80", false)
+	f(def, "tcp://[fe80::1]:5557", false)
+	f(def, "tcp://[fd00:ec2::254]:80", false)
+	f(def, "tcp://metadata.google.internal:80", false)
+	f(def, "tcp://evil.example:80", false) // resolves to the metadata address
+	f(def, "tcp://127.0.0.1:13333", false) // conductor's own HTTP port
+	f(def, "tcp://loop.example:50052", false)
+	f(def, "tcp://0.0.0.0:13333", false)
+	f(def, "tcp://127.0.0.1:13334", true)
+	f(def, "tcp://127.0.0.1;169.254.1.1:5557", false) // the destination is what counts
+	f(def, "ipc:///tmp/engine.sock", false)
+	f(def, "inproc://x", false)
+
+	nets := mk("tcp://10.0.0.0/8:5550-5560, tcp://*.svc:*, ipc:///run/engines/*, inproc://test-*")
+	f(nets, "tcp://10.9.9.9:5555", true)
+	f(nets, "tcp://10.9.9.9:5561", false)
+	f(nets, "tcp://192.168.1.1:5555", false)
+	f(nets, "tcp://engine.svc:9", true)
+	f(nets, "tcp://mixed.example:5555", false) // one address outside 10/8
+	f(nets, "ipc:///run/engines/a.sock", true)
+	f(nets, "ipc:///etc/passwd", false)
+	f(nets, "inproc://test-1", true)
+	f(nets, "inproc://conductor-ingest-wake-1", false)
+
+	for _, bad := range []string{"udp://*:*", "tcp://*", "tcp://10.0.0.0/33:1", "tcp://*:0", "tcp://*:9-3", "ipc://[", "tcp://a b:1"} {
+		if _, err := ParseEndpointPolicy(bad); err == nil {
+			t.Errorf("rule %q accepted", bad)
+		}
+	}
+	var nilPolicy *EndpointPolicy
+	f(nilPolicy, "tcp://169.254.169.254:80", true)
+}
+
+// TestGateStateWriteFailure: when the state cannot be saved, the request
+// fails with 500 state_not_saved and changes nothing.
+func TestGateStateWriteFailure(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	fail := false
+	env.s.gate.OnChange = func([]core.Registration) error {
+		if fail {
+			return errors.New("write state: no space left on device")
+		}
+		return nil
+	}
+	if r := env.postJSON(t, "/register", jsonEnc(baseReg())); r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	fail = true
+	other := jsonEnc(with(baseReg(), "instance_id", "other", "endpoint", "tcp://10.0.0.9:1"))
+	checkError(t, env.postJSON(t, "/register", other), 500, "state_not_saved", "", -1)
+	checkError(t, env.postJSON(t, "/unregister", jsonEnc(obj{"instance_id", "engine-a", "dp_rank", 0})),
+		500, "state_not_saved", "", -1)
+	svcs := env.ix.Services()
+	if len(svcs) != 1 || svcs[0].InstanceID != "engine-a" {
+		t.Fatalf("services after failed writes: %+v", svcs)
+	}
+	// queries keep working
+	if r := env.postJSON(t, "/query", jsonEnc(obj{"model", "m", "block_size", 16, "token_ids", seqTokens(16, 0)})); r.status != 200 {
+		t.Fatalf("query: %d", r.status)
+	}
+}
