@@ -221,7 +221,9 @@ func TestLargeBodiesAreNotRetained(t *testing.T) {
 	if bad.Load() != 0 {
 		t.Fatalf("%d requests not answered 400", bad.Load())
 	}
-	waitFor(t, "RSS back near its base", func() bool { return rss(t)-rssBase < 48<<20 })
+	if !raceEnabled { // (make unit runs this without -race)
+		waitFor(t, "RSS back near its base", func() bool { return rss(t)-rssBase < 48<<20 })
+	}
 	if grown := heapInuse() - heapBase; grown > 8<<20 {
 		t.Fatalf("live heap grew by %d MiB after ten 8 MiB requests", grown>>20)
 	}

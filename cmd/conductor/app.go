@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
@@ -61,6 +62,15 @@ type settings struct {
 	maxInflightBody int64
 	contextSizeHint int
 	shutdownTimeout time.Duration
+
+	stateDir       string
+	adminToken     string
+	adminTokenFile string
+	queryToken     string
+	queryTokenFile string
+	clientTokens   string
+	protectMetrics bool
+	allowEndpoints string
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -69,7 +79,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&s.configPath, "config", "", "configuration file (default $CONDUCTOR_CONFIG_PATH, else ~/.mooncake/conductor_config.json)")
 	fs.IntVar(&s.httpPort, "http-port", -1, "HTTP port, overrides http_server_port (0 = ephemeral)")
-	fs.StringVar(&s.listen, "listen", "0.0.0.0", "HTTP bind address")
+	fs.StringVar(&s.listen, "listen", "127.0.0.1", "bind address of every listener (loopback by default; 0.0.0.0 to serve other hosts)")
 	fs.StringVar(&s.logLevel, "log-level", "", "DEBUG, INFO, WARN or ERROR (default $CONDUCTOR_LOG_LEVEL, else INFO)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&s.showVersion, "version", false, "print the version and exit")
@@ -81,6 +91,16 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations, "most registrations (past it → 400 limit_exceeded)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fs.StringVar(&s.stateDir, "state-dir", defaultStateDir(),
+		`directory for durable registrations ("" = off; default $XDG_STATE_HOME/conductor, else ~/.local/state/conductor)`)
+	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token for mutating and introspection endpoints (visible in process lists: prefer --admin-token-file or $CONDUCTOR_ADMIN_TOKEN)")
+	fs.StringVar(&s.adminTokenFile, "admin-token-file", "", "file holding the admin token")
+	fs.StringVar(&s.queryToken, "query-token", "", "bearer token required on /query (default none: queries open; prefer --query-token-file or $CONDUCTOR_QUERY_TOKEN)")
+	fs.StringVar(&s.queryTokenFile, "query-token-file", "", "file holding the query token")
+	fs.StringVar(&s.clientTokens, "client-tokens-file", "", `file of "identity token" lines: identities that may register and unregister their own registrations`)
+	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
+	fs.StringVar(&s.allowEndpoints, "allow-endpoints", httpd.DefaultEndpointRules,
+		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -98,6 +118,35 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
 	}
 	return s, nil
+}
+
+// defaultStateDir is --state-dir's default: $XDG_STATE_HOME/conductor, else
+// $HOME/.local/state/conductor, else "" (off) when neither is set.
+func defaultStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "conductor")
+	}
+	if h := os.Getenv("HOME"); h != "" {
+		return filepath.Join(h, ".local", "state", "conductor")
+	}
+	return ""
+}
+
+// secret resolves a token from its flag, then its file, then its environment
+// variable; a file's surrounding whitespace is trimmed.
+func secret(flagVal, file, envName string, env func(string) (string, bool)) (string, error) {
+	if flagVal != "" {
+		return flagVal, nil
+	}
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", err
+		}
+		return strings.TrimSpace(string(b)), nil
+	}
+	v, _ := env(envName)
+	return v, nil
 }
 
 // defaultMaxRegistrations is --max-registrations' default.
@@ -145,6 +194,8 @@ type app struct {
 	ing             *wire.Ingester
 	srv             *httpd.Server
 	ln              net.Listener
+	gate            *httpd.Gate
+	state           *stateStore
 	static          []staticEntry
 	shutdownTimeout time.Duration
 }
@@ -244,6 +295,21 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("cannot start the ingester", "err", err)
 		return nil, 1
 	}
+	access, policy, err := accessOf(&s, env)
+	if err != nil {
+		ing.Close()
+		log.Error("invalid access settings", "err", err)
+		return nil, 2
+	}
+	gate := httpd.NewGate(ing, ix, policy)
+	var state *stateStore
+	if s.stateDir != "" {
+		if state, err = newStateStore(s.stateDir); err != nil {
+			ing.Close()
+			log.Error("cannot use the state directory", "err", err)
+			return nil, 1
+		}
+	}
 	ver := buildVersion()
 	lim := httpd.NewLimiter(fds.conns, s.maxInflightBody, log)
 	srv, err := httpd.New(ix, ing, httpd.Options{
@@ -252,6 +318,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		Version:        ver,
 		Logger:         log,
 		Limiter:        lim,
+		Access:         access,
+		Gate:           gate,
 		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics()},
 	})
 	if err != nil {
@@ -266,8 +334,55 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("cannot listen", "addr", addr, "err", err)
 		return nil, 1
 	}
-	log.Info("conductor starting", "version", ver, "config", path)
-	return &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, static: cfg.Static, shutdownTimeout: s.shutdownTimeout}, 0
+	policy.DenyOwn(ln.Addr().(*net.TCPAddr).Port)
+	log.Info("conductor starting", "version", ver, "config", path, "listen", s.listen,
+		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken+s.queryTokenFile != "",
+		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
+	if !access.Open() {
+		log.Info("bearer tokens required on mutating and introspection endpoints")
+	} else if ip := net.ParseIP(s.listen); ip == nil || !ip.IsLoopback() {
+		log.Warn("listening beyond loopback with no --admin-token: anyone who reaches the port can register, unregister and read the registry",
+			"listen", s.listen)
+	}
+	return &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
+		shutdownTimeout: s.shutdownTimeout}, 0
+}
+
+// accessOf builds the token policy and the endpoint allowlist from the flags.
+func accessOf(s *settings, env func(string) (string, bool)) (*httpd.Access, *httpd.EndpointPolicy, error) {
+	admin, err := secret(s.adminToken, s.adminTokenFile, "CONDUCTOR_ADMIN_TOKEN", env)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--admin-token-file: %w", err)
+	}
+	query, err := secret(s.queryToken, s.queryTokenFile, "CONDUCTOR_QUERY_TOKEN", env)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--query-token-file: %w", err)
+	}
+	var clients map[string]string
+	if s.clientTokens != "" {
+		f, err := os.Open(s.clientTokens)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--client-tokens-file: %w", err)
+		}
+		clients, err = httpd.ParseClientTokens(f)
+		f.Close()
+		if err != nil {
+			return nil, nil, fmt.Errorf("--client-tokens-file %s: %w", s.clientTokens, err)
+		}
+	}
+	if query != "" {
+		s.queryToken = query
+	}
+	access, err := httpd.NewAccess(httpd.AccessOptions{AdminToken: admin, QueryToken: query, ClientTokens: clients,
+		ProtectMetrics: s.protectMetrics})
+	if err != nil {
+		return nil, nil, err
+	}
+	policy, err := httpd.ParseEndpointPolicy(s.allowEndpoints)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--allow-endpoints: %w", err)
+	}
+	return access, policy, nil
 }
 
 // listenerMetrics exposes conductor_listeners{state=…}: subscriptions per
@@ -297,6 +412,8 @@ func (a *app) Addr() string { return a.ln.Addr().String() }
 // serve runs the HTTP server and the static registrations until ctx is done,
 // then shuts down: stop accepting, drain in-flight requests, stop subscribers.
 func (a *app) serve(ctx context.Context) int {
+	a.restoreState()
+	a.persist()
 	a.log.Info("HTTP server listening", "addr", a.Addr())
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- a.srv.Serve(a.ln) }()
@@ -342,7 +459,7 @@ func (a *app) registerStatic(ctx context.Context) {
 			break
 		}
 		r := e.Reg
-		if _, err := a.ing.Register(r); err != nil {
+		if _, err := a.gate.Register(httpd.Principal{Name: configOwner, Admin: true}, r); err != nil {
 			failed++
 			a.log.Error("static service failed", "entry", e.Source, "service", r.InstanceID+"|"+r.TenantID+"|"+strconv.Itoa(int(r.DPRank)),
 				"endpoint", r.Endpoint, "err", err)

@@ -57,7 +57,8 @@ func startConductor(t *testing.T, config string, args ...string) *proc {
 		}
 	}
 	logs := &syncBuffer{}
-	all := append([]string{"--http-port", "0", "--listen", "127.0.0.1", "--log-level", "debug", "--shutdown-timeout", "5s"}, args...)
+	all := append([]string{"--http-port", "0", "--listen", "127.0.0.1", "--log-level", "debug", "--shutdown-timeout", "5s",
+		"--state-dir", filepath.Join(dir, "state")}, args...)
 	a, code := newApp(all, envOf(map[string]string{"CONDUCTOR_CONFIG_PATH": path, "HOME": dir}), io.Discard, logs)
 	if a == nil {
 		t.Fatalf("newApp: exit %d\n%s", code, logs)

@@ -1,0 +1,260 @@
+package main
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/httpd"
+)
+
+// Durable registrations. Every successful /register and /unregister (of any
+// surface) rewrites DIR/registrations.json before it is answered:
+//
+//  1. the new generation is written to registrations.json.tmp and fsynced;
+//  2. the current file, if any, is renamed to registrations.json.prev;
+//  3. the temporary file is renamed to registrations.json and DIR is fsynced.
+//
+// A crash between any two steps leaves either the new file or the previous
+// good one. The file carries a SHA-256 of its registrations; at start the
+// current file is tried, then the previous one, and a torn or corrupt file is
+// reported at ERROR and moved aside (never overwritten, never a crash). When
+// a write fails (disk full, read-only directory) the change is undone and the
+// request answered 500 state_not_saved (httpd.Gate.OnChange); queries keep
+// working. Configuration-file registrations come from the file at every start
+// and are not written. Proved by the TestState* tests.
+const (
+	stateFile    = "registrations.json"
+	stateVersion = 1
+	configOwner  = "config" // the owner of configuration-file registrations
+)
+
+// stateDoc is the file's JSON.
+type stateDoc struct {
+	Version       int             `json:"version"`
+	Generation    uint64          `json:"generation"`
+	Written       string          `json:"written"`
+	Checksum      string          `json:"checksum"` // hex SHA-256 of Registrations as written
+	Registrations json.RawMessage `json:"registrations"`
+	decoded       []stateEntry
+}
+
+// stateEntry is one registration: its owner and its /register JSON body.
+type stateEntry struct {
+	Owner    string          `json:"owner"`
+	Register json.RawMessage `json:"register"`
+}
+
+// stateStore reads and writes the state directory.
+type stateStore struct {
+	dir string
+	gen uint64
+	// createTemp opens the temporary file (tests replace it to fail writes).
+	createTemp func(path string) (*os.File, error)
+}
+
+func newStateStore(dir string) (*stateStore, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("state dir %s: %w", dir, err)
+	}
+	return &stateStore{dir: dir, createTemp: func(p string) (*os.File, error) {
+		return os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	}}, nil
+}
+
+func (s *stateStore) path(suffix string) string { return filepath.Join(s.dir, stateFile+suffix) }
+
+// registerJSON renders r as a /register JSON body (the JSON dialect's keys),
+// which httpd.DecodeRegistration reads back with the API's own rules.
+func registerJSON(r *core.Registration) ([]byte, error) {
+	m := map[string]any{
+		"endpoint": r.Endpoint, "type": r.Type.String(), "modelname": r.ModelName,
+		"instance_id": r.InstanceID, "block_size": r.BlockSize, "dp_rank": r.DPRank,
+		"tenant_id": r.TenantID,
+	}
+	for k, v := range map[string]string{"replay_endpoint": r.ReplayEndpoint, "lora_name": r.LoraName,
+		"additionalsalt": r.AdditionalSalt} {
+		if v != "" {
+			m[k] = v
+		}
+	}
+	if r.CacheGroup != nil {
+		m["cache_group"] = *r.CacheGroup
+	}
+	if r.ProfileExplicit {
+		sp := r.Profile.Spec
+		m["hash_profile"] = map[string]string{"strategy": sp.Strategy, "algorithm": sp.Algorithm,
+			"python_hash_seed": sp.PythonHashSeed, "index_projection": sp.IndexProjection}
+	}
+	return json.Marshal(m)
+}
+
+// save writes regs (configuration-file ones left out) as the next generation.
+func (s *stateStore) save(regs []core.Registration) error {
+	entries := make([]stateEntry, 0, len(regs))
+	for i := range regs {
+		if regs[i].Owner == configOwner {
+			continue
+		}
+		b, err := registerJSON(&regs[i])
+		if err != nil {
+			return err
+		}
+		entries = append(entries, stateEntry{Owner: regs[i].Owner, Register: b})
+	}
+	sort.Slice(entries, func(i, j int) bool { return bytes.Compare(entries[i].Register, entries[j].Register) < 0 })
+	body, err := json.Marshal(entries)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(body)
+	doc := stateDoc{Version: stateVersion, Generation: s.gen + 1, Written: time.Now().UTC().Format(time.RFC3339Nano),
+		Checksum: hex.EncodeToString(sum[:]), Registrations: body}
+	data, err := json.Marshal(doc) // compact: the checksum covers the registrations' bytes as written
+	if err != nil {
+		return err
+	}
+	tmp := s.path(".tmp")
+	f, err := s.createTemp(tmp)
+	if err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	_, werr := f.Write(append(data, '\n'))
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write state: %w", werr)
+	}
+	if err := os.Rename(s.path(""), s.path(".prev")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("write state: keep previous generation: %w", err)
+	}
+	if err := os.Rename(tmp, s.path("")); err != nil {
+		return fmt.Errorf("write state: %w", err)
+	}
+	if d, err := os.Open(s.dir); err == nil {
+		err = d.Sync()
+		d.Close()
+		if err != nil {
+			return fmt.Errorf("write state: sync dir: %w", err)
+		}
+	}
+	s.gen = doc.Generation
+	return nil
+}
+
+// stateLoad is what load found.
+type stateLoad struct {
+	entries []stateEntry
+	from    string   // the file the entries came from ("" when none)
+	gen     uint64   // its generation
+	bad     []string // files found torn or corrupt (moved aside), with why
+}
+
+// load reads the newest good generation. Torn or corrupt files are moved
+// aside to FILE.corrupt-<unix time> and reported in bad.
+func (s *stateStore) load() stateLoad {
+	var out stateLoad
+	for _, suffix := range []string{"", ".prev"} {
+		p := s.path(suffix)
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		doc, err := parseState(data, err)
+		if err != nil {
+			aside := fmt.Sprintf("%s.corrupt-%d", p, time.Now().Unix())
+			_ = os.Rename(p, aside)
+			out.bad = append(out.bad, fmt.Sprintf("%s: %v (moved to %s)", p, err, aside))
+			continue
+		}
+		if out.from == "" {
+			out.entries, out.from, out.gen = doc.decoded, p, doc.Generation
+		}
+	}
+	s.gen = out.gen
+	return out
+}
+
+func parseState(data []byte, readErr error) (stateDoc, error) {
+	var doc stateDoc
+	if readErr != nil {
+		return doc, readErr
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return doc, fmt.Errorf("not a state document: %w", err)
+	}
+	if doc.Version != stateVersion {
+		return doc, fmt.Errorf("version %d, want %d", doc.Version, stateVersion)
+	}
+	sum := sha256.Sum256(doc.Registrations)
+	if hex.EncodeToString(sum[:]) != doc.Checksum {
+		return doc, errors.New("checksum mismatch (torn or edited)")
+	}
+	if err := json.Unmarshal(doc.Registrations, &doc.decoded); err != nil {
+		return doc, fmt.Errorf("registrations: %w", err)
+	}
+	return doc, nil
+}
+
+// restoreState registers what the state directory holds, through the gate
+// (so the endpoint policy applies), each under its recorded owner. Entries
+// that no longer decode or register are logged and dropped from the next
+// generation.
+func (a *app) restoreState() {
+	if a.state == nil {
+		return
+	}
+	ld := a.state.load()
+	for _, b := range ld.bad {
+		a.log.Error("registration state file is torn or corrupt; using the previous good generation", "problem", b)
+	}
+	if ld.from == "" {
+		if len(ld.bad) > 0 {
+			a.log.Error("no good registration state left: starting without restored registrations", "dir", a.state.dir)
+		} else {
+			a.log.Info("no registration state yet", "dir", a.state.dir)
+		}
+		return
+	}
+	ok, failed := 0, 0
+	for _, e := range ld.entries {
+		reg, err := httpd.DecodeRegistration(e.Register, true, httpd.DecodeOptions{})
+		if err == nil {
+			_, err = a.gate.Register(httpd.Principal{Name: e.Owner, Admin: true}, reg)
+		}
+		if err != nil {
+			failed++
+			a.log.Error("restored registration refused", "entry", string(e.Register), "err", err)
+			continue
+		}
+		ok++
+	}
+	a.log.Info("registrations restored", "file", ld.from, "generation", ld.gen, "restored", ok, "failed", failed)
+}
+
+// persist turns on durable registrations: from now on every change is
+// written before it is answered; the current set is written once now.
+func (a *app) persist() {
+	if a.state == nil {
+		return
+	}
+	if err := a.state.save(a.ix.Services()); err != nil {
+		a.log.Error("cannot write the registration state; registrations will fail until it can be written",
+			"dir", a.state.dir, "err", err)
+	}
+	a.gate.OnChange = a.state.save
+}

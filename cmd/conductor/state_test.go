@@ -1,0 +1,233 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/seed-c7a81618/conductor/bench"
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/httpd"
+)
+
+func sampleRegs(t *testing.T) []core.Registration {
+	t.Helper()
+	prof, err := hash.Resolve(hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "42", IndexProjection: "low64_be"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	zero := int64(0)
+	return []core.Registration{
+		{Endpoint: "tcp://10.0.0.1:5557", ReplayEndpoint: "tcp://10.0.0.1:5558", Type: core.PublisherVLLM, ModelName: "m",
+			LoraName: "sql", TenantID: "t1", InstanceID: "a", BlockSize: 16, DPRank: 2, AdditionalSalt: "w8a8",
+			CacheGroup: &zero, Profile: prof, ProfileExplicit: true, Owner: "team-a"},
+		{Endpoint: "tcp://10.0.0.2:5557", Type: core.PublisherSGLang, ModelName: "q", TenantID: "default", InstanceID: "b",
+			BlockSize: 64, Profile: hash.DefaultProfile(), Owner: "admin"},
+		{Endpoint: "tcp://10.0.0.3:5557", Type: core.PublisherVLLM, ModelName: "c", TenantID: "default", InstanceID: "c",
+			BlockSize: 16, Profile: hash.DefaultProfile(), Owner: configOwner},
+	}
+}
+
+// decodeAll reads entries back with the API's own decoder.
+func decodeAll(t *testing.T, entries []stateEntry) []core.Registration {
+	t.Helper()
+	var out []core.Registration
+	for _, e := range entries {
+		r, err := httpd.DecodeRegistration(e.Register, true, httpd.DecodeOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", e.Register, err)
+		}
+		r.Owner = e.Owner
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestStateRoundTrip: what save writes, load and the /register decoder give
+// back exactly (configuration-file registrations are not written).
+func TestStateRoundTrip(t *testing.T) {
+	st, err := newStateStore(filepath.Join(t.TempDir(), "s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs := sampleRegs(t)
+	if err := st.save(regs); err != nil {
+		t.Fatal(err)
+	}
+	ld := st.load()
+	if len(ld.bad) != 0 || ld.gen != 1 {
+		t.Fatalf("%+v", ld)
+	}
+	got := decodeAll(t, ld.entries)
+	if len(got) != 2 {
+		t.Fatalf("%d entries", len(got))
+	}
+	byID := map[string]core.Registration{}
+	for _, r := range got {
+		byID[r.InstanceID] = r
+	}
+	for _, want := range regs[:2] {
+		g := byID[want.InstanceID]
+		if !sameReg(&g, &want) {
+			t.Fatalf("round trip\n got %+v\nwant %+v", g, want)
+		}
+	}
+}
+
+func sameReg(a, b *core.Registration) bool {
+	if (a.CacheGroup == nil) != (b.CacheGroup == nil) {
+		return false
+	}
+	x, y := *a, *b
+	x.CacheGroup, y.CacheGroup = nil, nil
+	return x == y
+}
+
+// TestStateTornFile: a torn current file falls back to the previous
+// generation; both bad means no restored registrations, reported, and the
+// bad files kept aside.
+func TestStateTornFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s")
+	st, err := newStateStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs := sampleRegs(t)
+	if err := st.save(regs[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.save(regs[:2]); err != nil {
+		t.Fatal(err)
+	}
+	cur := filepath.Join(dir, stateFile)
+	data, _ := os.ReadFile(cur)
+	if err := os.WriteFile(cur, data[:len(data)/2], 0o600); err != nil { // torn mid-write
+		t.Fatal(err)
+	}
+	ld := (&stateStore{dir: dir}).load()
+	if len(ld.bad) != 1 || ld.gen != 1 || len(ld.entries) != 1 || !strings.HasSuffix(ld.from, ".prev") {
+		t.Fatalf("%+v", ld)
+	}
+	// an edited (checksum-breaking) previous file too: nothing left
+	prev := filepath.Join(dir, stateFile+".prev")
+	data, _ = os.ReadFile(prev)
+	if err := os.WriteFile(prev, []byte(strings.Replace(string(data), "10.0.0.1", "10.6.6.6", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ld = (&stateStore{dir: dir}).load()
+	if len(ld.bad) != 1 || ld.from != "" || len(ld.entries) != 0 || !strings.Contains(ld.bad[0], "checksum") {
+		t.Fatalf("%+v", ld)
+	}
+	aside, _ := filepath.Glob(filepath.Join(dir, "*.corrupt-*"))
+	if len(aside) != 2 {
+		t.Fatalf("corrupt files kept aside: %v", aside)
+	}
+}
+
+// TestStateWriteFailuresKeepServing: disk full (the temporary file is
+// /dev/full) and a directory that is gone fail register and unregister with
+// 500 state_not_saved, change nothing, and queries keep working.
+func TestStateWriteFailuresKeepServing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	p := startConductor(t, "", "--state-dir", dir)
+	reg := func(inst, ep string) (int, string) {
+		code, _, body := httpDo(t, "POST", p.url("/register"), "application/json", []byte(fmt.Sprintf(
+			`{"endpoint":%q,"type":"vLLM","modelname":"m","instance_id":%q,"block_size":16,"dp_rank":0}`, ep, inst)))
+		return code, string(body)
+	}
+	if code, body := reg("a", "tcp://127.0.0.1:1"); code != 200 {
+		t.Fatalf("%d %s", code, body)
+	}
+	tmp := filepath.Join(dir, stateFile+".tmp")
+	if err := os.Symlink("/dev/full", tmp); err != nil {
+		t.Fatal(err)
+	}
+	code, body := reg("b", "tcp://127.0.0.1:2")
+	if code != 500 || !strings.Contains(body, "state_not_saved") || !strings.Contains(body, "no space left") {
+		t.Fatalf("register on a full disk: %d %s", code, body)
+	}
+	if err := os.Symlink("/dev/full", tmp); err != nil { // the failed write removed its temporary file
+		t.Fatal(err)
+	}
+	code, _, b := httpDo(t, "POST", p.url("/unregister"), "application/json", []byte(`{"instance_id":"a","dp_rank":0}`))
+	if code != 500 || !strings.Contains(string(b), "state_not_saved") {
+		t.Fatalf("unregister on a full disk: %d %s", code, b)
+	}
+	if n := getJSON(t, p.url("/services"))["count"]; n != json.Number("1") {
+		t.Fatalf("services after failed writes: %v", n)
+	}
+	if code, _, _ := httpDo(t, "POST", p.url("/query"), "application/json", []byte(`{"model":"m","block_size":16,"token_ids":[1]}`)); code != 200 {
+		t.Fatalf("query: %d", code)
+	}
+	// the directory disappears and a file takes its place: still a clean 500
+	os.Remove(tmp)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dir, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := reg("c", "tcp://127.0.0.1:3"); code != 500 || !strings.Contains(body, "state_not_saved") {
+		t.Fatalf("register without a directory: %d %s", code, body)
+	}
+	os.Remove(dir)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := reg("c", "tcp://127.0.0.1:3"); code != 200 {
+		t.Fatalf("register once the disk is back: %d %s", code, body)
+	}
+}
+
+// TestStateSurvivesSIGKILL: registrations made over HTTP come back after
+// SIGKILL and restart, and the index refills from the engine's replay ring.
+func TestStateSurvivesSIGKILL(t *testing.T) {
+	pub, err := bench.NewPublisher(bench.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	dir := filepath.Join(t.TempDir(), "state")
+	c := startChild(t, 0, "--state-dir", dir)
+	url := func(c *child, path string) string { return "http://" + c.addr + path }
+	code, _, body := httpDo(t, "POST", url(c, "/register"), "application/json", []byte(fmt.Sprintf(
+		`{"endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"engine-a","block_size":16,"dp_rank":0}`,
+		pub.Endpoint(), pub.ReplayEndpoint())))
+	if code != 200 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	tokens := make([]int32, 64)
+	for i := range tokens {
+		tokens[i] = int32(7 * i)
+	}
+	mustPublish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1, 0,
+		bench.EngineStored{Hashes: []uint64{1, 2, 3, 4}, Tokens: tokens, BlockSize: 16, Medium: "GPU"}))
+	query := []byte(`{"model":"m","block_size":16,"token_ids":` + jsonList(tokens) + `}`)
+	hit := func(c *child) bool {
+		code, _, b := httpDo(t, "POST", url(c, "/query"), "application/json", query)
+		return code == 200 && strings.Contains(string(b), `"longest_matched":64`)
+	}
+	// the first batch may fall in ZMQ's slow-joiner window: proactive replay
+	// on connect brings it either way
+	waitFor(t, "hit before the kill", func() bool { return hit(c) })
+
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	c.done <- nil
+	c2 := startChild(t, 0, "--state-dir", dir)
+	if !strings.Contains(c2.logs.String(), "registrations restored") {
+		t.Fatalf("no restore logged:\n%s", c2.logs)
+	}
+	svcs := getJSON(t, url(c2, "/services"))
+	if svcs["count"] != json.Number("1") {
+		t.Fatalf("services after restart: %v", svcs)
+	}
+	waitFor(t, "hit after restart (replayed)", func() bool { return hit(c2) })
+}
