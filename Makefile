@@ -8,7 +8,7 @@ BENCH ?= .
 BENCHTIME ?= 1s
 RUN_ARGS ?=
 
-.PHONY: all deps build run test vet fmt-check race unit fuzz fuzz-smoke bench clean
+.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke bench clean
 
 all: build
 
@@ -60,6 +60,12 @@ fuzz: deps
 
 test: deps vet fmt-check race unit fuzz-smoke
 	@echo "make test: all checks passed"
+
+# test-faults runs the fault suite at full size (its short form is part of
+# `make test`): publisher restarts, floods, malformed frames, bad replay
+# endpoints, SIGKILL during ingest, registration churn, disk full, fd exhaustion.
+test-faults: deps
+	CONDUCTOR_FAULTS=full $(GO) test -count=1 -timeout 20m -v -run 'TestFault|TestFDExhaustion|TestState' ./cmd/conductor
 
 bench: deps
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
