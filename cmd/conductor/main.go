@@ -16,10 +16,15 @@
 //     and skipped; unknown entry keys are ignored.
 //  2. the environment: CONDUCTOR_LOG_LEVEL (DEBUG | INFO | WARN | ERROR, any case;
 //     invalid → warning and INFO).
-//  3. flags: --http-port, --listen (bind address, default 0.0.0.0 like the C++
-//     conductor), --log-level, --log-format (text | json), --max-body-bytes,
-//     --max-query-tokens, --max-registrations, --context-size-hint,
-//     --shutdown-timeout, --version.
+//  3. flags: --http-port, --listen (bind address, default 127.0.0.1), --log-level,
+//     --log-format (text | json), the limits (--max-body-bytes,
+//     --max-inflight-body-bytes, --max-connections, --max-query-tokens,
+//     --max-registrations; fitted into the file descriptor budget at start),
+//     --context-size-hint, --shutdown-timeout, --state-dir (durable
+//     registrations), the access flags (--admin-token[-file],
+//     --query-token[-file], --client-tokens-file, --protect-metrics,
+//     --allow-endpoints; tokens also from CONDUCTOR_ADMIN_TOKEN and
+//     CONDUCTOR_QUERY_TOKEN), --version.
 //
 // Static registrations start in the background after the HTTP server listens;
 // failures are logged and never block or abort startup. Logs are log/slog on
