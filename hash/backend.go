@@ -3,7 +3,6 @@ package hash
 import (
 	"crypto/sha256"
 	"errors"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
@@ -15,10 +14,6 @@ import (
 
 // ErrUnknownBackend is returned by SetBackend for a name other than auto, stdlib, simd.
 var ErrUnknownBackend = errors.New("conductor: unknown SHA-256 backend")
-
-// BackendEnv names the environment variable that forces a SHA-256 backend:
-// auto (default), stdlib or simd. It is read once, on first use.
-const BackendEnv = "CONDUCTOR_SHA256_BACKEND"
 
 // backendID is the dispatch enum captured by each Chain at Reset, so the per-block
 // cost of dispatch is one predictable branch rather than an interface call.
@@ -41,35 +36,28 @@ type BackendInfo struct {
 	Name     string   // "stdlib" or "simd"
 	Features []string // CPU features relevant to SHA-256, e.g. "sha_ni", "avx2", "avx512f"
 	Auto     bool     // true when picked by auto rather than forced
-	Note     string   // non-empty when BackendEnv held an unknown value (auto was used)
 }
 
+// The backend is a process-wide choice: auto until SetBackend says otherwise
+// (the conductor command's --sha256-backend flag; the library reads no
+// environment).
 var (
 	backendOnce sync.Once
 	backendCur  atomic.Uint32 // backendID
 	backendAuto atomic.Bool
-	backendNote string // written once inside backendOnce
 )
 
-// activeBackend returns the backend new chains use, reading BackendEnv on first call.
+// activeBackend returns the backend new chains use (auto until SetBackend).
 func activeBackend() backendID {
-	backendOnce.Do(initBackend)
+	backendOnce.Do(func() { _ = setBackend("auto") })
 	return backendID(backendCur.Load())
-}
-
-func initBackend() {
-	v := os.Getenv(BackendEnv)
-	if err := setBackend(v); err != nil {
-		backendNote = BackendEnv + "=" + strconv.Quote(v) + " not recognised; using auto"
-		_ = setBackend("auto")
-	}
 }
 
 // Backend reports the SHA-256 backend new chains use and the CPU features behind
 // the choice. Safe for concurrent use.
 func Backend() BackendInfo {
 	be := activeBackend()
-	return BackendInfo{Name: be.String(), Features: cpuFeatures(), Auto: backendAuto.Load(), Note: backendNote}
+	return BackendInfo{Name: be.String(), Features: cpuFeatures(), Auto: backendAuto.Load()}
 }
 
 // SetBackend forces the SHA-256 backend for chains Reset afterwards: "auto" (or "")
@@ -77,7 +65,7 @@ func Backend() BackendInfo {
 // backend produces identical digests; tests run every vector under each. Safe for
 // concurrent use, but a Chain keeps the backend it was Reset with.
 func SetBackend(name string) error {
-	backendOnce.Do(initBackend)
+	activeBackend()
 	return setBackend(name)
 }
 

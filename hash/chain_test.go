@@ -303,17 +303,11 @@ func TestBackendSelection(t *testing.T) {
 	if Backend().Name != info.Name {
 		t.Error("a rejected name changed the backend")
 	}
-	// The env path: an unknown value falls back to auto and says so.
-	t.Setenv(BackendEnv, "bogus")
-	initBackend()
-	if b := Backend(); !b.Auto || !strings.Contains(b.Note, "bogus") {
-		t.Errorf("env bogus: %+v", b)
+	if err := SetBackend("stdlib"); err != nil {
+		t.Fatal(err)
 	}
-	t.Setenv(BackendEnv, "stdlib")
-	backendNote = ""
-	initBackend()
-	if b := Backend(); b.Name != "stdlib" || b.Auto || b.Note != "" {
-		t.Errorf("env stdlib: %+v", b)
+	if b := Backend(); b.Name != "stdlib" || b.Auto {
+		t.Errorf("stdlib: %+v", b)
 	}
 	// A chain keeps the backend it was Reset with.
 	p := mustResolve(t, Spec{"vllm_v1", "sha256", "0", "low64_be"})

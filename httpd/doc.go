@@ -71,7 +71,8 @@
 // conductor_query_tokens_total, conductor_query_context_misses_total,
 // conductor_query_rows_total, conductor_query_hit_rows_total; read from the
 // index at scrape time: conductor_contexts, conductor_prefixes,
-// conductor_blocks{tier} ((block, owner) holdings; O(blocks) per scrape),
+// conductor_blocks{tier} ((block, owner) holdings; O(1) per scrape: core keeps the
+// counts as blocks change, core.Index.TierBlocks),
 // conductor_registrations{type}, conductor_index_* event counters; then every
 // Options.ExtraMetrics set (the process adds the ingester's conductor_ingest_*
 // series and conductor_listeners{state}) and the go_* / process_* metrics.

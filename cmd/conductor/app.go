@@ -19,6 +19,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/httpd"
 	"github.com/seed-c7a81618/conductor/wire"
 )
@@ -71,6 +72,7 @@ type settings struct {
 	clientTokens   string
 	protectMetrics bool
 	allowEndpoints string
+	sha256Backend  string
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -98,6 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.StringVar(&s.queryToken, "query-token", "", "bearer token required on /query (default none: queries open; prefer --query-token-file or $CONDUCTOR_QUERY_TOKEN)")
 	fs.StringVar(&s.queryTokenFile, "query-token-file", "", "file holding the query token")
 	fs.StringVar(&s.clientTokens, "client-tokens-file", "", `file of "identity token" lines: identities that may register and unregister their own registrations`)
+	fs.StringVar(&s.sha256Backend, "sha256-backend", "", "SHA-256 implementation: auto, stdlib or simd (default $CONDUCTOR_SHA256_BACKEND, else auto: picked from CPU features)")
 	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
 	fs.StringVar(&s.allowEndpoints, "allow-endpoints", httpd.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
@@ -270,6 +273,18 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	if s.httpPort >= 0 {
 		port = s.httpPort
 	}
+
+	backend, backendSrc := s.sha256Backend, "--sha256-backend"
+	if backend == "" {
+		backend, _ = env("CONDUCTOR_SHA256_BACKEND")
+		backendSrc = "CONDUCTOR_SHA256_BACKEND"
+	}
+	if err := hash.SetBackend(backend); err != nil {
+		log.Error("invalid SHA-256 backend", "source", backendSrc, "err", err)
+		return nil, 2
+	}
+	bi := hash.Backend()
+	log.Info("SHA-256 backend", "backend", bi.Name, "auto", bi.Auto, "cpu_features", strings.Join(bi.Features, ","))
 
 	soft, hard, err := raiseNoFile()
 	if err != nil {

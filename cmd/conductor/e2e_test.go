@@ -210,16 +210,24 @@ func TestEndToEnd(t *testing.T) {
 	}
 	expectQuery(t, p, "/query", "application/msgpack", queryA, `{"instances":{}}`)
 	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 128, 128, 128, 128))
+	// Events after unregistering change nothing. Not a sleep: engine-a's
+	// listener is gone (its per-stream series are dropped with it), so nothing
+	// can apply what pubA sends; a sentinel on the still-registered engine-b
+	// proves conductor kept processing while pubA's batch was out.
+	waitFor(t, "engine-a's listener gone", func() bool {
+		_, _, m := httpDo(t, "GET", p.url("/metrics"), "", nil)
+		return !bytes.Contains(m, []byte(`instance="engine-a"`))
+	})
+	mustPublish(t, pubA, bench.AppendVLLMBatch(nil, bench.EraMap, 4, 0,
+		bench.EngineStored{Hashes: hA, Tokens: tokens[:128], BlockSize: 16, Medium: "GPU"}))
+	mustPublish(t, pubB, bench.AppendVLLMBatch(nil, bench.EraMap, 3, 0, bench.EngineRemoved{Hashes: engineHashes[4:], Medium: "GPU"}))
+	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 64, 64, 64, 64))
+	expectQuery(t, p, "/query", "application/msgpack", queryA, `{"instances":{}}`)
 	code, _, body = httpDo(t, "POST", p.url("/unregister"), "application/msgpack", mpMap("instance_id", "engine-b", "dp_rank", 0))
 	if code != 200 {
 		t.Fatalf("unregister engine-b: %d %s", code, body)
 	}
 	expectQuery(t, p, "/query", "application/json", queryB, `{}`)
-	// events after unregistering change nothing
-	mustPublish(t, pubA, bench.AppendVLLMBatch(nil, bench.EraMap, 4, 0,
-		bench.EngineStored{Hashes: hA, Tokens: tokens[:128], BlockSize: 16, Medium: "GPU"}))
-	time.Sleep(50 * time.Millisecond)
-	expectQuery(t, p, "/query", "application/msgpack", queryA, `{"instances":{}}`)
 	if n := getJSON(t, p.url("/services"))["count"]; n != json.Number("0") {
 		t.Fatalf("services left: %v", n)
 	}
