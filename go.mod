@@ -10,6 +10,7 @@ require (
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
 	github.com/tinylib/msgp v1.6.5
 	github.com/valyala/fasthttp v1.78.0
+	github.com/valyala/fastjson v1.6.10
 	github.com/zeebo/xxh3 v1.1.0
 )
 
