@@ -110,6 +110,11 @@ type Ingester struct {
 	// operation in progress. Lock order: opMu → mu.
 	mu        sync.Mutex
 	listeners map[core.ServiceKey]*listener
+
+	// testCmdHook, set by tests before the first Register, runs on a listener's
+	// goroutine after each command is handled and acknowledged: a yield point
+	// that lets a test force an interleaving (export_test.go).
+	testCmdHook func(l *listener, op cmdOp)
 }
 
 // NewIngester returns an Ingester feeding ix. It creates its own libzmq context,

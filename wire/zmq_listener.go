@@ -117,6 +117,11 @@ type receiver struct {
 	poller, rpoller                *zmq.Poller
 	rpollSub                       int // index of subSoc in rpoller
 	gen                            uint64
+	// epoch changes whenever the SUB socket is closed (Pause, failure): work
+	// that spans command handling (a replay, a held live message) captures it
+	// and stops when it changed, even if a Resume in the same batch of commands
+	// reopened the sockets (TestZMQPauseResumeDuringReplay).
+	epoch uint64
 
 	dec   Decoder
 	batch core.Batch
@@ -396,6 +401,9 @@ func (l *listener) handleCmd(req cmdReq) {
 	if req.ack != nil {
 		close(req.ack)
 	}
+	if h := l.g.testCmdHook; h != nil {
+		h(l, req.op)
+	}
 }
 
 // interrupted reports whether a command requires the current work to stop.
@@ -403,17 +411,26 @@ func (l *listener) interrupted() bool {
 	return l.rx.stopping || l.rx.paused || l.rx.subSoc == nil
 }
 
+// changed reports whether the work begun at epoch must stop: a command asked
+// for it, or the sockets were closed since (and maybe reopened by a Resume
+// handled in the same batch: the poller, the DEALER and any held message
+// belong to the old sockets).
+func (l *listener) changed(epoch uint64) bool {
+	return l.interrupted() || l.rx.epoch != epoch
+}
+
 // step does one round of the receive loop: buffered live messages first, then a
 // proactive replay if a (re)connection asked for one, then a poll.
 func (l *listener) step() {
 	rx := &l.rx
 	if rx.pendingHead < len(rx.pending) {
+		epoch := rx.epoch
 		for i := 0; i < drainMax && rx.pendingHead < len(rx.pending); i++ {
 			frames := rx.pending[rx.pendingHead]
 			rx.pending[rx.pendingHead] = nil
 			rx.pendingHead++
 			l.handleLive(frames)
-			if l.interrupted() {
+			if l.changed(epoch) {
 				return
 			}
 		}
@@ -438,13 +455,14 @@ func (l *listener) step() {
 		l.pollCmds()
 		return
 	}
+	epoch := rx.epoch
 	for _, p := range polled {
 		switch p.Socket {
 		case rx.wakeRx:
 			l.drainWake()
 			l.pollCmds()
-			if l.interrupted() {
-				return
+			if l.changed(epoch) {
+				return // the other polled sockets may be closed ones
 			}
 		case rx.monSoc:
 			l.drainMonitor()
@@ -453,7 +471,7 @@ func (l *listener) step() {
 			}
 		case rx.subSoc:
 			l.drainSub()
-			if l.interrupted() {
+			if l.changed(epoch) {
 				return
 			}
 		}
@@ -529,6 +547,7 @@ func (l *listener) warnMonitor(msg string, args ...any) {
 // drainSub handles up to drainMax live messages.
 func (l *listener) drainSub() {
 	rx := &l.rx
+	epoch := rx.epoch
 	for i := 0; i < drainMax; i++ {
 		frames, err := l.recv(rx.subSoc, rx.subFast)
 		if err != nil {
@@ -538,7 +557,7 @@ func (l *listener) drainSub() {
 			return
 		}
 		l.handleLive(frames)
-		if l.interrupted() || rx.pendingHead < len(rx.pending) {
+		if l.changed(epoch) || rx.pendingHead < len(rx.pending) {
 			return // buffered messages go before anything still in the socket
 		}
 	}
@@ -571,6 +590,7 @@ func (l *listener) handleLive(frames [][]byte) {
 		v = seqRestart
 	}
 	// What follows may replay, which reuses the receive buffer payload aliases.
+	epoch := rx.epoch
 	rx.held = append(rx.held[:0], payload...)
 	payload = rx.held
 	switch v {
@@ -590,7 +610,7 @@ func (l *listener) handleLive(frames [][]byte) {
 			l.replay(s, true)
 		}
 	}
-	if l.interrupted() {
+	if l.changed(epoch) {
 		return // paused or stopping: the message is dropped; resume replays it
 	}
 	// Place the message after whatever the replay applied.

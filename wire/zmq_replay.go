@@ -74,6 +74,7 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 	}
 	l.log.Debug("replay requested", "from", from, "until", until, "bounded", bounded)
 
+	epoch := rx.epoch
 	deadline := now.Add(l.opts.ReplayTotalTimeout)
 	recvDeadline := now.Add(l.opts.ReplayTimeout)
 	staleSeen, below := false, false
@@ -106,7 +107,9 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 			case rx.wakeRx:
 				l.drainWake()
 				l.pollCmds()
-				if l.interrupted() {
+				// Re-check after every batch of commands: a Pause and a Resume
+				// handled together leave new sockets and no DEALER (nor rpoller).
+				if l.changed(epoch) {
 					l.resetDealer()
 					return replayInterrupted
 				}

@@ -104,6 +104,9 @@ func (l *listener) closeSub() {
 		// TestZMQRegisterUnregisterNoLeak catches it.
 		_ = rx.subSoc.Monitor("", 0)
 	}
+	if rx.subSoc != nil {
+		rx.epoch++
+	}
 	closeSocket(rx.subSoc)
 	closeSocket(rx.monSoc)
 	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay = nil, nil, false, false
