@@ -25,6 +25,11 @@ var (
 	ErrSeqRange = errors.New("conductor: sequence number above INT64_MAX")
 	// ErrReplay: a replay failed (timeout, malformed reply, socket error).
 	ErrReplay = errors.New("conductor: replay failed")
+	// ErrListenerLimit: a registration was refused because the Ingester holds
+	// IngestOptions.MaxListeners listeners, or a resource a listener needs ran
+	// out (libzmq's socket cap, file descriptors, memory). Register wraps it
+	// with core.ErrLimit, which the HTTP layer answers 400 limit_exceeded.
+	ErrListenerLimit = errors.New("conductor: listener limit reached")
 )
 
 // ListenerState is the life-cycle state of one subscription's receiver.
@@ -105,6 +110,7 @@ type Ingester struct {
 	opMu   sync.Mutex
 	closed bool
 	nextID uint64 // listener ids for inproc names; guarded by opMu
+	exited int    // listeners stopped since the last trimCHeap; guarded by opMu
 
 	// mu guards listeners for Listeners(), which must not wait for a control
 	// operation in progress. Lock order: opMu → mu.
@@ -152,8 +158,10 @@ func (g *Ingester) Metrics() *metrics.Set { return g.opts.Metrics }
 // created=false and keeps the running subscriber. A malformed endpoint is refused
 // (ErrBadEndpoint, also wrapping core.ErrInvalid) before the index is touched; if
 // libzmq refuses to connect, the registration is rolled back (core.Unregister)
-// and the error returned (the same sentinels). Core's own errors (ErrInvalid,
-// ErrConflict, ErrLimit) are returned as core wrapped them.
+// and the error returned (the same sentinels). Past MaxListeners listeners, or
+// when libzmq or the OS refuses a listener its sockets or descriptors, the
+// error wraps ErrListenerLimit and core.ErrLimit. Core's own errors
+// (ErrInvalid, ErrConflict, ErrLimit) are returned as core wrapped them.
 func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	// Refusals of the registration's content also wrap core.ErrInvalid, which the
 	// HTTP layer answers with 400 (like core's own validation errors).
@@ -173,6 +181,15 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	defer g.opMu.Unlock()
 	if g.closed {
 		return false, fmt.Errorf("register: %w", ErrIngesterClosed)
+	}
+	g.mu.Lock()
+	full := len(g.listeners) >= g.opts.MaxListeners
+	existing := g.listeners[normKey(core.ServiceKey{InstanceID: reg.InstanceID, TenantID: reg.TenantID, DPRank: reg.DPRank})]
+	g.mu.Unlock()
+	if full && existing == nil {
+		// Checked before core is touched; an existing key (idempotent
+		// re-registration or a replacement) needs no new listener.
+		return false, fmt.Errorf("register: %d listeners (MaxListeners): %w: %w", g.opts.MaxListeners, ErrListenerLimit, core.ErrLimit)
 	}
 	sub, created, err := g.ix.Register(reg)
 	if err != nil {
@@ -206,8 +223,11 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 				err = errors.Join(err, uerr)
 			}
 		}
-		if errors.Is(err, ErrBadEndpoint) {
+		switch {
+		case errors.Is(err, ErrBadEndpoint):
 			err = fmt.Errorf("%w: %w", err, core.ErrInvalid)
+		case errors.Is(err, ErrListenerLimit):
+			err = fmt.Errorf("%w: %w", err, core.ErrLimit)
 		}
 		return false, fmt.Errorf("register %s: %w", key, err)
 	}
@@ -254,6 +274,11 @@ func (g *Ingester) Unregister(k core.ServiceKey) (core.Registration, error) {
 	if l != nil {
 		l.stop()
 		l.m.unregister()
+		g.exited++
+		if g.exited >= trimEvery || len(g.listeners) == 0 {
+			g.exited = 0
+			scheduleTrim()
+		}
 	}
 	reg, err := g.ix.Unregister(k)
 	if err != nil {

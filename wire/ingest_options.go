@@ -24,14 +24,36 @@ const (
 	// further than that is an engine restart.
 	DefaultRestartThreshold = 10000
 	DefaultRcvHWM           = 200000
-	DefaultMaxSockets       = 16384
+	// DefaultMaxListeners is the supported number of registrations per
+	// Ingester (TestZMQSupportedListeners registers that many), equal to
+	// core's default MaxRegistrations.
+	DefaultMaxListeners = 4096
+	// MaxListenersLimit bounds MaxListeners: a listener blocked in zmq_poll
+	// holds an OS thread, and the Go runtime aborts the process past 10 000
+	// threads (runtime/debug.SetMaxThreads).
+	MaxListenersLimit = 8192
+)
+
+// Per-listener resource costs, for sizing RLIMIT_NOFILE and budgets.
+const (
+	// ListenerSockets is the most libzmq sockets one listener holds: SUB, the
+	// SUB's monitor (libzmq's PAIR and ours), and the replay DEALER (only with
+	// a replay endpoint: 3 without).
+	ListenerSockets = 4
+	// ListenerFDs is the most file descriptors one listener holds: one per
+	// socket (its libzmq mailbox), the wake eventfd, and a TCP connection each
+	// for SUB and DEALER (5 without a replay endpoint, 4 while the publisher is
+	// down between reconnection attempts).
+	ListenerFDs = ListenerSockets + 1 + 2
 )
 
 // IngestOptions configure an Ingester. The zero value is valid: EnsureDefaults fills
 // every zero field with the default its comment names.
 type IngestOptions struct {
-	// PollInterval bounds how long a subscriber blocks in zmq_poll before it looks
-	// at its control state again (commands also wake it at once). Default 100ms.
+	// PollInterval is how long after its last message a subscriber flushes RFC
+	// events held in core (Subscription.FlushHeld), and the granularity of a
+	// replay's timeouts. An idle subscriber with nothing held blocks without a
+	// timeout (commands wake it at once). Default 100ms.
 	PollInterval time.Duration
 	// ReconnectMin and ReconnectMax bound the exponential backoff between attempts
 	// to rebuild a failed subscriber's sockets and, as ZMQ_RECONNECT_IVL and
@@ -56,10 +78,16 @@ type IngestOptions struct {
 	RestartThreshold uint64
 	// RcvHWM is the SUB socket's ZMQ_RCVHWM in messages. Default 200000.
 	RcvHWM int
+	// MaxListeners bounds the listeners (registrations) of the Ingester: one
+	// more is refused with ErrListenerLimit, which wraps core.ErrLimit (HTTP 400
+	// limit_exceeded). Each costs up to ListenerSockets libzmq sockets,
+	// ListenerFDs file descriptors, a goroutine, an OS thread while it waits, and
+	// ~20 KB; size RLIMIT_NOFILE to MaxListeners×ListenerFDs plus the rest of
+	// the process. At most MaxListenersLimit. Default DefaultMaxListeners (4096).
+	MaxListeners int
 	// MaxSockets is ZMQ_MAX_SOCKETS of the Ingester's libzmq context (libzmq's
-	// own default, 1023, would cap an Ingester at ~170 listeners). Each listener
-	// uses 6 sockets (SUB and its monitor pair, DEALER, wake pair) and about 8
-	// file descriptors: size RLIMIT_NOFILE to match. Default 16384.
+	// own default, 1023, would cap an Ingester at ~250 listeners). It must leave
+	// room for MaxListeners×ListenerSockets. Default that plus 64.
 	MaxSockets int
 	// Logger receives listener life-cycle events, gaps, replays, stale and
 	// restart clears, and (rate-limited) decode errors. Default slog.Default().
@@ -95,8 +123,11 @@ func (o *IngestOptions) EnsureDefaults() {
 	if o.RcvHWM == 0 {
 		o.RcvHWM = DefaultRcvHWM
 	}
+	if o.MaxListeners == 0 {
+		o.MaxListeners = DefaultMaxListeners
+	}
 	if o.MaxSockets == 0 {
-		o.MaxSockets = DefaultMaxSockets
+		o.MaxSockets = o.MaxListeners*ListenerSockets + 64
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
@@ -134,8 +165,11 @@ func (o *IngestOptions) Validate() error {
 	if o.RcvHWM < 0 {
 		bad("RcvHWM", o.RcvHWM, "must be >= 0")
 	}
-	if o.MaxSockets < 16 {
-		bad("MaxSockets", o.MaxSockets, "must be >= 16")
+	if o.MaxListeners < 1 || o.MaxListeners > MaxListenersLimit {
+		bad("MaxListeners", o.MaxListeners, fmt.Sprintf("must be 1..%d", MaxListenersLimit))
+	}
+	if o.MaxSockets < o.MaxListeners*ListenerSockets {
+		bad("MaxSockets", o.MaxSockets, "must be >= MaxListeners×ListenerSockets")
 	}
 	return errors.Join(errs...)
 }

@@ -492,7 +492,7 @@ func TestZMQPendingUntilPublisherAppears(t *testing.T) {
 	if d := time.Since(start); d > time.Second {
 		t.Fatalf("Register blocked for %v", d)
 	}
-	waitFor(t, "a reconnect attempt", func() bool { return h.status(k).LastError != "" })
+	waitFor(t, "a pending status saying why", func() bool { return strings.Contains(h.status(k).LastError, "not connected") })
 	if st := h.status(k); st.State != wire.ListenerPending {
 		t.Fatalf("status: %+v", st)
 	}

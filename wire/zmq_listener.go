@@ -5,6 +5,7 @@ import (
 	"hash/maphash"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -13,9 +14,23 @@ import (
 )
 
 // listener is one subscription's receiver. Its goroutine (run) owns every socket
-// it uses — SUB to the publisher, a PAIR reading the SUB's libzmq monitor, a PAIR
-// receiving wake-ups, and a DEALER to the replay endpoint — and is the
-// subscription's single writer.
+// it uses — SUB to the publisher, a PAIR reading the SUB's libzmq monitor, and a
+// DEALER to the replay endpoint — and is the subscription's single writer. It
+// polls them with an eventfd that the controller writes to wake it (waker), so a
+// listener costs 3 libzmq sockets (4 with a replay endpoint; libzmq's monitor
+// adds one of its own) and ListenerFDs file descriptors at most.
+//
+// # Idle cost
+//
+// The goroutine blocks in zmq_poll without a timeout unless it has time-based
+// work (RFC events held in core to flush after PollInterval, a replay's
+// deadlines): a registration whose publisher is down costs no CPU in Go, and
+// libzmq retries the TCP connection with exponential backoff (ReconnectMin
+// doubling to ReconnectMax) without waking it, since its monitor does not
+// report retries (TestZMQPendingListenersIdleCPU). While it blocks in zmq_poll
+// the goroutine holds an OS thread; on exit it takes that thread down with it
+// (runtime.LockOSThread without unlocking), so unregistering returns the threads
+// (TestZMQUnregisterReleasesThreads).
 //
 // # Receive protocol
 //
@@ -71,9 +86,9 @@ import (
 //
 // # Control
 //
-// The controller (Ingester, under its opMu) sends a cmdReq on cmds and a byte on
-// the wake PAIR; the goroutine, polling that PAIR with its other sockets, drains
-// cmds, acts, and closes the request's ack channel. done is closed when the
+// The controller (Ingester, under its opMu) sends a cmdReq on cmds and writes the
+// waker's eventfd; the goroutine, polling that fd with its sockets, drains cmds,
+// acts, and closes the request's ack channel. done is closed when the
 // goroutine has closed every socket and returned.
 type listener struct {
 	g       *Ingester
@@ -91,9 +106,11 @@ type listener struct {
 	lastErr atomic.Pointer[string]
 	hasSeq  atomic.Bool
 
-	cmds   chan cmdReq
-	done   chan struct{}
-	wakeTx *zmq.Socket // controller side of the wake pair; used under Ingester.opMu only
+	cmds chan cmdReq
+	done chan struct{}
+	// wake is written by the controller (under Ingester.opMu) and read by the
+	// goroutine; created before the goroutine starts, closed after it ended.
+	wake waker
 
 	rx receiver // owned by the goroutine
 }
@@ -113,10 +130,11 @@ type cmdReq struct {
 
 // receiver is the goroutine-owned part of a listener.
 type receiver struct {
-	subSoc, monSoc, wakeRx, dealer *zmq.Socket
-	poller, rpoller                *zmq.Poller
-	rpollSub                       int // index of subSoc in rpoller
-	gen                            uint64
+	subSoc, monSoc, dealer *zmq.Socket
+	// poll is [wake, mon, sub], rpoll (a replay's) [wake, mon, sub, dealer];
+	// n == 0 when absent (no SUB, or no DEALER for rpoll).
+	poll, rpoll pollSet
+	gen         uint64
 	// epoch changes whenever the SUB socket is closed (Pause, failure): work
 	// that spans command handling (a replay, a held live message) captures it
 	// and stops when it changed, even if a Resume in the same batch of commands
@@ -165,12 +183,12 @@ const (
 	// not kept; ParseLive / ParseReplayReply then refuse the message.
 	maxKeptFrames = 5
 	// errLogEvery rate-limits decode-error logging per stream.
-	errLogEvery   = 10 * time.Second
-	monitorEvents = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED |
+	errLogEvery = 10 * time.Second
+	// No EVENT_CONNECT_RETRIED: a publisher that is down would wake the goroutine
+	// at every reconnection attempt.
+	monitorEvents = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED |
 		zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
-
-var wakeByte = []byte{1}
 
 func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *listener {
 	reg := sub.Registration()
@@ -197,29 +215,21 @@ func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *lis
 	return l
 }
 
-func (l *listener) wakeAddr() string { return fmt.Sprintf("inproc://conductor-ingest-wake-%d", l.id) }
-
 // start runs the goroutine and waits until its sockets exist and the SUB has
 // been told to connect (which does not wait for the publisher).
 func (l *listener) start() error {
+	w, err := newWaker()
+	if err != nil {
+		return limitErr(err)
+	}
+	l.wake = w
 	ready := make(chan error, 1)
 	go l.run(ready)
 	if err := <-ready; err != nil {
 		<-l.done
+		l.wake.close()
 		return err
 	}
-	tx, err := l.g.zctx.NewSocket(zmq.PAIR)
-	if err == nil {
-		_ = tx.SetLinger(0)
-		if err = tx.Connect(l.wakeAddr()); err != nil {
-			_ = tx.Close()
-		}
-	}
-	if err != nil {
-		l.stop() // without a wake socket the goroutine notices within PollInterval
-		return fmt.Errorf("wake socket: %w", err)
-	}
-	l.wakeTx = tx
 	return nil
 }
 
@@ -231,7 +241,7 @@ func (l *listener) command(op cmdOp) {
 	case <-l.done:
 		return
 	}
-	l.wake()
+	l.wake.wake()
 	select {
 	case <-req.ack:
 	case <-l.done:
@@ -245,24 +255,14 @@ func (l *listener) signal(op cmdOp) {
 	case <-l.done:
 		return
 	}
-	l.wake()
+	l.wake.wake()
 }
 
-func (l *listener) wake() {
-	if l.wakeTx != nil {
-		// DONTWAIT: a full pipe means wake-ups are already pending.
-		_, _ = l.wakeTx.SendBytes(wakeByte, zmq.DONTWAIT)
-	}
-}
-
-// stop asks the goroutine to exit, joins it, and closes the wake sender.
+// stop asks the goroutine to exit, joins it, and closes the waker.
 func (l *listener) stop() {
 	l.command(cmdStop)
 	<-l.done
-	if l.wakeTx != nil {
-		_ = l.wakeTx.Close()
-		l.wakeTx = nil
-	}
+	l.wake.close()
 }
 
 func (l *listener) setState(s ListenerState) { l.state.Store(uint32(s)) }
@@ -292,6 +292,10 @@ func (l *listener) status() ListenerStatus {
 	}
 	if e := l.lastErr.Load(); e != nil {
 		st.LastError = *e
+	} else if st.State == ListenerPending {
+		// Derived, not reported per attempt: the monitor does not wake the
+		// goroutine for each reconnection attempt (see Idle cost).
+		st.LastError = "not connected to the publisher at " + l.reg.Endpoint + " yet; libzmq retries with backoff"
 	}
 	return st
 }
@@ -301,18 +305,13 @@ func (l *listener) canReplay() bool { return l.reg.ReplayEndpoint != "" }
 // ---- goroutine -------------------------------------------------------------
 
 func (l *listener) run(ready chan<- error) {
+	// Deferred first, so it runs last: exiting while locked terminates the OS
+	// thread. Blocking in zmq_poll (cgo) made the runtime start a thread per
+	// listener, which it would otherwise keep idle for the process's life.
+	defer runtime.LockOSThread()
 	defer close(l.done)
 	defer l.closeAll()
 	rx := &l.rx
-	var err error
-	if rx.wakeRx, err = l.g.zctx.NewSocket(zmq.PAIR); err == nil {
-		_ = rx.wakeRx.SetLinger(0)
-		err = rx.wakeRx.Bind(l.wakeAddr())
-	}
-	if err != nil {
-		ready <- fmt.Errorf("wake socket: %w", err)
-		return
-	}
 	if err := l.openSub(); err != nil {
 		ready <- err
 		return
@@ -445,36 +444,36 @@ func (l *listener) step() {
 		l.replay(0, false)
 		return
 	}
-	polled, err := rx.poller.Poll(l.opts.PollInterval)
+	timeout := time.Duration(-1) // nothing time-based to do: wait for an event
+	if rx.heldDirty {
+		timeout = l.opts.PollInterval
+	}
+	n, err := rx.poll.poll(timeout)
 	if err != nil {
 		l.fail(fmt.Errorf("poll: %w", err))
 		return
 	}
-	if len(polled) == 0 {
+	if n == 0 {
 		l.idle()
 		l.pollCmds()
 		return
 	}
 	epoch := rx.epoch
-	for _, p := range polled {
-		switch p.Socket {
-		case rx.wakeRx:
-			l.drainWake()
-			l.pollCmds()
-			if l.changed(epoch) {
-				return // the other polled sockets may be closed ones
-			}
-		case rx.monSoc:
-			l.drainMonitor()
-			if rx.connectReplay {
-				return // replay before reading live messages
-			}
-		case rx.subSoc:
-			l.drainSub()
-			if l.changed(epoch) {
-				return
-			}
+	if rx.poll.ready(pollWake) {
+		l.drainWake()
+		l.pollCmds()
+		if l.changed(epoch) {
+			return // the other ready items may be closed sockets
 		}
+	}
+	if rx.poll.ready(pollMon) {
+		l.drainMonitor()
+		if rx.connectReplay {
+			return // replay before reading live messages
+		}
+	}
+	if rx.poll.ready(pollSub) {
+		l.drainSub()
 	}
 }
 
@@ -487,13 +486,7 @@ func (l *listener) idle() {
 	}
 }
 
-func (l *listener) drainWake() {
-	for {
-		if _, err := l.rx.wakeRx.RecvBytes(zmq.DONTWAIT); err != nil {
-			return
-		}
-	}
-}
+func (l *listener) drainWake() { l.wake.drain() }
 
 func (l *listener) drainMonitor() {
 	rx := &l.rx
@@ -519,10 +512,6 @@ func (l *listener) drainMonitor() {
 			l.setState(ListenerPending)
 			l.setErr("disconnected from " + addr)
 			l.warnMonitor("listener disconnected; libzmq reconnects", "peer", addr)
-		case ev&zmq.EVENT_CONNECT_RETRIED != 0:
-			if !rx.connected {
-				l.setErr("publisher not reachable at " + l.reg.Endpoint + "; retrying")
-			}
 		default: // handshake failures
 			l.setErr(fmt.Sprintf("%v with %s", ev, addr))
 			l.warnMonitor("ZMTP handshake failed", "event", ev.String(), "peer", addr)

@@ -106,7 +106,9 @@ type frameReader struct {
 }
 
 const (
-	initialFrameBuf = 64 << 10
+	// initialFrameBuf is small: a listener that never receives (a publisher
+	// that is down) should cost little; the buffer grows to the messages seen.
+	initialFrameBuf = 4 << 10
 	// maxKeptFrameBuf: a buffer grown past this for one huge message is dropped
 	// at the next read, so one outlier does not pin its size per listener.
 	maxKeptFrameBuf = 4 << 20

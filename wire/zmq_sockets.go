@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -57,7 +58,7 @@ func (l *listener) openSub() error {
 	monAddr := fmt.Sprintf("inproc://conductor-ingest-mon-%d-%d", l.id, rx.gen)
 	s, err := l.g.zctx.NewSocket(zmq.SUB)
 	if err != nil {
-		return fmt.Errorf("SUB socket: %w", err)
+		return fmt.Errorf("SUB socket: %w", limitErr(err))
 	}
 	var mon *zmq.Socket
 	err = firstErr(
@@ -76,10 +77,13 @@ func (l *listener) openSub() error {
 			err = mon.Connect(monAddr)
 		}
 	}
+	if err == nil {
+		err = firstErr(checkHandle(s), checkHandle(mon))
+	}
 	if err != nil {
 		closeSocket(s)
 		closeSocket(mon)
-		return fmt.Errorf("SUB socket setup: %w", err)
+		return fmt.Errorf("SUB socket setup: %w", limitErr(err))
 	}
 	if err := s.Connect(l.reg.Endpoint); err != nil {
 		closeSocket(s)
@@ -121,11 +125,11 @@ func (l *listener) ensureDealer() error {
 	}
 	d, err := l.g.zctx.NewSocket(zmq.DEALER)
 	if err != nil {
-		return fmt.Errorf("DEALER socket: %w", err)
+		return fmt.Errorf("DEALER socket: %w", limitErr(err))
 	}
 	// RCVHWM 0: a replay of a whole ring must not be cut by the pipe's HWM
 	// (a ROUTER drops what does not fit).
-	if err = firstErr(d.SetLinger(0), d.SetIpv6(true), d.SetRcvhwm(0)); err != nil {
+	if err = firstErr(d.SetLinger(0), d.SetIpv6(true), d.SetRcvhwm(0), checkHandle(d)); err != nil {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}
@@ -151,23 +155,32 @@ func (l *listener) resetDealer() {
 	l.rebuildPollers()
 }
 
+// rebuildPollers lays out the poll sets for the open sockets (their handles
+// were checked when they were opened: checkHandle).
 func (l *listener) rebuildPollers() {
 	rx := &l.rx
-	rx.poller, rx.rpoller = nil, nil
+	rx.poll.n, rx.rpoll.n = 0, 0
 	if rx.subSoc == nil {
 		return
 	}
-	rx.poller = zmq.NewPoller()
-	rx.poller.Add(rx.wakeRx, zmq.POLLIN)
-	rx.poller.Add(rx.monSoc, zmq.POLLIN)
-	rx.poller.Add(rx.subSoc, zmq.POLLIN)
+	rx.poll.reset(l.wake)
+	rx.poll.add(rx.monSoc)
+	rx.poll.add(rx.subSoc)
 	if rx.dealer != nil {
-		rx.rpoller = zmq.NewPoller()
-		rx.rpoller.Add(rx.wakeRx, zmq.POLLIN)
-		rx.rpoller.Add(rx.monSoc, zmq.POLLIN)
-		rx.rpollSub = rx.rpoller.Add(rx.subSoc, zmq.POLLIN)
-		rx.rpoller.Add(rx.dealer, zmq.POLLIN)
+		rx.rpoll.reset(l.wake)
+		rx.rpoll.add(rx.monSoc)
+		rx.rpoll.add(rx.subSoc)
+		rx.rpoll.add(rx.dealer)
 	}
+}
+
+// checkHandle fails when socketHandle cannot read s's libzmq handle (a
+// pebbe/zmq4 layout other than the pinned one): such a socket cannot be polled.
+func checkHandle(s *zmq.Socket) error {
+	if !handleMatches(s) {
+		return fmt.Errorf("cannot read the libzmq handle of %v (pebbe/zmq4 layout changed?)", s)
+	}
+	return nil
 }
 
 // fail handles a socket-level failure: every socket but the wake pair is closed
@@ -191,9 +204,21 @@ func (l *listener) dropPending() {
 func (l *listener) closeAll() {
 	l.closeSub()
 	l.resetDealer()
-	closeSocket(l.rx.wakeRx)
-	l.rx.wakeRx = nil
 	l.rx.reader.free()
+}
+
+// limitErr marks a resource exhaustion (libzmq's socket cap, the fd limit, no
+// memory) as a limit: a registration refused for it is answered 400
+// limit_exceeded (ErrListenerLimit wraps core.ErrLimit in Register), not 500.
+func limitErr(err error) error {
+	switch zmq.AsErrno(err) {
+	case zmq.Errno(syscall.EMFILE), zmq.Errno(syscall.ENFILE), zmq.Errno(syscall.ENOMEM):
+		return fmt.Errorf("%w: %w", err, ErrListenerLimit)
+	}
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) {
+		return fmt.Errorf("%w: %w", err, ErrListenerLimit)
+	}
+	return err
 }
 
 func closeSocket(s *zmq.Socket) {
