@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 	zmq "github.com/pebbe/zmq4"
@@ -30,6 +31,9 @@ var (
 	// out (libzmq's socket cap, file descriptors, memory). Register wraps it
 	// with core.ErrLimit, which the HTTP layer answers 400 limit_exceeded.
 	ErrListenerLimit = errors.New("conductor: listener limit reached")
+	// ErrMessageTooBig: a ZMQ message above IngestOptions.MaxMessageBytes
+	// (dropped: counted as a decode error, and a gap).
+	ErrMessageTooBig = errors.New("conductor: ZMQ message above MaxMessageBytes")
 )
 
 // ListenerState is the life-cycle state of one subscription's receiver.
@@ -86,6 +90,11 @@ type ListenerStatus struct {
 	StaleClears            uint64
 	Restarts               uint64
 	Duplicates, Reconnects uint64
+	// QueueDrops counts live messages dropped because the receive queue was
+	// full (IngestOptions.ReceiveQueueBytes and friends).
+	QueueDrops uint64
+	// QueuePeakBytes is the most bytes the receive queue has held.
+	QueuePeakBytes int64
 }
 
 // Ingester subscribes to the ZMQ publishers of registered subscriptions and feeds
@@ -111,6 +120,9 @@ type Ingester struct {
 	closed bool
 	nextID uint64 // listener ids for inproc names; guarded by opMu
 	exited int    // listeners stopped since the last trimCHeap; guarded by opMu
+
+	// queued is the bytes of every listener's receive queue (MaxQueuedBytes).
+	queued atomic.Int64
 
 	// mu guards listeners for Listeners(), which must not wait for a control
 	// operation in progress. Lock order: opMu → mu.
@@ -235,6 +247,22 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	g.listeners[key] = l
 	g.mu.Unlock()
 	return created, nil
+}
+
+// reserveQueue takes n bytes of the shared receive-queue budget; false when
+// MaxQueuedBytes would be exceeded (nothing is taken then).
+func (g *Ingester) reserveQueue(n int) bool {
+	if g.queued.Add(int64(n)) > g.opts.MaxQueuedBytes {
+		g.queued.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+func (g *Ingester) releaseQueue(n int) {
+	if n != 0 {
+		g.queued.Add(-int64(n))
+	}
 }
 
 func dialectOf(t core.PublisherType) (Dialect, error) {

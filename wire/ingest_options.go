@@ -18,6 +18,9 @@ const (
 	DefaultReplayTimeout      = 5 * time.Second
 	DefaultReplayTotalTimeout = 30 * time.Second
 	DefaultReplayMaxBuffered  = 10000
+	DefaultReceiveQueueBytes  = 64 << 20
+	DefaultMaxQueuedBytes     = 1 << 30
+	DefaultMaxMessageBytes    = 64 << 20
 	// DefaultRestartThreshold equals vLLM's and SGLang's default replay ring
 	// (buffer_steps = 10 000 batches): a message can only be a late duplicate of
 	// something within one ring's reach of the newest applied sequence, so a drop
@@ -66,10 +69,26 @@ type IngestOptions struct {
 	// ReplayTotalTimeout bounds a whole replay, request to end marker. Default 30s.
 	ReplayTotalTimeout time.Duration
 	// ReplayMaxBuffered is how many live messages a subscriber buffers while a
-	// replay runs. When the buffer is full it stops reading the SUB socket until
-	// the replay ends, so further live messages wait in libzmq's queue (bounded by
-	// RcvHWM) instead of being dropped here. Default 10000.
+	// replay runs (its receive queue); ReceiveQueueBytes and MaxQueuedBytes
+	// bound the same queue in bytes. While the queue is full, further live
+	// messages are still read from the SUB socket (so libzmq's queue does not
+	// grow instead) and dropped, counted in conductor_ingest_queue_drops_total;
+	// the next message kept reveals the gap, which a replay heals (or, without
+	// one, a stale clear). Default 10000.
 	ReplayMaxBuffered int
+	// ReceiveQueueBytes bounds the bytes of one subscriber's receive queue
+	// (see ReplayMaxBuffered). Default 64 MiB.
+	ReceiveQueueBytes int
+	// MaxQueuedBytes bounds the bytes of every subscriber's receive queue
+	// together. Default 1 GiB.
+	MaxQueuedBytes int64
+	// MaxMessageBytes bounds one live message or replay reply (all its frames):
+	// a larger one is dropped before it is copied out of libzmq (ErrMessageTooBig,
+	// counted as a decode error; the gap it leaves is replayed, or the stream
+	// cleared as stale). Not ZMQ_MAXMSGSIZE: libzmq treats an oversized message
+	// as a protocol error and never reconnects a session that had one.
+	// Default 64 MiB; -1: no limit.
+	MaxMessageBytes int64
 	// RestartThreshold: a live sequence s below the last applied sequence L is an
 	// engine restart when the live stream itself went backwards (s ≤ the previous
 	// live sequence: one publisher incarnation never repeats a sequence on its PUB
@@ -117,6 +136,15 @@ func (o *IngestOptions) EnsureDefaults() {
 	if o.ReplayMaxBuffered == 0 {
 		o.ReplayMaxBuffered = DefaultReplayMaxBuffered
 	}
+	if o.ReceiveQueueBytes == 0 {
+		o.ReceiveQueueBytes = DefaultReceiveQueueBytes
+	}
+	if o.MaxQueuedBytes == 0 {
+		o.MaxQueuedBytes = DefaultMaxQueuedBytes
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = DefaultMaxMessageBytes
+	}
 	if o.RestartThreshold == 0 {
 		o.RestartThreshold = DefaultRestartThreshold
 	}
@@ -161,6 +189,15 @@ func (o *IngestOptions) Validate() error {
 	}
 	if o.ReplayMaxBuffered < 1 {
 		bad("ReplayMaxBuffered", o.ReplayMaxBuffered, "must be >= 1")
+	}
+	if o.ReceiveQueueBytes < 1 {
+		bad("ReceiveQueueBytes", o.ReceiveQueueBytes, "must be >= 1")
+	}
+	if o.MaxQueuedBytes < 1 {
+		bad("MaxQueuedBytes", o.MaxQueuedBytes, "must be >= 1")
+	}
+	if o.MaxMessageBytes < -1 {
+		bad("MaxMessageBytes", o.MaxMessageBytes, "must be >= 1, or -1 for no limit")
 	}
 	if o.RcvHWM < 0 {
 		bad("RcvHWM", o.RcvHWM, "must be >= 0")

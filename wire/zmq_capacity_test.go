@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/seed-c7a81618/conductor/bench"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -204,5 +205,108 @@ func TestZMQSupportedListeners(t *testing.T) {
 	// wire.ListenerFDs (the SUB's TCP socket exists only while connecting).
 	if per := float64(fds-baseFD) / float64(n); per > float64(wire.ListenerFDs) {
 		t.Fatalf("%.2f fds per listener, budget %d", per, wire.ListenerFDs)
+	}
+}
+
+// bigBatch is a vLLM batch of about size bytes that stores block h: the bulk is
+// a removal of hashes nobody holds (applied as no-ops).
+func bigBatch(h uint64, size int) []byte {
+	fake := make([]uint64, size/9)
+	for i := range fake {
+		fake[i] = 1<<63 | h<<24 | uint64(i)
+	}
+	return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
+		bench.EngineStored{Hashes: []uint64{h}, BlockSize: testBS, Medium: "GPU"},
+		bench.EngineRemoved{Hashes: fake, Medium: "GPU"})
+}
+
+// TestZMQReceiveQueueBytes: live messages arriving during a (slow) replay are
+// queued up to the byte bound (ReceiveQueueBytes, or the Ingester-wide
+// MaxQueuedBytes); the rest are dropped and counted, and the gap they leave is
+// healed by the next replay, with no stale clear. The queue's peak is measured
+// by the listener (an in-process publisher shares this process's RSS, so RSS
+// cannot isolate the subscriber's queue here). Before the byte bound, all 48 MiB
+// were queued (ReplayMaxBuffered is 10000 messages).
+func TestZMQReceiveQueueBytes(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		perListener int
+		total       int64
+		bound       int
+	}{
+		{"per-listener", 4 << 20, 0, 4 << 20},
+		{"ingester-wide", 16 << 20, 2 << 20, 2 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n, size = 48, 1 << 20
+			opts := fastOpts(t)
+			opts.ReceiveQueueBytes = tc.perListener
+			opts.MaxQueuedBytes = tc.total
+			opts.ReplayTimeout = 3 * time.Second
+			opts.ReplayTotalTimeout = 6 * time.Second
+			h := newHarness(t, opts)
+			pub := newPublisher(t, bench.PublisherOptions{ReplayDelay: 300 * time.Millisecond})
+			payloads := make([][]byte, n)
+			for i := range payloads {
+				payloads[i] = bigBatch(uint64(1000+i), size)
+			}
+			k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
+			// The connection's replay is answered 300ms late; the burst arrives meanwhile.
+			waitFor(t, "the connection's replay request", func() bool { return len(pub.ReplayRequests()) == 1 })
+			for _, p := range payloads {
+				publish(t, pub, p)
+			}
+			// The drops are after the kept messages: a later message shows the gap.
+			waitFor(t, "the first replay to end", func() bool { return h.status(k).ReplaysSucceeded >= 1 })
+			publish(t, pub, emptyVLLM())
+			waitFor(t, "every burst block", func() bool {
+				for i := range payloads {
+					if !h.holds("vllm-a", uint64(1000+i)) {
+						return false
+					}
+				}
+				return true
+			})
+			st := h.status(k)
+			t.Logf("queue peak %d bytes (bound %d), %d drops, %d gaps, %d replays", st.QueuePeakBytes, tc.bound, st.QueueDrops, st.Gaps, st.ReplaysSucceeded)
+			// Kept messages fill the bound up to one message short of it.
+			msg := len(payloads[0])
+			if st.QueueDrops == 0 || st.QueuePeakBytes > int64(tc.bound) || int(st.QueuePeakBytes)/msg != tc.bound/msg {
+				t.Fatalf("want drops and a queue peak of %d messages of %d bytes (bound %d): %+v", tc.bound/msg, msg, tc.bound, st)
+			}
+			if st.StaleClears != 0 || st.Gaps == 0 || st.DecodeErrors != 0 {
+				t.Fatalf("want the gap healed by replay: %+v", st)
+			}
+		})
+	}
+}
+
+// TestZMQMaxMessageBytes: a message above MaxMessageBytes is dropped before it
+// is copied out of libzmq (a decode error, and a gap: its replayed copy is
+// refused too, so the stream is cleared as stale); the connection stays up and
+// later messages are applied.
+func TestZMQMaxMessageBytes(t *testing.T) {
+	opts := fastOpts(t)
+	opts.MaxMessageBytes = 256 << 10
+	opts.ReplayTimeout = 200 * time.Millisecond
+	opts.ReplayTotalTimeout = 400 * time.Millisecond
+	h := newHarness(t, opts)
+	pub := newPublisher(t, bench.PublisherOptions{})
+	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
+	h.prime(k, pub, emptyVLLM())
+	publish(t, pub, bigBatch(7, 1<<20)) // over the limit (the replay's copy too)
+	x := uint64(100)
+	waitFor(t, "a later batch applied", func() bool {
+		x++
+		publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
+			bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"}))
+		time.Sleep(20 * time.Millisecond)
+		return h.holds("vllm-a", x-1)
+	})
+	if h.holds("vllm-a", 7) {
+		t.Fatal("the oversized batch was applied")
+	}
+	if st := h.status(k); st.DecodeErrors == 0 || st.Reconnects != 0 || st.Gaps == 0 {
+		t.Fatalf("want the oversized message dropped as a decode error (and a gap), the connection kept: %+v", st)
 	}
 }

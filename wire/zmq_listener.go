@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
@@ -71,9 +72,13 @@ import (
 // byte-identical to the old one's passes for the same; engine batches carry a
 // timestamp, so in practice they never are.) Replies are deduplicated by sequence; a reply past last+1 means
 // the ring lost part of the gap (stale). While a replay runs, live messages are
-// buffered (at most ReplayMaxBuffered; then the SUB socket is left unread until
-// the replay ends) and are handled after it, in order, so a late live Stored(A)
-// cannot resurrect a replayed Removed(A): its sequence is by then a duplicate.
+// buffered in the receive queue and are handled after it, in order, so a late
+// live Stored(A) cannot resurrect a replayed Removed(A): its sequence is by then a
+// duplicate. The queue is bounded in messages (ReplayMaxBuffered) and bytes
+// (ReceiveQueueBytes, and MaxQueuedBytes for all listeners); a live message that
+// does not fit is still read (libzmq's own queue is bounded in messages only)
+// and dropped, counted as a queue drop: the next message kept is a gap, healed
+// by the next replay (TestZMQReceiveQueueBytes).
 // Each reply must arrive within ReplayTimeout and the whole replay within
 // ReplayTotalTimeout. A failed replay (timeout, malformed reply, socket error)
 // closes the DEALER (a late reply must not be mistaken for the next replay's) and
@@ -105,6 +110,8 @@ type listener struct {
 	state   atomic.Uint32 // ListenerState
 	lastErr atomic.Pointer[string]
 	hasSeq  atomic.Bool
+	// queuePeak is the most bytes the receive queue has held.
+	queuePeak atomic.Int64
 
 	cmds chan cmdReq
 	done chan struct{}
@@ -157,8 +164,9 @@ type receiver struct {
 	// replay reads through reader, whose buffer the payload aliases.
 	held []byte
 
-	pending     [][][]byte // live messages buffered by a replay, FIFO from head
-	pendingHead int
+	pending      [][][]byte // live messages buffered by a replay, FIFO from head
+	pendingHead  int
+	pendingBytes int // of pending[pendingHead:], also reserved in Ingester.queued
 
 	stopping, paused  bool
 	connectReplay     bool
@@ -173,6 +181,8 @@ type receiver struct {
 	monLogNext        time.Time
 	monLogSuppressed  int
 	replayFailLogNext time.Time
+	dropLogNext       time.Time
+	dropLogSuppressed int
 }
 
 const (
@@ -208,6 +218,9 @@ func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *lis
 	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
 	l.rx.seq.threshold = g.opts.RestartThreshold
 	l.rx.reader = newFrameReader()
+	if g.opts.MaxMessageBytes > 0 {
+		l.rx.reader.max = int(min(g.opts.MaxMessageBytes, math.MaxInt))
+	}
 	l.rx.seed = maphash.MakeSeed()
 	l.rx.backoff = g.opts.ReconnectMin
 	l.rx.replayBackoff = g.opts.ReconnectMin
@@ -289,6 +302,8 @@ func (l *listener) status() ListenerStatus {
 		Restarts:         l.m.restarts.Get(),
 		Duplicates:       l.m.duplicates.Get(),
 		Reconnects:       l.m.reconnects.Get(),
+		QueueDrops:       l.m.queueDrops.Get(),
+		QueuePeakBytes:   l.queuePeak.Load(),
 	}
 	if e := l.lastErr.Load(); e != nil {
 		st.LastError = *e
@@ -425,10 +440,7 @@ func (l *listener) step() {
 	if rx.pendingHead < len(rx.pending) {
 		epoch := rx.epoch
 		for i := 0; i < drainMax && rx.pendingHead < len(rx.pending); i++ {
-			frames := rx.pending[rx.pendingHead]
-			rx.pending[rx.pendingHead] = nil
-			rx.pendingHead++
-			l.handleLive(frames)
+			l.handleLive(l.popPending())
 			if l.changed(epoch) {
 				return
 			}
@@ -540,6 +552,10 @@ func (l *listener) drainSub() {
 	for i := 0; i < drainMax; i++ {
 		frames, err := l.recv(rx.subSoc, rx.subFast)
 		if err != nil {
+			if errors.Is(err, ErrMessageTooBig) {
+				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
+				continue
+			}
 			if !isEAGAIN(err) {
 				l.fail(fmt.Errorf("receive: %w", err))
 			}

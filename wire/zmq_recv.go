@@ -103,6 +103,9 @@ type frameReader struct {
 	lens   [maxKeptFrames]C.size_t
 	nf     C.int // frame count of the last message (a field: a local would escape)
 	frames [][]byte
+	// max refuses messages whose kept frames exceed it with ErrMessageTooBig,
+	// before they are copied (so the buffer never grows for them). 0: no limit.
+	max int
 }
 
 const (
@@ -153,6 +156,12 @@ func (r *frameReader) read(s *zmq.Socket) ([][]byte, error) {
 	total := 0
 	for i := 0; i < kept; i++ {
 		total += int(r.lens[i])
+	}
+	if r.max > 0 && total > r.max {
+		if rc == 1 {
+			C.cd_release(r.rx)
+		}
+		return nil, ErrMessageTooBig
 	}
 	if rc == 1 { // did not fit: grow (next power of two) and copy
 		n := len(r.buf)

@@ -94,7 +94,6 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 		if rx.rpoll.n == 0 { // no DEALER: cannot happen while the epoch holds
 			return l.replayFailure(errNoDealer)
 		}
-		rx.rpoll.setIn(pollSub, len(rx.pending)-rx.pendingHead < l.opts.ReplayMaxBuffered)
 		if _, err := rx.rpoll.poll(wait); err != nil {
 			return l.replayFailure(fmt.Errorf("poll: %w", err))
 		}
@@ -202,21 +201,74 @@ func (l *listener) replayFailure(err error) replayOutcome {
 	return replayFailed
 }
 
-// bufferLive moves live messages from the SUB socket into the pending queue, up
-// to ReplayMaxBuffered.
+// bufferLive moves up to drainMax live messages from the SUB socket into the
+// receive queue (pending). A message that does not fit the queue's bounds
+// (ReplayMaxBuffered messages, ReceiveQueueBytes, the Ingester's MaxQueuedBytes)
+// is dropped and counted: reading it anyway keeps libzmq's queue, bounded in
+// messages only, from growing in its place. The next message kept shows the gap.
 func (l *listener) bufferLive() error {
 	rx := &l.rx
-	for len(rx.pending)-rx.pendingHead < l.opts.ReplayMaxBuffered {
+	for i := 0; i < drainMax; i++ {
 		frames, err := l.recv(rx.subSoc, rx.subFast)
 		if err != nil {
+			if errors.Is(err, ErrMessageTooBig) {
+				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
+				continue
+			}
 			if isEAGAIN(err) {
 				return nil
 			}
 			return fmt.Errorf("receive: %w", err)
 		}
+		n := framesSize(frames)
+		if len(rx.pending)-rx.pendingHead >= l.opts.ReplayMaxBuffered ||
+			rx.pendingBytes+n > l.opts.ReceiveQueueBytes || !l.g.reserveQueue(n) {
+			l.queueDrop(n)
+			continue
+		}
 		rx.pending = append(rx.pending, copyFrames(frames))
+		rx.pendingBytes += n
+		if int64(rx.pendingBytes) > l.queuePeak.Load() {
+			l.queuePeak.Store(int64(rx.pendingBytes))
+		}
 	}
 	return nil
+}
+
+// queueDrop counts a live message dropped because the receive queue was full,
+// and logs it at most once per errLogEvery.
+func (l *listener) queueDrop(n int) {
+	rx := &l.rx
+	l.m.queueDrops.Inc()
+	now := time.Now()
+	if now.Before(rx.dropLogNext) {
+		rx.dropLogSuppressed++
+		return
+	}
+	l.log.Warn("receive queue full: dropped a live message; the gap will be replayed",
+		"bytes", n, "queued", len(rx.pending)-rx.pendingHead, "queued_bytes", rx.pendingBytes,
+		"suppressed", rx.dropLogSuppressed)
+	rx.dropLogNext, rx.dropLogSuppressed = now.Add(errLogEvery), 0
+}
+
+// popPending takes the oldest queued message and releases its bytes.
+func (l *listener) popPending() [][]byte {
+	rx := &l.rx
+	frames := rx.pending[rx.pendingHead]
+	rx.pending[rx.pendingHead] = nil
+	rx.pendingHead++
+	n := framesSize(frames)
+	rx.pendingBytes -= n
+	l.g.releaseQueue(n)
+	return frames
+}
+
+func framesSize(frames [][]byte) int {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	return n
 }
 
 // copyFrames deep-copies a message (one allocation for the bytes, one for the

@@ -22,6 +22,9 @@ func (l *listener) recv(s *zmq.Socket, fast bool) ([][]byte, error) {
 	}
 	frames, err := recvMsg(s, rx.frames[:0])
 	rx.frames = frames
+	if err == nil && rx.reader.max > 0 && framesSize(frames) > rx.reader.max {
+		return nil, ErrMessageTooBig
+	}
 	return frames, err
 }
 
@@ -199,11 +202,14 @@ func (l *listener) dropPending() {
 	rx := &l.rx
 	clear(rx.pending)
 	rx.pending, rx.pendingHead = rx.pending[:0], 0
+	l.g.releaseQueue(rx.pendingBytes)
+	rx.pendingBytes = 0
 }
 
 func (l *listener) closeAll() {
 	l.closeSub()
 	l.resetDealer()
+	l.dropPending()
 	l.rx.reader.free()
 }
 
