@@ -1,6 +1,9 @@
 package wire
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // Test-only access to the listener's yield hook (Ingester.testCmdHook).
 
@@ -17,6 +20,19 @@ func HoldPauseUntilNextCommand(g *Ingester) {
 		deadline := time.Now().Add(time.Second)
 		for len(l.cmds) == 0 && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// StallAfterFirstBigLive makes the listener that handles g's first live message
+// of at least readAheadBytes pause for d after it, as if applying it were slow,
+// so that the messages published meanwhile wait in libzmq. Call before
+// Register.
+func StallAfterFirstBigLive(g *Ingester, d time.Duration) {
+	var once sync.Once
+	g.testLiveHook = func(_ *listener, big bool) {
+		if big {
+			once.Do(func() { time.Sleep(d) })
 		}
 	}
 }

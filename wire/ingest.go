@@ -133,6 +133,9 @@ type Ingester struct {
 	// goroutine after each command is handled and acknowledged: a yield point
 	// that lets a test force an interleaving (export_test.go).
 	testCmdHook func(l *listener, op cmdOp)
+	// testLiveHook, likewise, runs after each live message handled straight
+	// from the SUB socket (big: at least readAheadBytes).
+	testLiveHook func(l *listener, big bool)
 }
 
 // NewIngester returns an Ingester feeding ix. It creates its own libzmq context,
