@@ -353,3 +353,52 @@ func TestZMQReceiveQueueBytesLive(t *testing.T) {
 		t.Fatalf("want the gap healed by replay: %+v", st)
 	}
 }
+
+// TestZMQListenerSocketsAndFDs: a listener with a replay endpoint, connected and
+// past its first replay, holds at most wire.ListenerSockets libzmq sockets (the
+// context's socket cap is set to exactly that many per listener, so one more
+// socket each would fail a registration) and wire.ListenerFDs descriptors (plus
+// the two the in-process publisher accepts for it).
+func TestZMQListenerSocketsAndFDs(t *testing.T) {
+	const n = 16
+	opts := fastOpts(t)
+	opts.MaxListeners = n
+	opts.MaxSockets = n * wire.ListenerSockets
+	h := newHarness(t, opts)
+	pubs := make([]*bench.Publisher, n)
+	for i := range pubs {
+		pubs[i] = newPublisher(t, bench.PublisherOptions{})
+		publish(t, pubs[i], emptyVLLM()) // something to replay
+	}
+	// The context's own threads start with its first socket (and keep 4 fds).
+	for _, k := range registerPending(t, h.g, "warm", 1) {
+		if _, err := h.g.Unregister(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, baseFD := stableCounts(t)
+	keys := make([]core.ServiceKey, n)
+	for i, p := range pubs {
+		keys[i] = h.register(registration(fmt.Sprintf("fd-%02d", i), core.PublisherVLLM, p, vllmProfile(t)))
+	}
+	for _, k := range keys {
+		waitFor(t, "connected and replayed", func() bool {
+			st := h.status(k)
+			return st.State == wire.ListenerActive && st.ReplaysSucceeded > 0
+		})
+	}
+	fds := countFDs(t)
+	per := float64(fds-baseFD) / n
+	t.Logf("%d listeners with replay endpoints: fds %d -> %d (%.2f each, publisher side included)", n, baseFD, fds, per)
+	if per > float64(wire.ListenerFDs+2) {
+		t.Fatalf("%.2f fds per listener, want <= %d + 2 (publisher side)", per, wire.ListenerFDs)
+	}
+	// Pause and Resume reopen the sockets within the same cap.
+	if err := h.g.Pause(keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.g.Resume(keys[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "resumed listener active", func() bool { return h.status(keys[0]).State == wire.ListenerActive })
+}
