@@ -199,7 +199,7 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	}
 	g.mu.Lock()
 	full := len(g.listeners) >= g.opts.MaxListeners
-	existing := g.listeners[normKey(core.ServiceKey{InstanceID: reg.InstanceID, TenantID: reg.TenantID, DPRank: reg.DPRank})]
+	existing := g.listeners[normKey(reg.Key())]
 	g.mu.Unlock()
 	if full && existing == nil {
 		// Checked before core is touched; an existing key (idempotent

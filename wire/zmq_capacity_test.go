@@ -88,15 +88,24 @@ func pendingRegistration(t *testing.T, inst string, i int, port string) core.Reg
 func registerPending(t *testing.T, g *wire.Ingester, prefix string, n int) []core.ServiceKey {
 	t.Helper()
 	keys := make([]core.ServiceKey, 0, n)
+	for _, r := range registerPendingRegs(t, g, prefix, n) {
+		keys = append(keys, core.ServiceKey{InstanceID: r.InstanceID, TenantID: "default"})
+	}
+	return keys
+}
+
+func registerPendingRegs(t *testing.T, g *wire.Ingester, prefix string, n int) []core.Registration {
+	t.Helper()
+	regs := make([]core.Registration, 0, n)
 	port := freePort(t)
 	for i := 0; i < n; i++ {
 		r := pendingRegistration(t, fmt.Sprintf("%s-%05d", prefix, i), i, port)
 		if _, err := g.Register(r); err != nil {
 			t.Fatalf("register %d of %d: %v", i+1, n, err)
 		}
-		keys = append(keys, core.ServiceKey{InstanceID: r.InstanceID, TenantID: "default"})
+		regs = append(regs, r)
 	}
-	return keys
+	return regs
 }
 
 // TestZMQPendingListenersIdleCPU: registrations whose publishers are down cost
@@ -189,7 +198,7 @@ func TestZMQSupportedListeners(t *testing.T) {
 	t.Cleanup(g.Close)
 	baseFD, baseThreads := countFDs(t), procStatus(t, "Threads")
 	start := time.Now()
-	registerPending(t, g, "cap", n)
+	regs := registerPendingRegs(t, g, "cap", n)
 	took := time.Since(start)
 	fds, threads := countFDs(t), procStatus(t, "Threads")
 	t.Logf("%d listeners in %v: fds %d -> %d (%.2f each), threads %d -> %d", n, took.Round(time.Millisecond),
@@ -200,6 +209,10 @@ func TestZMQSupportedListeners(t *testing.T) {
 	}
 	if len(ix.Services()) != n || len(g.Listeners()) != n {
 		t.Fatalf("refused registration left state: %d services, %d listeners", len(ix.Services()), len(g.Listeners()))
+	}
+	// At the limit, re-registering an existing key stays idempotent.
+	if created, err := g.Register(regs[n/2]); err != nil || created {
+		t.Fatalf("identical re-registration at the limit: created=%v err=%v", created, err)
 	}
 	// Each pending listener (no replay endpoint) holds at most its share of
 	// wire.ListenerFDs (the SUB's TCP socket exists only while connecting).
