@@ -18,8 +18,8 @@ import (
 // it uses — SUB to the publisher, a PAIR reading the SUB's libzmq monitor, and a
 // DEALER to the replay endpoint — and is the subscription's single writer. It
 // polls them with an eventfd that the controller writes to wake it (waker), so a
-// listener costs 3 libzmq sockets (4 with a replay endpoint; libzmq's monitor
-// adds one of its own) and ListenerFDs file descriptors at most.
+// listener costs at most ListenerSockets libzmq sockets (SUB, both ends of its
+// monitor, DEALER) and ListenerFDs file descriptors (TestZMQListenerSocketsAndFDs).
 //
 // # Idle cost
 //
@@ -155,11 +155,8 @@ type receiver struct {
 	req   [][]byte
 
 	// reader receives whole messages into its reused buffer (one cgo call per
-	// message); subFast and dealerFast say whether it can read those sockets
-	// (handleMatches), else pebbe's receive is used. frames is that path's scratch.
-	reader              *frameReader
-	subFast, dealerFast bool
-	frames              [][]byte
+	// message).
+	reader *frameReader
 	// held keeps the payload of the live message that triggered a replay: the
 	// replay reads through reader, whose buffer the payload aliases.
 	held []byte
@@ -214,6 +211,7 @@ func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *lis
 		m:       newStreamMetrics(g.opts.Metrics, key),
 		cmds:    make(chan cmdReq, 4),
 		done:    make(chan struct{}),
+		wake:    waker{fd: -1}, // start opens it
 	}
 	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
 	l.rx.seq.threshold = g.opts.RestartThreshold
@@ -555,7 +553,7 @@ func (l *listener) drainSub() {
 	rx := &l.rx
 	epoch := rx.epoch
 	for i := 0; i < drainMax; i++ {
-		frames, err := l.recv(rx.subSoc, rx.subFast)
+		frames, err := l.recv(rx.subSoc)
 		if err != nil {
 			if errors.Is(err, ErrMessageTooBig) {
 				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap

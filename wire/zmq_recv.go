@@ -201,13 +201,14 @@ type pebbeSocket struct {
 // libzmq may crash rather than fail, so the real guard is the version pin
 // (TestPebbeVersionPinned); on top of it TestSocketHandle checks the mirror's
 // size and that the handle answers ZMQ_TYPE like s.GetType(), and handleMatches
-// repeats that check on every socket before the fast path is used.
+// repeats that check on every socket before it is read or polled (checkHandle
+// refuses a socket that fails it).
 func socketHandle(s *zmq.Socket) unsafe.Pointer {
 	return (*pebbeSocket)(unsafe.Pointer(s)).soc
 }
 
 // handleMatches reports whether socketHandle(s) is s's libzmq socket: its type
-// as libzmq reports it equals pebbe's. Sockets failing it are read through pebbe.
+// as libzmq reports it equals pebbe's.
 func handleMatches(s *zmq.Socket) bool {
 	if unsafe.Sizeof(pebbeSocket{}) != unsafe.Sizeof(zmq.Socket{}) {
 		return false

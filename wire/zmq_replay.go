@@ -118,7 +118,7 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 		}
 		if rx.rpoll.ready(pollDealer) {
 			for {
-				frames, err := l.recv(rx.dealer, rx.dealerFast)
+				frames, err := l.recv(rx.dealer)
 				if err != nil {
 					if isEAGAIN(err) {
 						break
@@ -209,7 +209,7 @@ func (l *listener) replayFailure(err error) replayOutcome {
 func (l *listener) bufferLive() error {
 	rx := &l.rx
 	for i := 0; i < drainMax; i++ {
-		frames, err := l.recv(rx.subSoc, rx.subFast)
+		frames, err := l.recv(rx.subSoc)
 		if err != nil {
 			if errors.Is(err, ErrMessageTooBig) {
 				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap

@@ -13,43 +13,10 @@ import (
 // Socket life cycle of a listener: every function here runs on the listener's
 // goroutine, which owns the sockets.
 
-// recv reads one whole multipart message from s without blocking. The frames
+// recv reads one whole multipart message from s without blocking, through the
+// frame reader (every socket passed checkHandle when it was opened). The frames
 // are valid until the next recv.
-func (l *listener) recv(s *zmq.Socket, fast bool) ([][]byte, error) {
-	rx := &l.rx
-	if fast {
-		return rx.reader.read(s)
-	}
-	frames, err := recvMsg(s, rx.frames[:0])
-	rx.frames = frames
-	if err == nil && rx.reader.max > 0 && framesSize(frames) > rx.reader.max {
-		return nil, ErrMessageTooBig
-	}
-	return frames, err
-}
-
-// recvMsg reads one whole multipart message through pebbe/zmq4 without
-// blocking, keeping at most maxKeptFrames frames (the rest are read and dropped,
-// so the stream stays aligned; the caller sees maxKeptFrames frames and refuses
-// the message). It is the fallback for sockets frameReader cannot read.
-func recvMsg(s *zmq.Socket, dst [][]byte) ([][]byte, error) {
-	for {
-		b, err := s.RecvBytes(zmq.DONTWAIT)
-		if err != nil {
-			return dst[:0], err
-		}
-		if len(dst) < maxKeptFrames {
-			dst = append(dst, b)
-		}
-		more, err := s.GetRcvmore()
-		if err != nil {
-			return dst[:0], err
-		}
-		if !more {
-			return dst, nil
-		}
-	}
-}
+func (l *listener) recv(s *zmq.Socket) ([][]byte, error) { return l.rx.reader.read(s) }
 
 func isEAGAIN(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
 
@@ -94,7 +61,6 @@ func (l *listener) openSub() error {
 		return &core.FieldError{Field: "endpoint", Err: fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)}
 	}
 	rx.subSoc, rx.monSoc, rx.connected = s, mon, false
-	rx.subFast = handleMatches(s)
 	l.rebuildPollers()
 	l.setState(ListenerPending)
 	return nil
@@ -141,7 +107,6 @@ func (l *listener) ensureDealer() error {
 		return &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)}
 	}
 	rx.dealer = d
-	rx.dealerFast = handleMatches(d)
 	l.rebuildPollers()
 	return nil
 }
