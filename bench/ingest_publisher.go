@@ -37,6 +37,9 @@ type PublisherOptions struct {
 	SndHWM int
 	// FirstSeq is the sequence number of the first batch. Default 0.
 	FirstSeq uint64
+	// ReplayDelay delays each replay answer (a slow publisher); the answer holds
+	// the ring as it was when the request arrived. Default 0.
+	ReplayDelay time.Duration
 }
 
 // Publisher simulates a vLLM / SGLang / Mooncake-master KV-event publisher: a PUB
@@ -276,6 +279,13 @@ func (p *Publisher) serveReplay(router *zmq.Socket) {
 			}
 		}
 		p.mu.Unlock()
+		if p.opts.ReplayDelay > 0 {
+			select {
+			case <-time.After(p.opts.ReplayDelay):
+			case <-p.stop:
+				return
+			}
+		}
 		for _, e := range out {
 			binary.BigEndian.PutUint64(seqb[:], e.seq)
 			if p.opts.ReplyFrames == 4 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
 	zmq "github.com/pebbe/zmq4"
@@ -25,6 +26,14 @@ var (
 	ErrSeqRange = errors.New("conductor: sequence number above INT64_MAX")
 	// ErrReplay: a replay failed (timeout, malformed reply, socket error).
 	ErrReplay = errors.New("conductor: replay failed")
+	// ErrListenerLimit: a registration was refused because the Ingester holds
+	// IngestOptions.MaxListeners listeners, or a resource a listener needs ran
+	// out (libzmq's socket cap, file descriptors, memory). Register wraps it
+	// with core.ErrLimit, which the HTTP layer answers 400 limit_exceeded.
+	ErrListenerLimit = errors.New("conductor: listener limit reached")
+	// ErrMessageTooBig: a ZMQ message above IngestOptions.MaxMessageBytes
+	// (dropped: counted as a decode error, and a gap).
+	ErrMessageTooBig = errors.New("conductor: ZMQ message above MaxMessageBytes")
 )
 
 // ListenerState is the life-cycle state of one subscription's receiver.
@@ -81,6 +90,11 @@ type ListenerStatus struct {
 	StaleClears            uint64
 	Restarts               uint64
 	Duplicates, Reconnects uint64
+	// QueueDrops counts live messages dropped because the receive queue was
+	// full (IngestOptions.ReceiveQueueBytes and friends).
+	QueueDrops uint64
+	// QueuePeakBytes is the most bytes the receive queue has held.
+	QueuePeakBytes int64
 }
 
 // Ingester subscribes to the ZMQ publishers of registered subscriptions and feeds
@@ -105,11 +119,23 @@ type Ingester struct {
 	opMu   sync.Mutex
 	closed bool
 	nextID uint64 // listener ids for inproc names; guarded by opMu
+	exited int    // listeners stopped since the last trimCHeap; guarded by opMu
+
+	// queued is the bytes of every listener's receive queue (MaxQueuedBytes).
+	queued atomic.Int64
 
 	// mu guards listeners for Listeners(), which must not wait for a control
 	// operation in progress. Lock order: opMu → mu.
 	mu        sync.Mutex
 	listeners map[core.ServiceKey]*listener
+
+	// testCmdHook, set by tests before the first Register, runs on a listener's
+	// goroutine after each command is handled and acknowledged: a yield point
+	// that lets a test force an interleaving (export_test.go).
+	testCmdHook func(l *listener, op cmdOp)
+	// testLiveHook, likewise, runs after each live message handled straight
+	// from the SUB socket (big: at least readAheadBytes).
+	testLiveHook func(l *listener, big bool)
 }
 
 // NewIngester returns an Ingester feeding ix. It creates its own libzmq context,
@@ -147,8 +173,10 @@ func (g *Ingester) Metrics() *metrics.Set { return g.opts.Metrics }
 // created=false and keeps the running subscriber. A malformed endpoint is refused
 // (ErrBadEndpoint, also wrapping core.ErrInvalid) before the index is touched; if
 // libzmq refuses to connect, the registration is rolled back (core.Unregister)
-// and the error returned (the same sentinels). Core's own errors (ErrInvalid,
-// ErrConflict, ErrLimit) are returned as core wrapped them.
+// and the error returned (the same sentinels). Past MaxListeners listeners, or
+// when libzmq or the OS refuses a listener its sockets or descriptors, the
+// error wraps ErrListenerLimit and core.ErrLimit. Core's own errors
+// (ErrInvalid, ErrConflict, ErrLimit) are returned as core wrapped them.
 func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	// Refusals of the registration's content also wrap core.ErrInvalid, which the
 	// HTTP layer answers with 400 (like core's own validation errors).
@@ -168,6 +196,15 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	defer g.opMu.Unlock()
 	if g.closed {
 		return false, fmt.Errorf("register: %w", ErrIngesterClosed)
+	}
+	g.mu.Lock()
+	full := len(g.listeners) >= g.opts.MaxListeners
+	existing := g.listeners[normKey(reg.Key())]
+	g.mu.Unlock()
+	if full && existing == nil {
+		// Checked before core is touched; an existing key (idempotent
+		// re-registration or a replacement) needs no new listener.
+		return false, fmt.Errorf("register: %d listeners (MaxListeners): %w: %w", g.opts.MaxListeners, ErrListenerLimit, core.ErrLimit)
 	}
 	sub, created, err := g.ix.Register(reg)
 	if err != nil {
@@ -201,8 +238,11 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 				err = errors.Join(err, uerr)
 			}
 		}
-		if errors.Is(err, ErrBadEndpoint) {
+		switch {
+		case errors.Is(err, ErrBadEndpoint):
 			err = fmt.Errorf("%w: %w", err, core.ErrInvalid)
+		case errors.Is(err, ErrListenerLimit):
+			err = fmt.Errorf("%w: %w", err, core.ErrLimit)
 		}
 		return false, fmt.Errorf("register %s: %w", key, err)
 	}
@@ -210,6 +250,22 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	g.listeners[key] = l
 	g.mu.Unlock()
 	return created, nil
+}
+
+// reserveQueue takes n bytes of the shared receive-queue budget; false when
+// MaxQueuedBytes would be exceeded (nothing is taken then).
+func (g *Ingester) reserveQueue(n int) bool {
+	if g.queued.Add(int64(n)) > g.opts.MaxQueuedBytes {
+		g.queued.Add(-int64(n))
+		return false
+	}
+	return true
+}
+
+func (g *Ingester) releaseQueue(n int) {
+	if n != 0 {
+		g.queued.Add(-int64(n))
+	}
 }
 
 func dialectOf(t core.PublisherType) (Dialect, error) {
@@ -249,6 +305,11 @@ func (g *Ingester) Unregister(k core.ServiceKey) (core.Registration, error) {
 	if l != nil {
 		l.stop()
 		l.m.unregister()
+		g.exited++
+		if g.exited >= trimEvery || len(g.listeners) == 0 {
+			g.exited = 0
+			scheduleTrim()
+		}
 	}
 	reg, err := g.ix.Unregister(k)
 	if err != nil {

@@ -34,6 +34,7 @@ type streamMetrics struct {
 	clearedBlocks    *metrics.Counter
 	restarts         *metrics.Counter
 	reconnects       *metrics.Counter
+	queueDrops       *metrics.Counter
 
 	// events counts every decoded event (applied, refused or skipped); it is the
 	// sum of the type="…" series only when core's ApplyStats partition the events.
@@ -62,6 +63,7 @@ const (
 	mClearedBlocks    = "conductor_ingest_cleared_blocks_total"
 	mRestarts         = "conductor_ingest_restarts_total"
 	mReconnects       = "conductor_ingest_reconnects_total"
+	mQueueDrops       = "conductor_ingest_queue_drops_total"
 	mLastSeq          = "conductor_ingest_last_seq"
 	mLag              = "conductor_ingest_lag_seconds"
 )
@@ -91,6 +93,7 @@ func newStreamMetrics(set *metrics.Set, k core.ServiceKey) *streamMetrics {
 	m.clearedBlocks = counter(mClearedBlocks, "")
 	m.restarts = counter(mRestarts, "")
 	m.reconnects = counter(mReconnects, "")
+	m.queueDrops = counter(mQueueDrops, "")
 	gauge := func(name string, f func() float64) {
 		full := name + "{" + labels + "}"
 		m.names = append(m.names, full)

@@ -99,7 +99,7 @@ func TestZMQCloseReleasesEverything(t *testing.T) {
 }
 
 // TestZMQManyListeners: one Ingester holds more listeners than libzmq's default
-// socket limit (1023 per context, ~170 listeners) allows, and one of them still
+// socket limit (1023 per context, ~250 listeners) allows, and one of them still
 // ingests.
 func TestZMQManyListeners(t *testing.T) {
 	const n = 300

@@ -1,10 +1,12 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -13,9 +15,23 @@ import (
 )
 
 // listener is one subscription's receiver. Its goroutine (run) owns every socket
-// it uses — SUB to the publisher, a PAIR reading the SUB's libzmq monitor, a PAIR
-// receiving wake-ups, and a DEALER to the replay endpoint — and is the
-// subscription's single writer.
+// it uses — SUB to the publisher, a PAIR reading the SUB's libzmq monitor, and a
+// DEALER to the replay endpoint — and is the subscription's single writer. It
+// polls them with an eventfd that the controller writes to wake it (waker), so a
+// listener costs at most ListenerSockets libzmq sockets (SUB, both ends of its
+// monitor, DEALER) and ListenerFDs file descriptors (TestZMQListenerSocketsAndFDs).
+//
+// # Idle cost
+//
+// The goroutine blocks in zmq_poll without a timeout unless it has time-based
+// work (RFC events held in core to flush after PollInterval, a replay's
+// deadlines): a registration whose publisher is down costs no CPU in Go, and
+// libzmq retries the TCP connection with exponential backoff (ReconnectMin
+// doubling to ReconnectMax) without waking it, since its monitor does not
+// report retries (TestZMQPendingListenersIdleCPU). While it blocks in zmq_poll
+// the goroutine holds an OS thread; on exit it takes that thread down with it
+// (runtime.LockOSThread without unlocking), so unregistering returns the threads
+// (TestZMQUnregisterReleasesThreads).
 //
 // # Receive protocol
 //
@@ -56,9 +72,13 @@ import (
 // byte-identical to the old one's passes for the same; engine batches carry a
 // timestamp, so in practice they never are.) Replies are deduplicated by sequence; a reply past last+1 means
 // the ring lost part of the gap (stale). While a replay runs, live messages are
-// buffered (at most ReplayMaxBuffered; then the SUB socket is left unread until
-// the replay ends) and are handled after it, in order, so a late live Stored(A)
-// cannot resurrect a replayed Removed(A): its sequence is by then a duplicate.
+// buffered in the receive queue and are handled after it, in order, so a late
+// live Stored(A) cannot resurrect a replayed Removed(A): its sequence is by then a
+// duplicate. The queue is bounded in messages (ReplayMaxBuffered) and bytes
+// (ReceiveQueueBytes, and MaxQueuedBytes for all listeners); a live message that
+// does not fit is still read (libzmq's own queue is bounded in messages only)
+// and dropped, counted as a queue drop: the next message kept is a gap, healed
+// by the next replay (TestZMQReceiveQueueBytes).
 // Each reply must arrive within ReplayTimeout and the whole replay within
 // ReplayTotalTimeout. A failed replay (timeout, malformed reply, socket error)
 // closes the DEALER (a late reply must not be mistaken for the next replay's) and
@@ -71,9 +91,9 @@ import (
 //
 // # Control
 //
-// The controller (Ingester, under its opMu) sends a cmdReq on cmds and a byte on
-// the wake PAIR; the goroutine, polling that PAIR with its other sockets, drains
-// cmds, acts, and closes the request's ack channel. done is closed when the
+// The controller (Ingester, under its opMu) sends a cmdReq on cmds and writes the
+// waker's eventfd; the goroutine, polling that fd with its sockets, drains cmds,
+// acts, and closes the request's ack channel. done is closed when the
 // goroutine has closed every socket and returned.
 type listener struct {
 	g       *Ingester
@@ -90,10 +110,14 @@ type listener struct {
 	state   atomic.Uint32 // ListenerState
 	lastErr atomic.Pointer[string]
 	hasSeq  atomic.Bool
+	// queuePeak is the most bytes the receive queue has held.
+	queuePeak atomic.Int64
 
-	cmds   chan cmdReq
-	done   chan struct{}
-	wakeTx *zmq.Socket // controller side of the wake pair; used under Ingester.opMu only
+	cmds chan cmdReq
+	done chan struct{}
+	// wake is written by the controller (under Ingester.opMu) and read by the
+	// goroutine; created before the goroutine starts, closed after it ended.
+	wake waker
 
 	rx receiver // owned by the goroutine
 }
@@ -113,10 +137,16 @@ type cmdReq struct {
 
 // receiver is the goroutine-owned part of a listener.
 type receiver struct {
-	subSoc, monSoc, wakeRx, dealer *zmq.Socket
-	poller, rpoller                *zmq.Poller
-	rpollSub                       int // index of subSoc in rpoller
-	gen                            uint64
+	subSoc, monSoc, dealer *zmq.Socket
+	// poll is [wake, mon, sub], rpoll (a replay's) [wake, mon, sub, dealer];
+	// n == 0 when absent (no SUB, or no DEALER for rpoll).
+	poll, rpoll pollSet
+	gen         uint64
+	// epoch changes whenever the SUB socket is closed (Pause, failure): work
+	// that spans command handling (a replay, a held live message) captures it
+	// and stops when it changed, even if a Resume in the same batch of commands
+	// reopened the sockets (TestZMQPauseResumeDuringReplay).
+	epoch uint64
 
 	dec   Decoder
 	batch core.Batch
@@ -125,17 +155,15 @@ type receiver struct {
 	req   [][]byte
 
 	// reader receives whole messages into its reused buffer (one cgo call per
-	// message); subFast and dealerFast say whether it can read those sockets
-	// (handleMatches), else pebbe's receive is used. frames is that path's scratch.
-	reader              *frameReader
-	subFast, dealerFast bool
-	frames              [][]byte
+	// message).
+	reader *frameReader
 	// held keeps the payload of the live message that triggered a replay: the
 	// replay reads through reader, whose buffer the payload aliases.
 	held []byte
 
-	pending     [][][]byte // live messages buffered by a replay, FIFO from head
-	pendingHead int
+	pending      [][][]byte // live messages buffered by a replay, FIFO from head
+	pendingHead  int
+	pendingBytes int // of pending[pendingHead:], also reserved in Ingester.queued
 
 	stopping, paused  bool
 	connectReplay     bool
@@ -150,6 +178,8 @@ type receiver struct {
 	monLogNext        time.Time
 	monLogSuppressed  int
 	replayFailLogNext time.Time
+	dropLogNext       time.Time
+	dropLogSuppressed int
 }
 
 const (
@@ -160,12 +190,12 @@ const (
 	// not kept; ParseLive / ParseReplayReply then refuse the message.
 	maxKeptFrames = 5
 	// errLogEvery rate-limits decode-error logging per stream.
-	errLogEvery   = 10 * time.Second
-	monitorEvents = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED |
+	errLogEvery = 10 * time.Second
+	// No EVENT_CONNECT_RETRIED: a publisher that is down would wake the goroutine
+	// at every reconnection attempt.
+	monitorEvents = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED |
 		zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
-
-var wakeByte = []byte{1}
 
 func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *listener {
 	reg := sub.Registration()
@@ -181,10 +211,14 @@ func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *lis
 		m:       newStreamMetrics(g.opts.Metrics, key),
 		cmds:    make(chan cmdReq, 4),
 		done:    make(chan struct{}),
+		wake:    waker{fd: -1}, // start opens it
 	}
 	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
 	l.rx.seq.threshold = g.opts.RestartThreshold
 	l.rx.reader = newFrameReader()
+	if g.opts.MaxMessageBytes > 0 {
+		l.rx.reader.max = int(min(g.opts.MaxMessageBytes, math.MaxInt))
+	}
 	l.rx.seed = maphash.MakeSeed()
 	l.rx.backoff = g.opts.ReconnectMin
 	l.rx.replayBackoff = g.opts.ReconnectMin
@@ -192,29 +226,21 @@ func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *lis
 	return l
 }
 
-func (l *listener) wakeAddr() string { return fmt.Sprintf("inproc://conductor-ingest-wake-%d", l.id) }
-
 // start runs the goroutine and waits until its sockets exist and the SUB has
 // been told to connect (which does not wait for the publisher).
 func (l *listener) start() error {
+	w, err := newWaker()
+	if err != nil {
+		return limitErr(err)
+	}
+	l.wake = w
 	ready := make(chan error, 1)
 	go l.run(ready)
 	if err := <-ready; err != nil {
 		<-l.done
+		l.wake.close()
 		return err
 	}
-	tx, err := l.g.zctx.NewSocket(zmq.PAIR)
-	if err == nil {
-		_ = tx.SetLinger(0)
-		if err = tx.Connect(l.wakeAddr()); err != nil {
-			_ = tx.Close()
-		}
-	}
-	if err != nil {
-		l.stop() // without a wake socket the goroutine notices within PollInterval
-		return fmt.Errorf("wake socket: %w", err)
-	}
-	l.wakeTx = tx
 	return nil
 }
 
@@ -226,7 +252,7 @@ func (l *listener) command(op cmdOp) {
 	case <-l.done:
 		return
 	}
-	l.wake()
+	l.wake.wake()
 	select {
 	case <-req.ack:
 	case <-l.done:
@@ -240,24 +266,14 @@ func (l *listener) signal(op cmdOp) {
 	case <-l.done:
 		return
 	}
-	l.wake()
+	l.wake.wake()
 }
 
-func (l *listener) wake() {
-	if l.wakeTx != nil {
-		// DONTWAIT: a full pipe means wake-ups are already pending.
-		_, _ = l.wakeTx.SendBytes(wakeByte, zmq.DONTWAIT)
-	}
-}
-
-// stop asks the goroutine to exit, joins it, and closes the wake sender.
+// stop asks the goroutine to exit, joins it, and closes the waker.
 func (l *listener) stop() {
 	l.command(cmdStop)
 	<-l.done
-	if l.wakeTx != nil {
-		_ = l.wakeTx.Close()
-		l.wakeTx = nil
-	}
+	l.wake.close()
 }
 
 func (l *listener) setState(s ListenerState) { l.state.Store(uint32(s)) }
@@ -284,9 +300,15 @@ func (l *listener) status() ListenerStatus {
 		Restarts:         l.m.restarts.Get(),
 		Duplicates:       l.m.duplicates.Get(),
 		Reconnects:       l.m.reconnects.Get(),
+		QueueDrops:       l.m.queueDrops.Get(),
+		QueuePeakBytes:   l.queuePeak.Load(),
 	}
 	if e := l.lastErr.Load(); e != nil {
 		st.LastError = *e
+	} else if st.State == ListenerPending {
+		// Derived, not reported per attempt: the monitor does not wake the
+		// goroutine for each reconnection attempt (see Idle cost).
+		st.LastError = "not connected to the publisher at " + l.reg.Endpoint + " yet; libzmq retries with backoff"
 	}
 	return st
 }
@@ -296,18 +318,13 @@ func (l *listener) canReplay() bool { return l.reg.ReplayEndpoint != "" }
 // ---- goroutine -------------------------------------------------------------
 
 func (l *listener) run(ready chan<- error) {
+	// Deferred first, so it runs last: exiting while locked terminates the OS
+	// thread. Blocking in zmq_poll (cgo) made the runtime start a thread per
+	// listener, which it would otherwise keep idle for the process's life.
+	defer runtime.LockOSThread()
 	defer close(l.done)
 	defer l.closeAll()
 	rx := &l.rx
-	var err error
-	if rx.wakeRx, err = l.g.zctx.NewSocket(zmq.PAIR); err == nil {
-		_ = rx.wakeRx.SetLinger(0)
-		err = rx.wakeRx.Bind(l.wakeAddr())
-	}
-	if err != nil {
-		ready <- fmt.Errorf("wake socket: %w", err)
-		return
-	}
 	if err := l.openSub(); err != nil {
 		ready <- err
 		return
@@ -396,6 +413,9 @@ func (l *listener) handleCmd(req cmdReq) {
 	if req.ack != nil {
 		close(req.ack)
 	}
+	if h := l.g.testCmdHook; h != nil {
+		h(l, req.op)
+	}
 }
 
 // interrupted reports whether a command requires the current work to stop.
@@ -403,17 +423,28 @@ func (l *listener) interrupted() bool {
 	return l.rx.stopping || l.rx.paused || l.rx.subSoc == nil
 }
 
+// changed reports whether the work begun at epoch must stop: a command asked
+// for it, or the sockets were closed since (and maybe reopened by a Resume
+// handled in the same batch: the poller, the DEALER and any held message
+// belong to the old sockets).
+func (l *listener) changed(epoch uint64) bool {
+	return l.interrupted() || l.rx.epoch != epoch
+}
+
 // step does one round of the receive loop: buffered live messages first, then a
 // proactive replay if a (re)connection asked for one, then a poll.
 func (l *listener) step() {
 	rx := &l.rx
 	if rx.pendingHead < len(rx.pending) {
+		epoch := rx.epoch
 		for i := 0; i < drainMax && rx.pendingHead < len(rx.pending); i++ {
-			frames := rx.pending[rx.pendingHead]
-			rx.pending[rx.pendingHead] = nil
-			rx.pendingHead++
+			frames := l.popPending()
+			big := framesSize(frames) >= readAheadBytes
 			l.handleLive(frames)
-			if l.interrupted() {
+			if big && !l.changed(epoch) {
+				l.readAhead()
+			}
+			if l.changed(epoch) {
 				return
 			}
 		}
@@ -428,35 +459,36 @@ func (l *listener) step() {
 		l.replay(0, false)
 		return
 	}
-	polled, err := rx.poller.Poll(l.opts.PollInterval)
+	timeout := time.Duration(-1) // nothing time-based to do: wait for an event
+	if rx.heldDirty {
+		timeout = l.opts.PollInterval
+	}
+	n, err := rx.poll.poll(timeout)
 	if err != nil {
 		l.fail(fmt.Errorf("poll: %w", err))
 		return
 	}
-	if len(polled) == 0 {
+	if n == 0 {
 		l.idle()
 		l.pollCmds()
 		return
 	}
-	for _, p := range polled {
-		switch p.Socket {
-		case rx.wakeRx:
-			l.drainWake()
-			l.pollCmds()
-			if l.interrupted() {
-				return
-			}
-		case rx.monSoc:
-			l.drainMonitor()
-			if rx.connectReplay {
-				return // replay before reading live messages
-			}
-		case rx.subSoc:
-			l.drainSub()
-			if l.interrupted() {
-				return
-			}
+	epoch := rx.epoch
+	if rx.poll.ready(pollWake) {
+		l.drainWake()
+		l.pollCmds()
+		if l.changed(epoch) {
+			return // the other ready items may be closed sockets
 		}
+	}
+	if rx.poll.ready(pollMon) {
+		l.drainMonitor()
+		if rx.connectReplay {
+			return // replay before reading live messages
+		}
+	}
+	if rx.poll.ready(pollSub) {
+		l.drainSub()
 	}
 }
 
@@ -469,13 +501,7 @@ func (l *listener) idle() {
 	}
 }
 
-func (l *listener) drainWake() {
-	for {
-		if _, err := l.rx.wakeRx.RecvBytes(zmq.DONTWAIT); err != nil {
-			return
-		}
-	}
-}
+func (l *listener) drainWake() { l.wake.drain() }
 
 func (l *listener) drainMonitor() {
 	rx := &l.rx
@@ -501,10 +527,6 @@ func (l *listener) drainMonitor() {
 			l.setState(ListenerPending)
 			l.setErr("disconnected from " + addr)
 			l.warnMonitor("listener disconnected; libzmq reconnects", "peer", addr)
-		case ev&zmq.EVENT_CONNECT_RETRIED != 0:
-			if !rx.connected {
-				l.setErr("publisher not reachable at " + l.reg.Endpoint + "; retrying")
-			}
 		default: // handshake failures
 			l.setErr(fmt.Sprintf("%v with %s", ev, addr))
 			l.warnMonitor("ZMTP handshake failed", "event", ev.String(), "peer", addr)
@@ -529,18 +551,45 @@ func (l *listener) warnMonitor(msg string, args ...any) {
 // drainSub handles up to drainMax live messages.
 func (l *listener) drainSub() {
 	rx := &l.rx
+	epoch := rx.epoch
 	for i := 0; i < drainMax; i++ {
-		frames, err := l.recv(rx.subSoc, rx.subFast)
+		frames, err := l.recv(rx.subSoc)
 		if err != nil {
+			if errors.Is(err, ErrMessageTooBig) {
+				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
+				continue
+			}
 			if !isEAGAIN(err) {
 				l.fail(fmt.Errorf("receive: %w", err))
 			}
 			return
 		}
+		big := framesSize(frames) >= readAheadBytes
 		l.handleLive(frames)
-		if l.interrupted() || rx.pendingHead < len(rx.pending) {
+		if h := l.g.testLiveHook; h != nil {
+			h(l, big)
+		}
+		if big && !l.changed(epoch) {
+			l.readAhead()
+		}
+		if l.changed(epoch) || rx.pendingHead < len(rx.pending) {
 			return // buffered messages go before anything still in the socket
 		}
+	}
+}
+
+// readAheadBytes: after a live message this large (whose decoding and applying
+// take a while), what arrived meanwhile is moved out of libzmq into the receive
+// queue before the next message is handled. libzmq's queue is bounded in
+// messages only (RcvHWM); the receive queue also in bytes, dropping (as a gap)
+// what does not fit (TestZMQReceiveQueueBytesLive). Smaller messages are
+// handled straight from the socket, without a copy.
+const readAheadBytes = 64 << 10
+
+// readAhead moves waiting live messages into the receive queue (bufferLive).
+func (l *listener) readAhead() {
+	if err := l.bufferLive(); err != nil {
+		l.fail(err)
 	}
 }
 
@@ -571,6 +620,7 @@ func (l *listener) handleLive(frames [][]byte) {
 		v = seqRestart
 	}
 	// What follows may replay, which reuses the receive buffer payload aliases.
+	epoch := rx.epoch
 	rx.held = append(rx.held[:0], payload...)
 	payload = rx.held
 	switch v {
@@ -590,7 +640,7 @@ func (l *listener) handleLive(frames [][]byte) {
 			l.replay(s, true)
 		}
 	}
-	if l.interrupted() {
+	if l.changed(epoch) {
 		return // paused or stopping: the message is dropped; resume replays it
 	}
 	// Place the message after whatever the replay applied.

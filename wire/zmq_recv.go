@@ -103,10 +103,15 @@ type frameReader struct {
 	lens   [maxKeptFrames]C.size_t
 	nf     C.int // frame count of the last message (a field: a local would escape)
 	frames [][]byte
+	// max refuses messages whose kept frames exceed it with ErrMessageTooBig,
+	// before they are copied (so the buffer never grows for them). 0: no limit.
+	max int
 }
 
 const (
-	initialFrameBuf = 64 << 10
+	// initialFrameBuf is small: a listener that never receives (a publisher
+	// that is down) should cost little; the buffer grows to the messages seen.
+	initialFrameBuf = 4 << 10
 	// maxKeptFrameBuf: a buffer grown past this for one huge message is dropped
 	// at the next read, so one outlier does not pin its size per listener.
 	maxKeptFrameBuf = 4 << 20
@@ -152,6 +157,12 @@ func (r *frameReader) read(s *zmq.Socket) ([][]byte, error) {
 	for i := 0; i < kept; i++ {
 		total += int(r.lens[i])
 	}
+	if r.max > 0 && total > r.max {
+		if rc == 1 {
+			C.cd_release(r.rx)
+		}
+		return nil, ErrMessageTooBig
+	}
 	if rc == 1 { // did not fit: grow (next power of two) and copy
 		n := len(r.buf)
 		for n < total {
@@ -190,13 +201,14 @@ type pebbeSocket struct {
 // libzmq may crash rather than fail, so the real guard is the version pin
 // (TestPebbeVersionPinned); on top of it TestSocketHandle checks the mirror's
 // size and that the handle answers ZMQ_TYPE like s.GetType(), and handleMatches
-// repeats that check on every socket before the fast path is used.
+// repeats that check on every socket before it is read or polled (checkHandle
+// refuses a socket that fails it).
 func socketHandle(s *zmq.Socket) unsafe.Pointer {
 	return (*pebbeSocket)(unsafe.Pointer(s)).soc
 }
 
 // handleMatches reports whether socketHandle(s) is s's libzmq socket: its type
-// as libzmq reports it equals pebbe's. Sockets failing it are read through pebbe.
+// as libzmq reports it equals pebbe's.
 func handleMatches(s *zmq.Socket) bool {
 	if unsafe.Sizeof(pebbeSocket{}) != unsafe.Sizeof(zmq.Socket{}) {
 		return false

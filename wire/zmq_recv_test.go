@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"unsafe"
@@ -120,5 +121,45 @@ func TestFrameReader(t *testing.T) {
 	}
 	if len(r.buf) != initialFrameBuf {
 		t.Fatalf("buffer kept at %d bytes after a huge message", len(r.buf))
+	}
+}
+
+// TestFrameReaderMax: a message whose kept frames exceed max is refused with
+// ErrMessageTooBig without growing the buffer, whether it would have fitted the
+// current buffer or not, and the stream stays aligned for the next message.
+func TestFrameReaderMax(t *testing.T) {
+	tx, rx := pairSockets(t)
+	r := newFrameReader()
+	defer r.free()
+	r.max = 1000
+	send := func(frames ...[]byte) {
+		t.Helper()
+		for j, f := range frames {
+			flag := zmq.Flag(0)
+			if j < len(frames)-1 {
+				flag = zmq.SNDMORE
+			}
+			if _, err := tx.SendBytes(f, flag); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	f := func(frames [][]byte, wantErr error) {
+		t.Helper()
+		send(frames...)
+		got, err := r.read(rx)
+		if !errors.Is(err, wantErr) {
+			t.Fatalf("%d frames: err %v, want %v", len(frames), err, wantErr)
+		}
+		if wantErr == nil && (len(got) != len(frames) || !bytes.Equal(got[len(got)-1], frames[len(frames)-1])) {
+			t.Fatalf("%d frames: got %d", len(frames), len(got))
+		}
+	}
+	f([][]byte{make([]byte, 600), make([]byte, 400)}, nil)               // exactly max
+	f([][]byte{make([]byte, 600), make([]byte, 401)}, ErrMessageTooBig)  // fits the buffer, above max
+	f([][]byte{make([]byte, 10), make([]byte, 1<<20)}, ErrMessageTooBig) // would grow the buffer
+	f([][]byte{[]byte("next"), []byte("message")}, nil)
+	if len(r.buf) != initialFrameBuf {
+		t.Fatalf("buffer grew to %d bytes for refused messages", len(r.buf))
 	}
 }

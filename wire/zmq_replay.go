@@ -33,6 +33,7 @@ const (
 var (
 	errReplayTimeout = errors.New("no reply within the replay timeout")
 	errReplayTotal   = errors.New("replay exceeded its total timeout")
+	errNoDealer      = errors.New("replay socket closed")
 )
 
 // replay recovers what the publisher's ring holds after the baseline (or from 0
@@ -74,10 +75,10 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 	}
 	l.log.Debug("replay requested", "from", from, "until", until, "bounded", bounded)
 
+	epoch := rx.epoch
 	deadline := now.Add(l.opts.ReplayTotalTimeout)
 	recvDeadline := now.Add(l.opts.ReplayTimeout)
 	staleSeen, below := false, false
-	var frames [][]byte
 	for {
 		now = time.Now()
 		wait := min(l.opts.PollInterval, recvDeadline.Sub(now), deadline.Sub(now))
@@ -90,83 +91,80 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 		if wait < time.Millisecond {
 			wait = time.Millisecond // zmq_poll counts milliseconds; 0 would not wait
 		}
-		subEvents := zmq.State(0)
-		if len(rx.pending)-rx.pendingHead < l.opts.ReplayMaxBuffered {
-			subEvents = zmq.POLLIN
+		if rx.rpoll.n == 0 { // no DEALER: cannot happen while the epoch holds
+			return l.replayFailure(errNoDealer)
 		}
-		if _, err := rx.rpoller.Update(rx.rpollSub, subEvents); err != nil {
-			return l.replayFailure(err)
-		}
-		polled, err := rx.rpoller.Poll(wait)
-		if err != nil {
+		if _, err := rx.rpoll.poll(wait); err != nil {
 			return l.replayFailure(fmt.Errorf("poll: %w", err))
 		}
-		for _, p := range polled {
-			switch p.Socket {
-			case rx.wakeRx:
-				l.drainWake()
-				l.pollCmds()
-				if l.interrupted() {
-					l.resetDealer()
-					return replayInterrupted
-				}
-			case rx.monSoc:
-				l.drainMonitor() // a reconnection's replay runs after this one
-			case rx.subSoc:
-				if err := l.bufferLive(); err != nil {
-					l.fail(err)
-					return replayInterrupted
-				}
-			case rx.dealer:
-				for {
-					frames, err = l.recv(rx.dealer, rx.dealerFast)
-					if err != nil {
-						if isEAGAIN(err) {
-							break
-						}
-						return l.replayFailure(fmt.Errorf("receive: %w", err))
+		if rx.rpoll.ready(pollWake) {
+			l.drainWake()
+			l.pollCmds()
+			// Re-check after every batch of commands: a Pause and a Resume
+			// handled together leave new sockets and no DEALER (nor rpoll).
+			if l.changed(epoch) {
+				l.resetDealer()
+				return replayInterrupted
+			}
+		}
+		if rx.rpoll.ready(pollMon) {
+			l.drainMonitor() // a reconnection's replay runs after this one
+		}
+		if rx.rpoll.ready(pollSub) {
+			if err := l.bufferLive(); err != nil {
+				l.fail(err)
+				return replayInterrupted
+			}
+		}
+		if rx.rpoll.ready(pollDealer) {
+			for {
+				frames, err := l.recv(rx.dealer)
+				if err != nil {
+					if isEAGAIN(err) {
+						break
 					}
-					recvDeadline = time.Now().Add(l.opts.ReplayTimeout)
-					seq, payload, end, err := ParseReplayReply(frames)
-					if err != nil {
-						return l.replayFailure(fmt.Errorf("reply: %w", err))
+					return l.replayFailure(fmt.Errorf("receive: %w", err))
+				}
+				recvDeadline = time.Now().Add(l.opts.ReplayTimeout)
+				seq, payload, end, err := ParseReplayReply(frames)
+				if err != nil {
+					return l.replayFailure(fmt.Errorf("reply: %w", err))
+				}
+				if end {
+					if verify && below {
+						// The ring ends before our baseline: the same
+						// incarnation's ring would hold it (it holds the
+						// newest batches), so this is a new one.
+						return replayRestart
 					}
-					if end {
-						if verify && below {
-							// The ring ends before our baseline: the same
-							// incarnation's ring would hold it (it holds the
-							// newest batches), so this is a new one.
+					return l.replayEnded(until, bounded, staleSeen)
+				}
+				if seq > math.MaxInt64 {
+					return l.replayFailure(fmt.Errorf("reply seq=%d: %w", seq, ErrSeqRange))
+				}
+				if seq < from {
+					below = true
+					continue // not asked for
+				}
+				if verify {
+					verify = false
+					if seq == from {
+						if l.payloadSum(payload) != rx.seq.lastSum {
+							l.resetDealer() // the rest of this reply is the wrong incarnation's
 							return replayRestart
 						}
-						return l.replayEnded(until, bounded, staleSeen)
+						continue // the baseline itself: same incarnation
 					}
-					if seq > math.MaxInt64 {
-						return l.replayFailure(fmt.Errorf("reply seq=%d: %w", seq, ErrSeqRange))
-					}
-					if seq < from {
-						below = true
-						continue // not asked for
-					}
-					if verify {
-						verify = false
-						if seq == from {
-							if l.payloadSum(payload) != rx.seq.lastSum {
-								l.resetDealer() // the rest of this reply is the wrong incarnation's
-								return replayRestart
-							}
-							continue // the baseline itself: same incarnation
-						}
-						// The ring no longer holds the baseline: nothing to compare.
-					}
-					switch rx.seq.replayed(seq) {
-					case seqFirst, seqNext:
-						l.consume(seq, payload)
-					case seqDuplicate:
-					case seqGap:
-						staleSeen = true
-						l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
-						l.consume(seq, payload)
-					}
+					// The ring no longer holds the baseline: nothing to compare.
+				}
+				switch rx.seq.replayed(seq) {
+				case seqFirst, seqNext:
+					l.consume(seq, payload)
+				case seqDuplicate:
+				case seqGap:
+					staleSeen = true
+					l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
+					l.consume(seq, payload)
 				}
 			}
 		}
@@ -203,21 +201,74 @@ func (l *listener) replayFailure(err error) replayOutcome {
 	return replayFailed
 }
 
-// bufferLive moves live messages from the SUB socket into the pending queue, up
-// to ReplayMaxBuffered.
+// bufferLive moves up to drainMax live messages from the SUB socket into the
+// receive queue (pending). A message that does not fit the queue's bounds
+// (ReplayMaxBuffered messages, ReceiveQueueBytes, the Ingester's MaxQueuedBytes)
+// is dropped and counted: reading it anyway keeps libzmq's queue, bounded in
+// messages only, from growing in its place. The next message kept shows the gap.
 func (l *listener) bufferLive() error {
 	rx := &l.rx
-	for len(rx.pending)-rx.pendingHead < l.opts.ReplayMaxBuffered {
-		frames, err := l.recv(rx.subSoc, rx.subFast)
+	for i := 0; i < drainMax; i++ {
+		frames, err := l.recv(rx.subSoc)
 		if err != nil {
+			if errors.Is(err, ErrMessageTooBig) {
+				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
+				continue
+			}
 			if isEAGAIN(err) {
 				return nil
 			}
 			return fmt.Errorf("receive: %w", err)
 		}
+		n := framesSize(frames)
+		if len(rx.pending)-rx.pendingHead >= l.opts.ReplayMaxBuffered ||
+			rx.pendingBytes+n > l.opts.ReceiveQueueBytes || !l.g.reserveQueue(n) {
+			l.queueDrop(n)
+			continue
+		}
 		rx.pending = append(rx.pending, copyFrames(frames))
+		rx.pendingBytes += n
+		if int64(rx.pendingBytes) > l.queuePeak.Load() {
+			l.queuePeak.Store(int64(rx.pendingBytes))
+		}
 	}
 	return nil
+}
+
+// queueDrop counts a live message dropped because the receive queue was full,
+// and logs it at most once per errLogEvery.
+func (l *listener) queueDrop(n int) {
+	rx := &l.rx
+	l.m.queueDrops.Inc()
+	now := time.Now()
+	if now.Before(rx.dropLogNext) {
+		rx.dropLogSuppressed++
+		return
+	}
+	l.log.Warn("receive queue full: dropped a live message; the gap will be replayed",
+		"bytes", n, "queued", len(rx.pending)-rx.pendingHead, "queued_bytes", rx.pendingBytes,
+		"suppressed", rx.dropLogSuppressed)
+	rx.dropLogNext, rx.dropLogSuppressed = now.Add(errLogEvery), 0
+}
+
+// popPending takes the oldest queued message and releases its bytes.
+func (l *listener) popPending() [][]byte {
+	rx := &l.rx
+	frames := rx.pending[rx.pendingHead]
+	rx.pending[rx.pendingHead] = nil
+	rx.pendingHead++
+	n := framesSize(frames)
+	rx.pendingBytes -= n
+	l.g.releaseQueue(n)
+	return frames
+}
+
+func framesSize(frames [][]byte) int {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	return n
 }
 
 // copyFrames deep-copies a message (one allocation for the bytes, one for the

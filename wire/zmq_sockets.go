@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -12,40 +13,10 @@ import (
 // Socket life cycle of a listener: every function here runs on the listener's
 // goroutine, which owns the sockets.
 
-// recv reads one whole multipart message from s without blocking. The frames
+// recv reads one whole multipart message from s without blocking, through the
+// frame reader (every socket passed checkHandle when it was opened). The frames
 // are valid until the next recv.
-func (l *listener) recv(s *zmq.Socket, fast bool) ([][]byte, error) {
-	rx := &l.rx
-	if fast {
-		return rx.reader.read(s)
-	}
-	frames, err := recvMsg(s, rx.frames[:0])
-	rx.frames = frames
-	return frames, err
-}
-
-// recvMsg reads one whole multipart message through pebbe/zmq4 without
-// blocking, keeping at most maxKeptFrames frames (the rest are read and dropped,
-// so the stream stays aligned; the caller sees maxKeptFrames frames and refuses
-// the message). It is the fallback for sockets frameReader cannot read.
-func recvMsg(s *zmq.Socket, dst [][]byte) ([][]byte, error) {
-	for {
-		b, err := s.RecvBytes(zmq.DONTWAIT)
-		if err != nil {
-			return dst[:0], err
-		}
-		if len(dst) < maxKeptFrames {
-			dst = append(dst, b)
-		}
-		more, err := s.GetRcvmore()
-		if err != nil {
-			return dst[:0], err
-		}
-		if !more {
-			return dst, nil
-		}
-	}
-}
+func (l *listener) recv(s *zmq.Socket) ([][]byte, error) { return l.rx.reader.read(s) }
 
 func isEAGAIN(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
 
@@ -57,7 +28,7 @@ func (l *listener) openSub() error {
 	monAddr := fmt.Sprintf("inproc://conductor-ingest-mon-%d-%d", l.id, rx.gen)
 	s, err := l.g.zctx.NewSocket(zmq.SUB)
 	if err != nil {
-		return fmt.Errorf("SUB socket: %w", err)
+		return fmt.Errorf("SUB socket: %w", limitErr(err))
 	}
 	var mon *zmq.Socket
 	err = firstErr(
@@ -76,10 +47,13 @@ func (l *listener) openSub() error {
 			err = mon.Connect(monAddr)
 		}
 	}
+	if err == nil {
+		err = firstErr(checkHandle(s), checkHandle(mon))
+	}
 	if err != nil {
 		closeSocket(s)
 		closeSocket(mon)
-		return fmt.Errorf("SUB socket setup: %w", err)
+		return fmt.Errorf("SUB socket setup: %w", limitErr(err))
 	}
 	if err := s.Connect(l.reg.Endpoint); err != nil {
 		closeSocket(s)
@@ -87,7 +61,6 @@ func (l *listener) openSub() error {
 		return &core.FieldError{Field: "endpoint", Err: fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)}
 	}
 	rx.subSoc, rx.monSoc, rx.connected = s, mon, false
-	rx.subFast = handleMatches(s)
 	l.rebuildPollers()
 	l.setState(ListenerPending)
 	return nil
@@ -104,6 +77,9 @@ func (l *listener) closeSub() {
 		// TestZMQRegisterUnregisterNoLeak catches it.
 		_ = rx.subSoc.Monitor("", 0)
 	}
+	if rx.subSoc != nil {
+		rx.epoch++
+	}
 	closeSocket(rx.subSoc)
 	closeSocket(rx.monSoc)
 	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay = nil, nil, false, false
@@ -118,11 +94,11 @@ func (l *listener) ensureDealer() error {
 	}
 	d, err := l.g.zctx.NewSocket(zmq.DEALER)
 	if err != nil {
-		return fmt.Errorf("DEALER socket: %w", err)
+		return fmt.Errorf("DEALER socket: %w", limitErr(err))
 	}
 	// RCVHWM 0: a replay of a whole ring must not be cut by the pipe's HWM
 	// (a ROUTER drops what does not fit).
-	if err = firstErr(d.SetLinger(0), d.SetIpv6(true), d.SetRcvhwm(0)); err != nil {
+	if err = firstErr(d.SetLinger(0), d.SetIpv6(true), d.SetRcvhwm(0), checkHandle(d)); err != nil {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}
@@ -131,7 +107,6 @@ func (l *listener) ensureDealer() error {
 		return &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)}
 	}
 	rx.dealer = d
-	rx.dealerFast = handleMatches(d)
 	l.rebuildPollers()
 	return nil
 }
@@ -148,23 +123,32 @@ func (l *listener) resetDealer() {
 	l.rebuildPollers()
 }
 
+// rebuildPollers lays out the poll sets for the open sockets (their handles
+// were checked when they were opened: checkHandle).
 func (l *listener) rebuildPollers() {
 	rx := &l.rx
-	rx.poller, rx.rpoller = nil, nil
+	rx.poll.n, rx.rpoll.n = 0, 0
 	if rx.subSoc == nil {
 		return
 	}
-	rx.poller = zmq.NewPoller()
-	rx.poller.Add(rx.wakeRx, zmq.POLLIN)
-	rx.poller.Add(rx.monSoc, zmq.POLLIN)
-	rx.poller.Add(rx.subSoc, zmq.POLLIN)
+	rx.poll.reset(l.wake)
+	rx.poll.add(rx.monSoc)
+	rx.poll.add(rx.subSoc)
 	if rx.dealer != nil {
-		rx.rpoller = zmq.NewPoller()
-		rx.rpoller.Add(rx.wakeRx, zmq.POLLIN)
-		rx.rpoller.Add(rx.monSoc, zmq.POLLIN)
-		rx.rpollSub = rx.rpoller.Add(rx.subSoc, zmq.POLLIN)
-		rx.rpoller.Add(rx.dealer, zmq.POLLIN)
+		rx.rpoll.reset(l.wake)
+		rx.rpoll.add(rx.monSoc)
+		rx.rpoll.add(rx.subSoc)
+		rx.rpoll.add(rx.dealer)
 	}
+}
+
+// checkHandle fails when socketHandle cannot read s's libzmq handle (a
+// pebbe/zmq4 layout other than the pinned one): such a socket cannot be polled.
+func checkHandle(s *zmq.Socket) error {
+	if !handleMatches(s) {
+		return fmt.Errorf("cannot read the libzmq handle of %v (pebbe/zmq4 layout changed?)", s)
+	}
+	return nil
 }
 
 // fail handles a socket-level failure: every socket but the wake pair is closed
@@ -183,14 +167,29 @@ func (l *listener) dropPending() {
 	rx := &l.rx
 	clear(rx.pending)
 	rx.pending, rx.pendingHead = rx.pending[:0], 0
+	l.g.releaseQueue(rx.pendingBytes)
+	rx.pendingBytes = 0
 }
 
 func (l *listener) closeAll() {
 	l.closeSub()
 	l.resetDealer()
-	closeSocket(l.rx.wakeRx)
-	l.rx.wakeRx = nil
+	l.dropPending()
 	l.rx.reader.free()
+}
+
+// limitErr marks a resource exhaustion (libzmq's socket cap, the fd limit, no
+// memory) as a limit: a registration refused for it is answered 400
+// limit_exceeded (ErrListenerLimit wraps core.ErrLimit in Register), not 500.
+func limitErr(err error) error {
+	switch zmq.AsErrno(err) {
+	case zmq.Errno(syscall.EMFILE), zmq.Errno(syscall.ENFILE), zmq.Errno(syscall.ENOMEM):
+		return fmt.Errorf("%w: %w", err, ErrListenerLimit)
+	}
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) {
+		return fmt.Errorf("%w: %w", err, ErrListenerLimit)
+	}
+	return err
 }
 
 func closeSocket(s *zmq.Socket) {

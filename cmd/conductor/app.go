@@ -305,7 +305,9 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		return nil, 2
 	}
 	ix := core.New(ixOpts)
-	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log})
+	// One listener per registration: the Ingester's limit follows the index's
+	// (wire.MaxListenersLimit caps both; above it NewIngester refuses to start).
+	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log, MaxListeners: s.maxRegistration})
 	if err != nil {
 		log.Error("cannot start the ingester", "err", err)
 		return nil, 1
