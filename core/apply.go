@@ -33,8 +33,9 @@ type subCtx struct {
 }
 
 type engineRef struct {
-	key uint64
-	n   uint32 // stores minus removes seen for this engine hash
+	key   uint64 // index key (namespaced plain hash)
+	plain uint64 // plain standard sequence hash, the parent of the next block
+	n     uint32 // stores minus removes seen for this engine hash
 }
 
 func (s *Subscription) newSubCtx(c *context) *subCtx {
@@ -214,7 +215,7 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 			st.Dropped++
 			return
 		}
-		keys, ok := s.storeKeys(sc, ev, s.reg.AdditionalSalt)
+		keys, ok := s.storeKeys(sc, ev, s.regSalt)
 		if !ok {
 			st.Dropped++
 			return
@@ -240,7 +241,7 @@ func partialPageOK(c *context, ev *Event) bool {
 }
 
 // storeKeys returns the prefix keys for a stored event's blocks.
-func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, bool) {
+func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt []byte) ([]uint64, bool) {
 	prof := sc.ctx.profile()
 	if prof.Strategy != hash.StrategyXXH3 {
 		return ev.Hashes, true
@@ -261,20 +262,12 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 				s.ix.counters.UnknownParents.Add(1)
 				return nil, false
 			}
-			parent = ref.key
+			parent = ref.plain
 		}
-		local, seqSeed := prof.XXH3Seeds(sc.ctx.lora, saltBytes(salt, ev.CacheSalt))
-		s.seqScratch = hash.AppendXXH3ChainSeeds(s.seqScratch[:0], local, seqSeed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
-		if sc.engine == nil {
-			sc.engine = make(map[uint64]engineRef)
-		}
-		for i, h := range hashes {
-			ref := sc.engine[h]
-			ref.key = s.seqScratch[i]
-			ref.n++
-			sc.engine[h] = ref
-		}
-		return s.seqScratch, true
+		ns := saltNamespace(prof, saltBytes(salt, ev.CacheSalt))
+		s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], prof.XXH3Seed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
+		s.mapEngineHashes(sc, hashes, s.seqScratch, ns)
+		return s.nsKeys(ns, s.seqScratch), true
 	}
 	// No tokens (e.g. an offload placeholder): only blocks already known from
 	// this engine's own stores can be located.
@@ -290,14 +283,41 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 	return keys, len(keys) > 0 || len(hashes) == 0
 }
 
-func saltBytes(reg string, ev []byte) []byte {
+// mapEngineHashes records, for each publisher hash, the plain standard hash it
+// was re-computed as and its key in namespace ns, so that later removes and
+// parent links by publisher hash resolve.
+func (s *Subscription) mapEngineHashes(sc *subCtx, pub, plain []uint64, ns namespace) {
+	if sc.engine == nil {
+		sc.engine = make(map[uint64]engineRef)
+	}
+	for i, h := range pub {
+		ref := sc.engine[h]
+		ref.plain = plain[i]
+		ref.key = ns.key(plain[i])
+		ref.n++
+		sc.engine[h] = ref
+	}
+}
+
+// nsKeys returns plain sequence hashes as keys of namespace ns (src itself in
+// the unsalted namespace; otherwise a scratch slice valid until the next call).
+func (s *Subscription) nsKeys(ns namespace, src []uint64) []uint64 {
+	if ns.tag == 0 {
+		return src
+	}
+	out := s.keyScratch[:0]
+	for _, h := range src {
+		out = append(out, ns.key(h))
+	}
+	s.keyScratch = out
+	return out
+}
+
+func saltBytes(reg []byte, ev []byte) []byte {
 	if len(ev) > 0 {
 		return ev
 	}
-	if reg == "" {
-		return nil
-	}
-	return []byte(reg)
+	return reg
 }
 
 func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier, st *ApplyStats) {
@@ -611,6 +631,16 @@ func (s *Subscription) rfcContext(ev *Event) ContextKey {
 	return k
 }
 
+// rfcNamespace is the salt namespace of an RFC event: its additional_salt
+// when present (even empty), else the registration's additionalsalt.
+func (s *Subscription) rfcNamespace(sc *subCtx, ev *Event) namespace {
+	salt := ev.AdditionalSalt
+	if salt == nil {
+		salt = s.regSalt
+	}
+	return saltNamespace(sc.ctx.profile(), salt)
+}
+
 func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
 	if ev.Kind == EventCleared && s.reg.Type.pool() {
 		s.clearPool(ev, st)
@@ -657,13 +687,13 @@ func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
 		if len(keys) == 0 && ev.HasTokens && len(ev.Tokens) > 0 && prof.Strategy == hash.StrategyXXH3 {
 			bs := sc.ctx.key.BlockSize
 			if ev.HasParent || (ev.HasBaseIdx && ev.BaseBlockIdx == 0) {
-				local, seqSeed := prof.XXH3Seeds(sc.ctx.lora, ev.AdditionalSalt)
-				s.seqScratch = hash.AppendXXH3ChainSeeds(s.seqScratch[:0], local, seqSeed, ev.Parent, ev.HasParent, ev.Tokens, bs)
+				s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], prof.XXH3Seed, ev.Parent, ev.HasParent, ev.Tokens, bs)
 				keys = s.seqScratch
 			} else {
 				s.ix.counters.UnknownParents.Add(1)
 			}
 		}
+		keys = s.nsKeys(s.rfcNamespace(sc, ev), keys)
 		if len(keys) == 0 {
 			st.Dropped++
 			return
@@ -677,7 +707,7 @@ func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
 			return
 		}
 		if id, ok := sc.owners[ownerKeyOf()]; ok {
-			s.removeBlocks(sc, ev.Hashes, id, p.Tier, false, st)
+			s.removeBlocks(sc, s.nsKeys(s.rfcNamespace(sc, ev), ev.Hashes), id, p.Tier, false, st)
 		}
 	default:
 		st.Dropped++

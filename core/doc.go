@@ -9,8 +9,10 @@
 // holds a concurrent map (xsync.MapOf) from the 64-bit prefix key of a block to
 // the set of owners holding it, per tier. Under an engine profile (vllm_v1,
 // sglang) the key is the engine's projected block hash; under the xxh3 standard
-// profile it is the RFC #1527 rolling sequence hash, re-computed from the
-// event's token ids when the publisher hashes differently.
+// profile it is the plain RFC #1527 rolling sequence hash (seed S, no LoRA or
+// salt in the formula), re-computed from the event's token ids when the
+// publisher hashes differently, inside the salt namespace of the event or
+// registration (namespace.go); a query's cache_salt selects the namespace.
 //
 // Tiers, fastest first: device, cpu_local, cpu_share, disk. device and
 // cpu_local (and an engine's own disk) belong to a rank owner (instance,

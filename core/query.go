@@ -20,6 +20,8 @@ type QueryRequest struct {
 	Tokens    []int32
 	Hashes    []uint64
 	ByHash    bool
+	// CacheSalt selects the salt namespace under the xxh3 profile (for
+	// Tokens and Hashes alike); engine profiles hash it into the chain.
 	CacheSalt []byte
 	// Instance filters to one instance when non-empty.
 	Instance string
@@ -103,8 +105,16 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	}
 
 	nBlocks := len(req.Hashes)
+	prof := c.profile()
+	ns := saltNamespace(prof, req.CacheSalt)
 	if !req.ByHash {
-		if err := res.chain.Reset(c.profile(), req.Tokens, c.key.BlockSize, c.lora, req.CacheSalt); err != nil {
+		// Under xxh3 the chain is the plain standard formula (no LoRA, no
+		// salt: the LoRA is in the context key, the salt picks ns).
+		lora, salt := c.lora, req.CacheSalt
+		if prof.Strategy == hash.StrategyXXH3 {
+			lora, salt = nil, nil
+		}
+		if err := res.chain.Reset(prof, req.Tokens, c.key.BlockSize, lora, salt); err != nil {
 			return fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
 		}
 		nBlocks = res.chain.Blocks()
@@ -112,7 +122,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 
 	cur := growCursors(res.cursors, hi-lo)
 	res.cursors = cur
-	end := walk(c, m, lo, cur, nBlocks, req, &res.chain)
+	end := walk(c, m, lo, cur, nBlocks, req, &res.chain, ns)
 
 	// Convert block boundaries to tokens and assemble rows.
 	bs := int64(c.key.BlockSize)
@@ -172,7 +182,7 @@ func growCursors(cur []cursor, n int) []cursor {
 
 // walk advances every cursor over the prompt's blocks and returns the block
 // index where the walk ended (for cursors still running).
-func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryRequest, chain *hash.Chain) int32 {
+func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryRequest, chain *hash.Chain, ns namespace) int32 {
 	active := len(cur)
 	hi := lo + len(cur)
 	owners := m.owners
@@ -183,6 +193,9 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 			key = req.Hashes[i]
 		} else {
 			key = chain.At(i)
+		}
+		if ns.tag != 0 {
+			key = ns.key(key)
 		}
 		v, ok := c.blocks.Load(key)
 		if !ok {

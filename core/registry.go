@@ -166,6 +166,9 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 	}
 	ix.nextSub++
 	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c}
+	if r.AdditionalSalt != "" {
+		sub.regSalt = []byte(r.AdditionalSalt)
+	}
 	sub.state = make(map[*context]*subCtx)
 	sub.state[c] = sub.newSubCtx(c)
 	ix.subs[key] = sub
@@ -257,6 +260,9 @@ type Subscription struct {
 	id   uint32
 	reg  Registration
 	home *context
+	// regSalt is reg.AdditionalSalt as bytes (nil when empty): the default
+	// salt namespace of the subscription's blocks.
+	regSalt []byte
 
 	// mu is held for the whole of each Apply/Clear so that close() waits for
 	// an in-flight batch; it is uncontended in steady state (one writer).
@@ -272,7 +278,7 @@ type Subscription struct {
 	// rfc holds RFC #1527 per-stream event_id cursors.
 	rfc map[uint64]*rfcStream
 	// scratch reused across events.
-	seqScratch []uint64
+	seqScratch, keyScratch []uint64
 	// Operands of the bound map-update functions addFn/removeFn (single writer).
 	opID            ownerRef
 	opTier          Tier
