@@ -17,9 +17,9 @@ type QueryRequest struct {
 	BlockSize int
 	// Tokens is the prompt; with ByHash, Hashes are precomputed prefix keys
 	// instead and longest_matched = block_size × matched blocks.
-	Tokens    []int32
-	Hashes    []uint64
-	ByHash    bool
+	Tokens []int32
+	Hashes []uint64
+	ByHash bool
 	// CacheSalt selects the salt namespace under the xxh3 profile (for
 	// Tokens and Hashes alike); engine profiles hash it into the chain.
 	CacheSalt []byte
