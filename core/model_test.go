@@ -46,6 +46,36 @@ func modelQuery(blocks [][]modelHolding, inst string, rank int32) [NumTiers]int6
 	return bound
 }
 
+// modelMedia is the naive model of the per-medium prefixes: for each medium
+// class, the number of leading blocks the rank (or the pool) holds in a tier
+// of that class, independently of the other classes.
+func modelMedia(blocks [][]modelHolding, inst string, rank int32) [NumMedia]int64 {
+	class := func(t Tier) Medium {
+		switch t {
+		case TierDevice:
+			return MediumDevice
+		case TierCPULocal, TierCPUShare:
+			return MediumHost
+		}
+		return MediumDisk
+	}
+	var out [NumMedia]int64
+	for m := range NumMedia {
+		i := 0
+	blocks:
+		for ; i < len(blocks); i++ {
+			for _, h := range blocks[i] {
+				if (h.shared || (h.inst == inst && h.rank == rank)) && class(h.tier) == m {
+					continue blocks
+				}
+			}
+			break
+		}
+		out[m] = int64(i * testBS)
+	}
+	return out
+}
+
 // TestQueryAgreesWithModel compares Query with the naive model on random
 // holdings across instances, ranks and the shared pool.
 func TestQueryAgreesWithModel(t *testing.T) {
@@ -92,6 +122,7 @@ func TestQueryAgreesWithModel(t *testing.T) {
 				t.Fatalf("iter %d: row %s: %+v", iter, in, r)
 			}
 			var rowMax [NumTiers]int64
+			var mediaMax [NumMedia]int64
 			for _, rk := range r.Ranks {
 				want := modelQuery(blocks, in, rk.Rank)
 				got := [NumTiers]int64{rk.Device, rk.CPULocal, rk.CPUShare, rk.Disk}
@@ -101,9 +132,18 @@ func TestQueryAgreesWithModel(t *testing.T) {
 				for k := range rowMax {
 					rowMax[k] = max(rowMax[k], want[k])
 				}
+				if wm := modelMedia(blocks, in, rk.Rank); rk.Media != wm {
+					t.Fatalf("iter %d %s/%d: media %v want %v; blocks %+v", iter, in, rk.Rank, rk.Media, wm, blocks)
+				}
+				for k := range mediaMax {
+					mediaMax[k] = max(mediaMax[k], rk.Media[k])
+				}
 			}
 			if [NumTiers]int64{r.Device, r.CPULocal, r.CPUShare, r.Disk} != rowMax {
 				t.Fatalf("iter %d %s: row is not the per-tier max of ranks: %+v", iter, in, r)
+			}
+			if r.Media != mediaMax {
+				t.Fatalf("iter %d %s: row media %v are not the max over ranks %v", iter, in, r.Media, mediaMax)
 			}
 		}
 	}

@@ -31,6 +31,10 @@ type QueryRequest struct {
 type RankResult struct {
 	Rank                             int32
 	Device, CPULocal, CPUShare, Disk int64
+	// Media are independent longest prefixes per medium class (seed 000's
+	// "matched prefix tokens available on each medium"): a block counts for
+	// a class only when this rank (or a shared pool) holds it in that class.
+	Media [NumMedia]int64
 }
 
 // InstanceResult is one instance row: tier boundaries are maxima over its
@@ -38,7 +42,29 @@ type RankResult struct {
 type InstanceResult struct {
 	ID                                               string
 	LongestMatched, Device, CPULocal, CPUShare, Disk int64
-	Ranks                                            []RankResult
+	// Media are the per-medium prefixes, each the maximum over the ranks.
+	Media [NumMedia]int64
+	Ranks []RankResult
+}
+
+// Medium is a class of tiers for the per-medium (non-cumulative) prefixes.
+type Medium uint8
+
+const (
+	// MediumDevice is G1: TierDevice.
+	MediumDevice Medium = iota
+	// MediumHost is G2: TierCPULocal ∪ TierCPUShare.
+	MediumHost
+	// MediumDisk is G3: TierDisk.
+	MediumDisk
+	NumMedia // number of medium classes
+)
+
+// mediumTiers are the tier bits of each medium class.
+var mediumTiers = [NumMedia]uint8{
+	MediumDevice: 1 << TierDevice,
+	MediumHost:   1<<TierCPULocal | 1<<TierCPUShare,
+	MediumDisk:   1 << TierDisk,
 }
 
 // QueryResult is written by Query. Reuse one per goroutine: Query truncates
@@ -61,8 +87,13 @@ type cursor struct {
 	// min is the fastest tier this rank holds for the current block; epoch is
 	// the block index+1 it was computed for.
 	min   uint8
+	// mask is the set of tiers (bits) this rank holds for the current block.
+	mask  uint8
 	epoch int32
 	bound [NumTiers]int32 // blocks accepted up to the end of each phase
+	// media: run end per medium class, valid once the bit is set in mdone.
+	media [NumMedia]int32
+	mdone uint8
 }
 
 const noTier = uint8(NumTiers)
@@ -147,12 +178,20 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 				cu.bound[k] = end
 			}
 		}
+		for k := range NumMedia {
+			if cu.mdone&(1<<k) == 0 {
+				cu.media[k] = end
+			}
+		}
 		ranks[i] = RankResult{
 			Rank:     m.slots[lo+i].rank,
 			Device:   tokens(cu.bound[TierDevice]),
 			CPULocal: tokens(cu.bound[TierCPULocal]),
 			CPUShare: tokens(cu.bound[TierCPUShare]),
 			Disk:     tokens(cu.bound[TierDisk]),
+		}
+		for k := range NumMedia {
+			ranks[i].Media[k] = tokens(cu.media[k])
 		}
 	}
 	for _, sp := range spans {
@@ -162,6 +201,9 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 			row.CPULocal = max(row.CPULocal, r.CPULocal)
 			row.CPUShare = max(row.CPUShare, r.CPUShare)
 			row.Disk = max(row.Disk, r.Disk)
+			for k := range NumMedia {
+				row.Media[k] = max(row.Media[k], r.Media[k])
+			}
 		}
 		row.LongestMatched = row.Disk
 		res.Instances = append(res.Instances, row)
@@ -203,6 +245,7 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 		}
 		epoch := int32(i + 1)
 		shared := noTier
+		var sharedMask uint8
 		// Inline owner scan (no closures on the hot path).
 		for j, n := -1, wordsLen(v); j < n; j++ {
 			var w uint64
@@ -224,8 +267,11 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 			}
 			t := uint8(wordTier(w))
 			if o.shared {
-				if o.live && t < shared {
-					shared = t
+				if o.live {
+					sharedMask |= 1 << t
+					if t < shared {
+						shared = t
+					}
 				}
 				continue
 			}
@@ -233,9 +279,12 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 				continue
 			}
 			cu := &cur[o.slot-int32(lo)]
-			if cu.epoch != epoch || t < cu.min {
-				cu.epoch, cu.min = epoch, t
+			if cu.epoch != epoch {
+				cu.epoch, cu.min, cu.mask = epoch, t, 0
+			} else if t < cu.min {
+				cu.min = t
 			}
+			cu.mask |= 1 << t
 		}
 		for k := range cur {
 			cu := &cur[k]
@@ -243,8 +292,20 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 				continue
 			}
 			t := shared
-			if cu.epoch == epoch && cu.min < t {
-				t = cu.min
+			held := sharedMask
+			if cu.epoch == epoch {
+				held |= cu.mask
+				if cu.min < t {
+					t = cu.min
+				}
+			}
+			if cu.mdone != 1<<NumMedia-1 {
+				for m := range NumMedia {
+					if cu.mdone&(1<<m) == 0 && held&mediumTiers[m] == 0 {
+						cu.mdone |= 1 << m
+						cu.media[m] = int32(i)
+					}
+				}
 			}
 			if t == noTier {
 				cu.done = true

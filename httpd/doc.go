@@ -45,7 +45,9 @@
 // msgpack: {"instances": {id: {longest_matched, dp, rank_matches, device,
 // cpu_local, cpu_share, disk}}}. JSON: {tenant: {id: {longest_matched, GPU, CPU,
 // DISK, DP, device, cpu_local, cpu_share, disk, rank_matches}}}, or {} without
-// rows, with GPU = device, CPU = cpu_share, DISK = disk, DP = per-rank device.
+// rows, with GPU / CPU / DISK = independent longest prefix per medium (G1
+// device; G2 host = cpu_local ∪ cpu_share; G3 disk), max over ranks, and
+// DP[rank] = the rank's longest prefix across all media.
 // Rank keys are decimal strings. An unknown context is 200 with no rows and
 // creates no state.
 //

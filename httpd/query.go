@@ -231,8 +231,12 @@ func (s *Server) writeQueryFailure(ctx *fasthttp.RequestCtx, ep endpoint, st *re
 //
 // JSON (the seed's shape): {tenant: {id: R'}}, {} without rows, with R' =
 // {longest_matched, GPU, CPU, DISK, DP, device, cpu_local, cpu_share, disk,
-// rank_matches}; GPU = device, CPU = cpu_share (cumulative through both host
-// tiers), DISK = disk, DP = per-rank device.
+// rank_matches}. The seed's keys have the seed's meaning: GPU, CPU and DISK
+// are independent longest prefixes per medium (G1 device; G2 host =
+// cpu_local ∪ cpu_share; G3 disk), each the maximum over the instance's
+// ranks; DP[rank] is that rank's longest prefix across all media. The
+// lowercase keys, msgpack's dp (per-rank device) and rank_matches are the
+// cumulative tier boundaries.
 func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 	rows := res.Instances
 	if e.json {
@@ -255,13 +259,13 @@ func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 			e.str("longest_matched")
 			e.int(row.LongestMatched)
 			e.str("GPU")
-			e.int(row.Device)
+			e.int(row.Media[core.MediumDevice])
 			e.str("CPU")
-			e.int(row.CPUShare)
+			e.int(row.Media[core.MediumHost])
 			e.str("DISK")
-			e.int(row.Disk)
+			e.int(row.Media[core.MediumDisk])
 			e.str("DP")
-			appendDP(e, row.Ranks)
+			appendDP(e, row.Ranks, true)
 			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
 			e.str("rank_matches")
 			appendRankMatches(e, row.Ranks)
@@ -270,7 +274,7 @@ func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 			e.str("longest_matched")
 			e.int(row.LongestMatched)
 			e.str("dp")
-			appendDP(e, row.Ranks)
+			appendDP(e, row.Ranks, false)
 			e.str("rank_matches")
 			appendRankMatches(e, row.Ranks)
 			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
@@ -278,11 +282,17 @@ func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 	}
 }
 
-func appendDP(e *encoder, ranks []core.RankResult) {
+// appendDP writes the per-rank map: each rank's longest prefix across all
+// media (longest, the JSON dialect's DP) or its device boundary (msgpack dp).
+func appendDP(e *encoder, ranks []core.RankResult, longest bool) {
 	e.mapHeader(len(ranks))
 	for i := range ranks {
 		e.decKey(int64(ranks[i].Rank))
-		e.int(ranks[i].Device)
+		if longest {
+			e.int(ranks[i].Disk)
+		} else {
+			e.int(ranks[i].Device)
+		}
 	}
 }
 

@@ -287,11 +287,17 @@ const tieredMsgpack = `{"instances":{
    "rank_matches":{"0":{"device":32,"cpu_local":32,"cpu_share":48,"disk":48}},
    "device":32,"cpu_local":32,"cpu_share":48,"disk":48}}}`
 
+// tieredJSON: the seed's keys per medium (independent prefixes) and DP as
+// each rank's longest prefix: engine-a rank 0 holds block 0 only in host
+// memory (CPU 16), no block 0 on device or disk (GPU 0, DISK 0), and a
+// 64-token prefix across media (DP 0 = 64); engine-b rank 0 holds blocks
+// 0-1 on device (GPU 32) and reaches 48 through the shared tier (DP 0 = 48)
+// but holds block 0 in neither host memory nor disk (CPU 0, DISK 0).
 const tieredJSON = `{"default":{
- "engine-a":{"longest_matched":64,"GPU":0,"CPU":48,"DISK":64,"DP":{"0":0,"1":0},
+ "engine-a":{"longest_matched":64,"GPU":0,"CPU":16,"DISK":0,"DP":{"0":64,"1":0},
    "device":0,"cpu_local":32,"cpu_share":48,"disk":64,
    "rank_matches":{"0":{"device":0,"cpu_local":32,"cpu_share":48,"disk":64},"1":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0}}},
- "engine-b":{"longest_matched":48,"GPU":32,"CPU":48,"DISK":48,"DP":{"0":32},
+ "engine-b":{"longest_matched":48,"GPU":32,"CPU":0,"DISK":0,"DP":{"0":48},
    "device":32,"cpu_local":32,"cpu_share":48,"disk":48,
    "rank_matches":{"0":{"device":32,"cpu_local":32,"cpu_share":48,"disk":48}}}}}`
 
@@ -427,8 +433,9 @@ func TestQueryByHashU64Exact(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := env.postJSON(t, "/query_by_hash", `{"model":"m","block_size":16,"seq_hashes":`+c.hashes+`}`)
+		// GPU-only blocks: CPU and DISK are 0 (per medium), DP is the longest prefix.
 		want := `{"default":{"engine-a":{"longest_matched":` + strconv.Itoa(c.want) + `,"GPU":` + strconv.Itoa(c.want) +
-			`,"CPU":` + strconv.Itoa(c.want) + `,"DISK":` + strconv.Itoa(c.want) + `,"DP":{"0":` + strconv.Itoa(c.want) +
+			`,"CPU":0,"DISK":0,"DP":{"0":` + strconv.Itoa(c.want) +
 			`},"device":` + strconv.Itoa(c.want) + `,"cpu_local":` + strconv.Itoa(c.want) + `,"cpu_share":` + strconv.Itoa(c.want) +
 			`,"disk":` + strconv.Itoa(c.want) + `,"rank_matches":{"0":{"device":` + strconv.Itoa(c.want) + `,"cpu_local":` +
 			strconv.Itoa(c.want) + `,"cpu_share":` + strconv.Itoa(c.want) + `,"disk":` + strconv.Itoa(c.want) + `}}}}}`
@@ -477,19 +484,20 @@ func TestSeedExamples(t *testing.T) {
 	}
 
 	// Populate under the default xxh3 profile (events carry token ids; the
-	// registration's additionalsalt w8a8 salts them like the query's cache_salt):
-	// rank 0 holds block 0 on GPU and blocks 0-1 on CPU; rank 1 blocks 0-1 on GPU.
+	// registration's additionalsalt w8a8 salts them like the query's cache_salt)
+	// so that the seed's response example comes out exactly: rank 0 holds
+	// block 0 on GPU; rank 1 holds blocks 0-1 in CPU memory.
 	tokens := seqTokens(256, 100)
 	engine := []uint64{0xe0, 0xe1}
 	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 0), storeBatch("GPU", 128, engine[:1], tokens[:128]))
-	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 0), storeBatch("CPU", 128, engine, tokens))
-	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 1), storeBatch("GPU", 128, engine, tokens))
+	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 1), storeBatch("CPU", 128, engine, tokens))
 
 	q := strings.Replace(strings.Replace(query, `"block_size": 64`, `"block_size": 128`, 1),
 		"[101, 15, 100, 55, 89]", jsonEnc(tokens), 1)
-	want := `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":256,"CPU":256,"DISK":256,
-  "DP":{"0":128,"1":256},"device":256,"cpu_local":256,"cpu_share":256,"disk":256,
-  "rank_matches":{"0":{"device":128,"cpu_local":256,"cpu_share":256,"disk":256},"1":{"device":256,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
+	// The seed's example response, verbatim, plus the cumulative extras.
+	want := `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":128,"DP":{"0":128,"1":256},"CPU":256,"DISK":0,
+  "device":128,"cpu_local":256,"cpu_share":256,"disk":256,
+  "rank_matches":{"0":{"device":128,"cpu_local":128,"cpu_share":128,"disk":128},"1":{"device":0,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
 	r = env.postJSON(t, "/query", q)
 	if r.status != 200 || canon(t, r) != canonJSON(t, want) {
 		t.Fatalf("%d %s", r.status, r.body)
@@ -528,9 +536,9 @@ func TestSeedExamples(t *testing.T) {
 	if r.status != 200 || canon(t, r) != canonJSON(t, `{"status":"unregistered successfully","removed_instances":["vllm-prefill-node1|default|0"]}`) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	want = `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":256,"CPU":256,"DISK":256,
-  "DP":{"1":256},"device":256,"cpu_local":256,"cpu_share":256,"disk":256,
-  "rank_matches":{"1":{"device":256,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
+	want = `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":0,"CPU":256,"DISK":0,
+  "DP":{"1":256},"device":0,"cpu_local":256,"cpu_share":256,"disk":256,
+  "rank_matches":{"1":{"device":0,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
 	if r = env.postJSON(t, "/query", q); canon(t, r) != canonJSON(t, want) {
 		t.Fatalf("after unregister: %s", r.body)
 	}
