@@ -86,7 +86,7 @@ type cursor struct {
 	done  bool
 	// min is the fastest tier this rank holds for the current block; epoch is
 	// the block index+1 it was computed for.
-	min   uint8
+	min uint8
 	// mask is the set of tiers (bits) this rank holds for the current block.
 	mask  uint8
 	epoch int32
