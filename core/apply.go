@@ -26,6 +26,10 @@ type ApplyStats struct {
 type subCtx struct {
 	ctx    *context
 	owners map[ownerKey]ownerRef
+	// keys is each owner's key set: every block key in which the owner holds
+	// at least one tier. Clearing an owner visits only these (cost
+	// proportional to the owner's blocks, not to the context's).
+	keys map[uint32]*keySet
 	// engine maps an engine block hash to the prefix key it was filed under
 	// (xxh3 profile only), so removes and parent links from engines that hash
 	// differently resolve to the standard chain.
@@ -39,7 +43,7 @@ type engineRef struct {
 }
 
 func (s *Subscription) newSubCtx(c *context) *subCtx {
-	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef)}
+	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef), keys: make(map[uint32]*keySet)}
 }
 
 // ctxState returns the subscription's state for context k, or nil when the
@@ -83,6 +87,7 @@ func (sc *subCtx) owner(k ownerKey) ownerRef {
 	}
 	id := sc.ctx.internOwner(k)
 	sc.owners[k] = id
+	sc.keys[id.id()] = &keySet{}
 	return id
 }
 
@@ -220,7 +225,7 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 			st.Dropped++
 			return
 		}
-		s.addBlocks(sc.ctx, keys, id, p.Tier, st)
+		s.addBlocks(sc, keys, id, p.Tier, 1, st)
 		return
 	}
 	st.Removed++
@@ -320,16 +325,22 @@ func saltBytes(reg []byte, ev []byte) []byte {
 	return reg
 }
 
-func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier, st *ApplyStats) {
+func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier, n uint32, st *ApplyStats) {
 	// The update function is bound once per subscription (s.addFn) and reads
 	// its operands from s: a fresh closure per block would escape to the heap.
-	s.opID, s.opTier = id, t
+	c := sc.ctx
+	s.opID, s.opTier, s.opCopies = id, t, n
 	if s.addFn == nil {
 		s.addFn = s.addOne
 	}
+	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, k := range keys {
+		s.opCreated = false
 		c.blocks.Compute(k, s.addFn)
+		if s.opCreated {
+			set.add(k)
+		}
 	}
 	s.ix.holdings[t].Add(s.opHoldings)
 	st.Blocks += len(keys)
@@ -340,9 +351,10 @@ func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier,
 // exactly once per Compute. opHoldings counts holdings (owner words) created
 // minus dropped, for the per-tier gauges.
 func (s *Subscription) addOne(old blockVal, _ bool) (blockVal, bool) {
-	nv, created := old.withAdded(s.opID, s.opTier, 1)
+	nv, created := old.withAdded(s.opID, s.opTier, s.opCopies)
 	if created {
 		s.opHoldings++
+		s.opCreated = true
 	}
 	return nv, false
 }
@@ -355,6 +367,7 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 	s.opChanged = changed
 	if dropped {
 		s.opHoldings--
+		s.opGone = !nv.holds(s.opID.id())
 	}
 	return nv, nv.empty()
 }
@@ -364,6 +377,7 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t Tier, viaEngine bool, st *ApplyStats) {
 	c := sc.ctx
 	rehashed := viaEngine && c.profile().Strategy == hash.StrategyXXH3
+	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, h := range hashes {
 		k := h
@@ -380,11 +394,14 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 				sc.engine[h] = ref
 			}
 		}
-		s.opID, s.opTier, s.opChanged = id, t, false
+		s.opID, s.opTier, s.opChanged, s.opGone = id, t, false, false
 		if s.removeFn == nil {
 			s.removeFn = s.removeOne
 		}
 		c.blocks.Compute(k, s.removeFn)
+		if s.opGone {
+			set.remove(k)
+		}
 		if s.opChanged {
 			st.Blocks++
 			s.ix.counters.BlocksRemoved.Add(1)
@@ -394,10 +411,16 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 }
 
 // clearOwners removes every holding of this subscription's owners in sc that
-// match keep, and returns the number of blocks changed.
+// match keep, and returns the number of blocks changed. The cost is
+// proportional to those owners' blocks (their key sets).
 func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
 	ids := sc.ctx.ownersOf(s.id, keep)
-	n := sc.ctx.removeOwnersFromBlocks(ids, &s.ix.holdings)
+	n := 0
+	for id := range ids {
+		keys := sc.keys[id]
+		n += sc.ctx.dropOwnerKeys(id, keys, &s.ix.holdings)
+		keys.reset()
+	}
 	s.ix.counters.ClearedBlocks.Add(uint64(n))
 	return n
 }
@@ -698,7 +721,7 @@ func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
 			st.Dropped++
 			return
 		}
-		s.addBlocks(sc.ctx, keys, sc.owner(ownerKeyOf()), p.Tier, st)
+		s.addBlocks(sc, keys, sc.owner(ownerKeyOf()), p.Tier, 1, st)
 	case EventRemoved:
 		st.Removed++
 		s.ix.counters.Removed.Add(1)

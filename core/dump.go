@@ -139,12 +139,7 @@ func (ix *Index) restoreOne(s *Subscription, ev *DumpEvent, t Tier) bool {
 	if n == 0 {
 		n = 1
 	}
-	sc.ctx.blocks.Compute(ev.SeqHash, func(old blockVal, _ bool) (blockVal, bool) {
-		nv, created := old.withAdded(id, t, n)
-		if created {
-			ix.holdings[t].Add(1)
-		}
-		return nv, false
-	})
+	var st ApplyStats
+	s.addBlocks(sc, []uint64{ev.SeqHash}, id, t, n, &st)
 	return true
 }

@@ -210,9 +210,11 @@ func (ix *Index) Unregister(k ServiceKey) (Registration, error) {
 
 	sub.close() // waits for an in-flight Apply; later Applies are no-ops
 
-	for c := range sub.state {
-		ids := c.ownersOf(sub.id, nil)
-		n := c.removeOwnersFromBlocks(ids, &ix.holdings)
+	for c, sc := range sub.state {
+		n := 0
+		for id, keys := range sc.keys {
+			n += c.dropOwnerKeys(id, keys, &ix.holdings)
+		}
 		ix.counters.ClearedBlocks.Add(uint64(n))
 		c.releaseOwners(sub.id)
 	}
@@ -283,6 +285,9 @@ type Subscription struct {
 	opID            ownerRef
 	opTier          Tier
 	opChanged       bool
+	opCreated       bool // addOne created a holding
+	opGone          bool // removeOne dropped the owner's last holding in the block
+	opCopies        uint32
 	opHoldings      int64
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)
 }
