@@ -3,8 +3,8 @@ package core
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 
