@@ -1,13 +1,7 @@
 package core
 
 import (
-	"bytes"
-	"encoding/binary"
-	"math"
-	"sort"
-
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/zeebo/xxh3"
 )
 
 // ApplyStats counts what one Apply did.
@@ -81,11 +75,15 @@ func (s *Subscription) ctxState(k *ContextKey) *subCtx {
 	return sc
 }
 
-func (sc *subCtx) owner(k ownerKey) ownerRef {
+func (sc *subCtx) owner(k ownerKey) ownerRef { return sc.ownerDims(k, nil) }
+
+// ownerDims is owner for an RFC stream owner, recording its stream
+// dimensions on first use.
+func (sc *subCtx) ownerDims(k ownerKey, dims *streamDims) ownerRef {
 	if id, ok := sc.owners[k]; ok {
 		return id
 	}
-	id := sc.ctx.internOwner(k)
+	id := sc.ctx.internOwner(k, dims)
 	sc.owners[k] = id
 	sc.keys[id.id()] = &keySet{}
 	return id
@@ -102,24 +100,34 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		st.Closed = true
 		return st
 	}
+	if b.Skipped > 0 {
+		// Events the decoder dropped on their own (malformed): counted by
+		// the caller, logged here with the first error as the reason.
+		var first any
+		if len(b.Errors) > 0 {
+			first = b.Errors[0].Error()
+		}
+		s.ix.noteDrop(s, DropDecode, uint64(b.Skipped), "error", first)
+	}
 	for i := range b.Events {
 		ev := &b.Events[i]
 		st.Events++
-		switch s.reg.Type {
-		case PublisherVLLM, PublisherSGLang:
-			rank := s.reg.DPRank
-			if b.HasDPRank {
-				r, ok := s.admitRank(b.DPRank)
-				if !ok {
-					st.Dropped++
-					continue
-				}
-				rank = r
-			}
-			s.applyEngine(s.state[s.home], ev, rank, &st)
-		default:
+		// Standardized event maps are recognised on every registration
+		// type (by their event_type key); engine events only on engine ones.
+		if ev.Standard || !(s.reg.Type == PublisherVLLM || s.reg.Type == PublisherSGLang) {
 			s.applyRFC(b, ev, &st)
+			continue
 		}
+		rank := s.reg.DPRank
+		if b.HasDPRank {
+			r, ok := s.admitRank(b.DPRank)
+			if !ok {
+				s.drop(&st, DropRank, "dp_rank", b.DPRank)
+				continue
+			}
+			rank = r
+		}
+		s.applyEngine(s.state[s.home], ev, rank, &st)
 	}
 	c := &s.ix.counters
 	c.Events.Add(uint64(st.Events))
@@ -129,27 +137,27 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 
 // engineEventOK applies the admission rules common to engine events: only the
 // main full-attention group is a prefix-cache event for this context, and the
-// event's LoRA must be the context's.
-func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) bool {
+// event's LoRA must be the context's. It returns the drop reason otherwise.
+func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) (DropReason, bool) {
 	if ev.HasGroupIdx && ev.GroupIdx != 0 {
-		return false
+		return DropNotFullAttention, false
 	}
 	if len(ev.SpecKind) > 0 && !fullAttention(ev.SpecKind) {
-		return false
+		return DropNotFullAttention, false
 	}
 	if ev.HasSlidingWindow {
-		return false
+		return DropNotFullAttention, false
 	}
 	if ev.LoraName != nil {
 		if string(ev.LoraName) != sc.ctx.key.LoraName {
-			return false
+			return DropWrongLora, false
 		}
 	} else if ev.HasLoraID && sc.ctx.key.LoraName == "" {
 		// A numeric LoRA id without a name cannot be checked against the
 		// registration: filing it under the base model would fabricate hits.
-		return false
+		return DropWrongLora, false
 	}
-	return true
+	return 0, true
 }
 
 func fullAttention(kind []byte) bool {
@@ -173,11 +181,9 @@ func (s *Subscription) placement(medium []byte, pool bool) (Placement, bool) {
 	}
 	p, ok := m.lookup(medium)
 	if !ok {
+		// The caller drops the event (reason unknown_medium, logged
+		// rate-limited with the medium): no per-name state is kept.
 		s.ix.counters.UnknownMedia.Add(1)
-		if _, seen := s.ix.warned.LoadOrStore(string(medium), struct{}{}); !seen {
-			s.ix.opts.Logger.Warn("unknown KV-event medium; events dropped", "medium", string(medium),
-				"service", s.reg.Key().String())
-		}
 	}
 	return p, ok
 }
@@ -186,23 +192,25 @@ func (s *Subscription) placement(medium []byte, pool bool) (Placement, bool) {
 func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyStats) {
 	switch ev.Kind {
 	case EventCleared:
+		// AllBlocksCleared purges the engine stream: every block this
+		// engine filed through its own events (not standardized streams).
 		st.Cleared++
 		s.ix.counters.Cleared.Add(1)
-		s.clearOwners(sc, func(o ownerInfo) bool { return true })
+		s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == 0 })
 		sc.engine = nil
 		return
 	case EventStored, EventRemoved:
 	default:
-		st.Dropped++
+		s.drop(st, DropUnknownKind)
 		return
 	}
-	if !s.engineEventOK(sc, ev) {
-		st.Dropped++
+	if why, ok := s.engineEventOK(sc, ev); !ok {
+		s.drop(st, why, "lora_name", clip(ev.LoraName), "group_idx", ev.GroupIdx)
 		return
 	}
 	p, ok := s.placement(ev.Medium, false)
 	if !ok {
-		st.Dropped++
+		s.drop(st, DropUnknownMedium, "medium", clip(ev.Medium))
 		return
 	}
 	okey := ownerKey{sub: s.id, shared: p.Shared, name: s.reg.InstanceID}
@@ -217,12 +225,12 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 			// A finer hash granularity, or a partial page under a profile whose
 			// chain has no partial blocks: not a block of this context.
 			s.ix.counters.PartialBlocks.Add(uint64(len(ev.Hashes)))
-			st.Dropped++
+			s.drop(st, DropBlockSize, "event_block_size", ev.BlockSize, "block_size", sc.ctx.key.BlockSize)
 			return
 		}
 		keys, ok := s.storeKeys(sc, ev, s.regSalt)
 		if !ok {
-			st.Dropped++
+			s.drop(st, DropUnknownParent, "parent", ev.Parent)
 			return
 		}
 		s.addBlocks(sc, keys, id, p.Tier, 1, st)
@@ -231,7 +239,7 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 	st.Removed++
 	s.ix.counters.Removed.Add(1)
 	if id, ok := sc.owners[okey]; ok {
-		s.removeBlocks(sc, ev.Hashes, id, p.Tier, true, st)
+		s.removeBlocks(sc, ev.Hashes, id, p.Tier, removeEngine, namespace{}, st)
 	}
 }
 
@@ -372,20 +380,32 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 	return nv, nv.empty()
 }
 
-// removeBlocks removes one copy per hash. viaEngine resolves engine hashes
-// through the subscription's map under the xxh3 profile.
-func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t Tier, viaEngine bool, st *ApplyStats) {
+// removeMode says how removeBlocks resolves publisher hashes to index keys.
+type removeMode uint8
+
+const (
+	// removeEngine: under the xxh3 profile through the subscription's engine
+	// map (hashes never stored are skipped); otherwise as they are.
+	removeEngine removeMode = iota
+	// removeRFC: a hash mapped by a token recompute resolves through the
+	// engine map; any other is a standard hash placed in namespace ns.
+	removeRFC
+)
+
+// removeBlocks removes one copy per hash.
+func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t Tier, mode removeMode, ns namespace, st *ApplyStats) {
 	c := sc.ctx
-	rehashed := viaEngine && c.profile().Strategy == hash.StrategyXXH3
+	viaMap := c.profile().Strategy == hash.StrategyXXH3
 	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, h := range hashes {
 		k := h
-		if rehashed {
-			ref, ok := sc.engine[h]
-			if !ok {
-				continue
-			}
+		ref, mapped := engineRef{}, false
+		if viaMap {
+			ref, mapped = sc.engine[h]
+		}
+		switch {
+		case mapped:
 			k = ref.key
 			if ref.n <= 1 {
 				delete(sc.engine, h)
@@ -393,6 +413,10 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 				ref.n--
 				sc.engine[h] = ref
 			}
+		case mode == removeEngine && viaMap:
+			continue
+		case mode == removeRFC:
+			k = ns.key(h)
 		}
 		s.opID, s.opTier, s.opChanged, s.opGone = id, t, false, false
 		if s.removeFn == nil {
@@ -439,300 +463,7 @@ func (s *Subscription) Clear(reason string) int {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
 		sc.engine = nil
 	}
-	s.rfc = nil
+	s.rfc, s.heldTotal, s.hasPubLast = nil, 0, false
 	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
 	return n
-}
-
-// ---- RFC #1527 / Mooncake events ------------------------------------------
-
-// rfcStream tracks event_id order for one RFC stream key.
-type rfcStream struct {
-	last    uint64
-	hasLast bool
-	held    []heldEvent // sorted by event id
-}
-
-type heldEvent struct {
-	ev     Event
-	dpRank int32
-}
-
-// rfcStreamID hashes the RFC stream dimensions (model, block_size, salt, lora,
-// tenant, backend, medium, dp_rank) of an event.
-func rfcStreamID(ev *Event, rank int32) uint64 {
-	h := xxh3.New()
-	var n [8]byte
-	for _, f := range [][]byte{ev.ModelName, ev.AdditionalSalt, ev.LoraName, ev.TenantID, ev.BackendID, ev.Medium} {
-		binary.LittleEndian.PutUint32(n[:4], uint32(len(f)))
-		_, _ = h.Write(n[:4])
-		_, _ = h.Write(f)
-	}
-	binary.LittleEndian.PutUint64(n[:], uint64(ev.BlockSize)<<32|uint64(uint32(rank)))
-	_, _ = h.Write(n[:])
-	return h.Sum64()
-}
-
-func (s *Subscription) rfcRank(b *Batch, ev *Event) (int32, bool) {
-	switch {
-	case ev.HasDPRank:
-		return s.admitRank(ev.DPRank)
-	case b.HasDPRank && !s.reg.Type.pool():
-		return s.admitRank(b.DPRank)
-	}
-	return s.reg.DPRank, true
-}
-
-// admitRank checks a dp rank named by a publisher (which overrides the
-// registered one): it must fit an int32, and a subscription may introduce at
-// most Options.MaxRanksPerSubscription distinct ranks, so a garbage publisher
-// cannot grow the owner table and every query of its context without bound.
-func (s *Subscription) admitRank(r uint32) (int32, bool) {
-	if r > math.MaxInt32 {
-		s.ix.counters.RankRejects.Add(1)
-		return 0, false
-	}
-	rank := int32(r)
-	if rank == s.reg.DPRank {
-		return rank, true
-	}
-	if _, ok := s.ranks[rank]; ok {
-		return rank, true
-	}
-	if len(s.ranks) >= s.ix.opts.MaxRanksPerSubscription {
-		s.ix.counters.RankRejects.Add(1)
-		return 0, false
-	}
-	if s.ranks == nil {
-		s.ranks = make(map[int32]struct{})
-	}
-	s.ranks[rank] = struct{}{}
-	return rank, true
-}
-
-func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
-	rank, ok := s.rfcRank(b, ev)
-	if !ok {
-		st.Dropped++
-		return
-	}
-	if !ev.HasEventID {
-		s.applyRFCEvent(ev, rank, st)
-		return
-	}
-	if s.rfc == nil {
-		s.rfc = make(map[uint64]*rfcStream)
-	}
-	id := rfcStreamID(ev, rank)
-	rs := s.rfc[id]
-	if rs == nil {
-		rs = &rfcStream{}
-		s.rfc[id] = rs
-	}
-	switch {
-	case !rs.hasLast || ev.EventID == rs.last+1:
-		s.applyRFCEvent(ev, rank, st)
-		rs.last, rs.hasLast = ev.EventID, true
-		s.drainHeld(rs, st)
-	case ev.EventID <= rs.last:
-		s.ix.counters.DuplicateIDs.Add(1)
-		st.Dropped++
-	default:
-		s.hold(rs, ev, rank)
-		if len(rs.held) > s.ix.opts.MaxHeldEvents {
-			s.flushHeld(rs, st)
-		}
-	}
-}
-
-func (s *Subscription) hold(rs *rfcStream, ev *Event, rank int32) {
-	i := sort.Search(len(rs.held), func(i int) bool { return rs.held[i].ev.EventID >= ev.EventID })
-	if i < len(rs.held) && rs.held[i].ev.EventID == ev.EventID {
-		s.ix.counters.DuplicateIDs.Add(1)
-		return
-	}
-	rs.held = append(rs.held, heldEvent{})
-	copy(rs.held[i+1:], rs.held[i:])
-	rs.held[i] = heldEvent{ev: cloneEvent(ev), dpRank: rank}
-}
-
-// drainHeld applies held events that became consecutive.
-func (s *Subscription) drainHeld(rs *rfcStream, st *ApplyStats) {
-	for len(rs.held) > 0 && rs.held[0].ev.EventID == rs.last+1 {
-		h := rs.held[0]
-		rs.held = rs.held[1:]
-		s.applyRFCEvent(&h.ev, h.dpRank, st)
-		rs.last = h.ev.EventID
-	}
-	if len(rs.held) == 0 {
-		rs.held = nil
-	}
-}
-
-// flushHeld gives up on the missing event ids: the gap is counted and held
-// events are applied in order.
-func (s *Subscription) flushHeld(rs *rfcStream, st *ApplyStats) {
-	for len(rs.held) > 0 {
-		h := rs.held[0]
-		rs.held = rs.held[1:]
-		if h.ev.EventID != rs.last+1 {
-			s.ix.counters.EventIDGaps.Add(1)
-			s.ix.opts.Logger.Warn("RFC event_id gap accepted", "service", s.reg.Key().String(),
-				"from", rs.last+1, "to", h.ev.EventID-1)
-		}
-		s.applyRFCEvent(&h.ev, h.dpRank, st)
-		rs.last = h.ev.EventID
-	}
-	rs.held = nil
-}
-
-// FlushHeld applies every held out-of-order RFC event, accepting the gaps.
-// The ingest loop calls it when a stream has been idle for a while.
-func (s *Subscription) FlushHeld() ApplyStats {
-	var st ApplyStats
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		st.Closed = true
-		return st
-	}
-	for _, rs := range s.rfc {
-		s.flushHeld(rs, &st)
-	}
-	return st
-}
-
-func cloneEvent(ev *Event) Event {
-	c := *ev
-	c.Hashes = append([]uint64(nil), ev.Hashes...)
-	c.Tokens = append([]int32(nil), ev.Tokens...)
-	for _, f := range []*[]byte{&c.Medium, &c.LoraName, &c.SpecKind, &c.CacheSalt, &c.ModelName,
-		&c.AdditionalSalt, &c.TenantID, &c.BackendID, &c.ObjectKey} {
-		if *f != nil {
-			*f = bytes.Clone(*f)
-		}
-	}
-	return c
-}
-
-// clearPool applies a pool's cleared event: every object of that backend
-// (every backend when none is named) in that tenant, across all the contexts
-// the pool filed objects in (reference §5.2). A pool event names no model, so
-// one clear spans contexts.
-func (s *Subscription) clearPool(ev *Event, st *ApplyStats) {
-	st.Cleared++
-	s.ix.counters.Cleared.Add(1)
-	tenant := s.reg.TenantID
-	if len(ev.TenantID) > 0 {
-		tenant = string(ev.TenantID)
-	}
-	backend := string(ev.BackendID)
-	for _, sc := range s.state {
-		if sc.ctx.key.TenantID != tenant {
-			continue
-		}
-		s.clearOwners(sc, func(o ownerInfo) bool { return o.shared && (backend == "" || o.name == backend) })
-	}
-}
-
-// rfcContext resolves the context of an RFC event: envelope fields override
-// the registration's.
-func (s *Subscription) rfcContext(ev *Event) ContextKey {
-	k := s.reg.ContextKey()
-	if len(ev.TenantID) > 0 {
-		k.TenantID = string(ev.TenantID)
-	}
-	if len(ev.ModelName) > 0 {
-		k.ModelName = string(ev.ModelName)
-	}
-	if ev.LoraName != nil {
-		k.LoraName = string(ev.LoraName)
-	}
-	if ev.HasBlockSize && ev.BlockSize > 0 {
-		k.BlockSize = ev.BlockSize
-	}
-	return k
-}
-
-// rfcNamespace is the salt namespace of an RFC event: its additional_salt
-// when present (even empty), else the registration's additionalsalt.
-func (s *Subscription) rfcNamespace(sc *subCtx, ev *Event) namespace {
-	salt := ev.AdditionalSalt
-	if salt == nil {
-		salt = s.regSalt
-	}
-	return saltNamespace(sc.ctx.profile(), salt)
-}
-
-func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
-	if ev.Kind == EventCleared && s.reg.Type.pool() {
-		s.clearPool(ev, st)
-		return
-	}
-	key := s.rfcContext(ev)
-	sc := s.ctxState(&key)
-	if sc == nil {
-		st.Dropped++
-		return
-	}
-	pool := s.reg.Type.pool()
-	p, havePlacement := Placement{}, false
-	if ev.Medium != nil || !pool {
-		p, havePlacement = s.placement(ev.Medium, pool)
-	}
-	ownerKeyOf := func() ownerKey {
-		k := ownerKey{sub: s.id, shared: p.Shared}
-		if p.Shared {
-			k.name = string(ev.BackendID)
-			if k.name == "" {
-				k.name = s.reg.InstanceID
-			}
-		} else {
-			k.name, k.rank = s.reg.InstanceID, rank
-		}
-		return k
-	}
-	switch ev.Kind {
-	case EventCleared:
-		st.Cleared++
-		s.ix.counters.Cleared.Add(1)
-		s.clearOwners(sc, func(o ownerInfo) bool { return o.shared || o.rank == rank })
-		sc.engine = nil
-	case EventStored:
-		st.Stored++
-		s.ix.counters.Stored.Add(1)
-		if !havePlacement {
-			st.Dropped++
-			return
-		}
-		keys := ev.Hashes
-		prof := sc.ctx.profile()
-		if len(keys) == 0 && ev.HasTokens && len(ev.Tokens) > 0 && prof.Strategy == hash.StrategyXXH3 {
-			bs := sc.ctx.key.BlockSize
-			if ev.HasParent || (ev.HasBaseIdx && ev.BaseBlockIdx == 0) {
-				s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], prof.XXH3Seed, ev.Parent, ev.HasParent, ev.Tokens, bs)
-				keys = s.seqScratch
-			} else {
-				s.ix.counters.UnknownParents.Add(1)
-			}
-		}
-		keys = s.nsKeys(s.rfcNamespace(sc, ev), keys)
-		if len(keys) == 0 {
-			st.Dropped++
-			return
-		}
-		s.addBlocks(sc, keys, sc.owner(ownerKeyOf()), p.Tier, 1, st)
-	case EventRemoved:
-		st.Removed++
-		s.ix.counters.Removed.Add(1)
-		if !havePlacement {
-			st.Dropped++
-			return
-		}
-		if id, ok := sc.owners[ownerKeyOf()]; ok {
-			s.removeBlocks(sc, s.nsKeys(s.rfcNamespace(sc, ev), ev.Hashes), id, p.Tier, false, st)
-		}
-	default:
-		st.Dropped++
-	}
 }

@@ -31,6 +31,7 @@ type ownerInfo struct {
 	// RFC #1527 stream dimensions (salt, backend_id, medium; see streamTag),
 	// so a `cleared` purges exactly its stream. 0 for engine events.
 	stream uint64
+	dims   *streamDims // RFC owners: the stream's salt, backend, medium
 }
 
 // slot is one query cursor: a (instance, rank) pair.
@@ -117,13 +118,13 @@ type binding struct {
 func (c *context) profile() *hash.Profile { return &c.bind.Load().profile }
 
 // internOwner returns the owner for k, creating it (and its slot) if new.
-func (c *context) internOwner(k ownerKey) ownerRef {
+func (c *context) internOwner(k ownerKey, dims *streamDims) ownerRef {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id, ok := c.ownerIdx[k]; ok {
 		return makeRef(id, c.owners[id].gen)
 	}
-	info := ownerInfo{sub: k.sub, shared: k.shared, live: true, rank: k.rank, name: k.name, slot: -1, stream: k.stream}
+	info := ownerInfo{sub: k.sub, shared: k.shared, live: true, rank: k.rank, name: k.name, slot: -1, stream: k.stream, dims: dims}
 	var id uint32
 	if n := len(c.freeIDs); n > 0 {
 		id = c.freeIDs[n-1]

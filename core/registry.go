@@ -277,10 +277,18 @@ type Subscription struct {
 	state map[*context]*subCtx
 	// ranks are the publisher-named dp ranks admitted so far (admitRank).
 	ranks map[int32]struct{}
-	// rfc holds RFC #1527 per-stream event_id cursors.
-	rfc map[uint64]*rfcStream
+	// rfc holds RFC #1527 per-stream event_id cursors (at most
+	// Options.MaxStreamsPerSubscription); rfcClock orders their use for
+	// eviction; heldTotal counts events held across them.
+	rfc       map[streamKey]*rfcStream
+	rfcClock  uint64
+	heldTotal int
+	// pubLast is the last event_id applied on any stream (publishers that
+	// number all their events with one counter; nextInPublisher).
+	pubLast    uint64
+	hasPubLast bool
 	// scratch reused across events.
-	seqScratch, keyScratch []uint64
+	seqScratch, keyScratch, mapScratch []uint64
 	// Operands of the bound map-update functions addFn/removeFn (single writer).
 	opID            ownerRef
 	opTier          Tier
