@@ -20,6 +20,8 @@ type ApplyStats struct {
 type subCtx struct {
 	ctx    *context
 	owners map[ownerKey]ownerRef
+	// streamOwners counts owners with a non-zero stream tag (capped).
+	streamOwners int
 	// keys is each owner's key set: every block key in which the owner holds
 	// at least one tier. Clearing an owner visits only these (cost
 	// proportional to the owner's blocks, not to the context's).
@@ -75,18 +77,39 @@ func (s *Subscription) ctxState(k *ContextKey) *subCtx {
 	return sc
 }
 
-func (sc *subCtx) owner(k ownerKey) ownerRef { return sc.ownerDims(k, nil) }
+func (sc *subCtx) owner(k ownerKey) ownerRef {
+	id, _ := sc.ownerDims(k, nil, 0)
+	return id
+}
 
 // ownerDims is owner for an RFC stream owner, recording its stream
-// dimensions on first use.
-func (sc *subCtx) ownerDims(k ownerKey, dims *streamDims) ownerRef {
+// dimensions on first use. Stream owners of one subscription in one context
+// are capped at limit (> 0): at the cap, owners that hold no block are
+// released first; if none is free it reports false.
+func (sc *subCtx) ownerDims(k ownerKey, dims *streamDims, limit int) (ownerRef, bool) {
 	if id, ok := sc.owners[k]; ok {
-		return id
+		return id, true
+	}
+	if k.stream != 0 && limit > 0 && sc.streamOwners >= limit {
+		for ok, ref := range sc.owners {
+			if ok.stream != 0 && sc.keys[ref.id()].Len() == 0 {
+				delete(sc.owners, ok)
+				delete(sc.keys, ref.id())
+				sc.ctx.releaseOwner(ok)
+				sc.streamOwners--
+			}
+		}
+		if sc.streamOwners >= limit {
+			return 0, false
+		}
 	}
 	id := sc.ctx.internOwner(k, dims)
 	sc.owners[k] = id
 	sc.keys[id.id()] = &keySet{}
-	return id
+	if k.stream != 0 {
+		sc.streamOwners++
+	}
+	return id, true
 }
 
 // Apply applies one decoded batch in order. It is called by the subscription's
@@ -230,7 +253,11 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		}
 		keys, ok := s.storeKeys(sc, ev, s.regSalt)
 		if !ok {
-			s.drop(st, DropUnknownParent, "parent", ev.Parent)
+			if ev.HasParent && ev.HasTokens {
+				s.drop(st, DropUnknownParent, "parent", ev.Parent)
+			} else {
+				s.drop(st, DropNoBlocks, "why", "no token_ids and no block hash known from this engine")
+			}
 			return
 		}
 		s.addBlocks(sc, keys, id, p.Tier, 1, st)

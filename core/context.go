@@ -161,6 +161,20 @@ func (c *context) releaseOwners(sub uint32) int {
 	return n
 }
 
+// releaseOwner frees one owner that holds no block.
+func (c *context) releaseOwner(k ownerKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.ownerIdx[k]
+	if !ok {
+		return
+	}
+	delete(c.ownerIdx, k)
+	c.owners[id] = ownerInfo{slot: -1, gen: c.owners[id].gen + 1}
+	c.freeIDs = append(c.freeIDs, id)
+	c.rebuildLocked()
+}
+
 // ownersOf returns the ids of every live owner of subscription sub matching keep.
 func (c *context) ownersOf(sub uint32, keep func(ownerInfo) bool) map[uint32]bool {
 	c.mu.Lock()

@@ -423,7 +423,12 @@ func (s *Subscription) applyRFCEvent(sc *subCtx, ev *Event, rank int32, st *Appl
 	if ev.Medium != nil {
 		dims.medium = lowerString(ev.Medium)
 	}
-	s.addBlocks(sc, keys, sc.ownerDims(ok_, dims), p.Tier, 1, st)
+	id, ok := sc.ownerDims(ok_, dims, s.ix.opts.MaxStreamsPerSubscription)
+	if !ok {
+		s.drop(st, DropStreamLimit, "why", "stream owners at the limit", "backend_id", clip(ev.BackendID))
+		return
+	}
+	s.addBlocks(sc, keys, id, p.Tier, 1, st)
 }
 
 // rfcStoreKeys returns the index keys of a stored RFC event. Under the xxh3
