@@ -208,7 +208,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		port = s.httpPort
 	}
 
-	ixOpts := core.Options{MaxRegistrations: s.maxRegistration, ContextSizeHint: s.contextSizeHint, Logger: log}
+	ixOpts := core.Options{MaxRegistrations: s.maxRegistration, ContextSizeHint: s.contextSizeHint, Logger: log,
+		EngineMedia: cfg.EngineMedia, PoolMedia: cfg.PoolMedia}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2
