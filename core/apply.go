@@ -231,6 +231,9 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		s.drop(st, why, "lora_name", clip(ev.LoraName), "group_idx", ev.GroupIdx)
 		return
 	}
+	if ev.HasLoraID && ev.LoraName != nil {
+		s.ix.learnLoraID(sc.ctx, ev.LoraID, ev.LoraName)
+	}
 	p, ok := s.placement(ev.Medium, false)
 	if !ok {
 		s.drop(st, DropUnknownMedium, "medium", clip(ev.Medium))

@@ -174,6 +174,8 @@ type Index struct {
 	holdings [NumTiers]atomic.Int64
 	// drops rate-limits drop warnings; fixed size (one slot per reason).
 	drops dropLog
+	// loras are the (lora_id → lora_name) pairs engines published (lora.go).
+	loras *xsync.MapOf[loraKey, loraEntry]
 }
 
 // New returns an empty index.
@@ -182,6 +184,7 @@ func New(opts Options) *Index {
 	return &Index{
 		opts:      opts,
 		contexts:  xsync.NewMapOf[ContextKey, *context](),
+		loras:     xsync.NewMapOf[loraKey, loraEntry](),
 		subs:      make(map[ServiceKey]*Subscription),
 		endpoints: make(map[string]ServiceKey),
 	}

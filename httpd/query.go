@@ -2,6 +2,7 @@ package httpd
 
 import (
 	"errors"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
@@ -75,6 +76,7 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 	var seen int
 	var fe *RequestError
 	var loraID bool
+	var loraIDVal int64
 	for {
 		key, ok := r.nextKey()
 		if !ok {
@@ -136,8 +138,10 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 		case qLoraID:
 			switch {
 			case v.kind == kindNil:
+			case v.kind == kindInt:
+				loraID, loraIDVal = true, v.i
 			case v.isInt():
-				loraID = true
+				fe = reqErr(ErrOutOfRange, name, "lora_id must be a 64-bit signed integer")
 			default:
 				fe = reqErr(ErrInvalidType, name, "lora_id must be an integer or null")
 			}
@@ -158,12 +162,6 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 		return reqErr(ErrMissing, "seq_hashes", "seq_hashes is required")
 	case seen&qTokens == 0:
 		return reqErr(ErrMissing, "token_ids", "token_ids is required")
-	case loraID && seen&qLora != 0:
-		return reqErr(ErrInvalidValue, "lora_id", "lora_id must not be used together with lora_name")
-	case loraID:
-		// Numeric LoRA ids are vLLM-internal and cannot be mapped to the adapter
-		// names contexts are keyed by.
-		return reqErr(ErrUnsupported, "lora_id", "lora_id is not supported; use lora_name")
 	case !utf8.ValidString(q.LoraName):
 		return reqErr(ErrInvalidValue, "lora_name", "lora_name must be valid UTF-8")
 	case !utf8.Valid(q.CacheSalt):
@@ -171,6 +169,19 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 	}
 	if q.TenantID == "" {
 		q.TenantID = "default"
+	}
+	if loraID {
+		// The deprecated numeric id resolves through the (lora_id, lora_name)
+		// pairs engines published; unknown or conflicting ids are refused.
+		name, err := s.ix.LoraNameForID(q.TenantID, q.Model, loraIDVal)
+		switch {
+		case err != nil:
+			return reqErr(ErrInvalidValue, "lora_id", err.Error())
+		case seen&qLora != 0 && name != q.LoraName:
+			return reqErr(ErrInvalidValue, "lora_id", "lora_id "+strconv.FormatInt(loraIDVal, 10)+" is adapter "+
+				strconv.Quote(name)+", which conflicts with lora_name "+strconv.Quote(q.LoraName))
+		}
+		q.LoraName = name
 	}
 	return nil
 }

@@ -113,6 +113,17 @@ func TestQueryMsgpackValidation(t *testing.T) {
 	if r := env.do(t, "POST", "/query", "application/msgpack; charset=x", mp(q)); r.status != 200 {
 		t.Fatalf("msgpack with parameters: %d %s", r.status, canon(t, r))
 	}
+	// A JSON body without a JSON Content-Type (curl -d's default
+	// application/x-www-form-urlencoded, text/plain, none) is read as JSON
+	// (#17 item 8); a non-JSON body under such a type is still refused.
+	for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", ""} {
+		r := env.do(t, "POST", "/query", ct, []byte(" \n{\"model\":\"m\",\"block_size\":16,\"token_ids\":[1]}"))
+		if r.status != 200 || r.ct != "application/json" {
+			t.Fatalf("JSON body as %q: %d %q %s", ct, r.status, r.ct, r.body)
+		}
+	}
+	checkError(t, env.do(t, "POST", "/query", "application/x-www-form-urlencoded", []byte("model=m&block_size=16")), 400, "unsupported_content_type", "", -1)
+	checkError(t, env.do(t, "POST", "/query", "text/plain", []byte(`{"model":`)), 400, "invalid_json", "", -1)
 }
 
 // mpRawTokensHeader is a "token_ids" key followed by an array32 header of n.
@@ -153,7 +164,7 @@ func TestQueryJSONValidation(t *testing.T) {
 		ec("token_ids string", `{"model":"m","block_size":16,"token_ids":"1,2"}`, "invalid_type", "token_ids", -1),
 		ec("token_ids object", `{"model":"m","block_size":16,"token_ids":{}}`, "invalid_type", "token_ids", -1),
 		ec("token_ids null", `{"model":"m","block_size":16,"token_ids":null}`, "invalid_type", "token_ids", -1),
-		ec("token above int32", `{"model":"m","block_size":16,"token_ids":[1, 2147483648]}`, "out_of_range", "token_ids", 1),
+		ec("token above u32", `{"model":"m","block_size":16,"token_ids":[1, 4294967296]}`, "out_of_range", "token_ids", 1),
 		ec("token below int32", `{"model":"m","block_size":16,"token_ids":[-2147483649]}`, "out_of_range", "token_ids", 0),
 		ec("token huge", `{"model":"m","block_size":16,"token_ids":[0,1,99999999999999999999999]}`, "out_of_range", "token_ids", 2),
 		ec("token fraction", `{"model":"m","block_size":16,"token_ids":[1, 1.5]}`, "invalid_type", "token_ids", 1),
@@ -161,8 +172,8 @@ func TestQueryJSONValidation(t *testing.T) {
 		ec("token string", `{"model":"m","block_size":16,"token_ids":[1, "2"]}`, "invalid_type", "token_ids", 1),
 		ec("token null", `{"model":"m","block_size":16,"token_ids":[null]}`, "invalid_type", "token_ids", 0),
 		ec("too many tokens", `{"model":"m","block_size":16,"token_ids":[1,2,3,4,5,6,7,8,9]}`, "out_of_range", "token_ids", -1),
-		ec("lora_id alone", `{"model":"m","block_size":16,"token_ids":[],"lora_id":3}`, "unsupported", "lora_id", -1),
-		ec("lora_id with lora_name", `{"model":"m","lora_id":3,"block_size":16,"token_ids":[],"lora_name":"a"}`, "invalid_value", "lora_id", -1),
+		ec("lora_id never published", `{"model":"m","block_size":16,"token_ids":[],"lora_id":3}`, "invalid_value", "lora_id", -1),
+		ec("lora_id never published, with lora_name", `{"model":"m","lora_id":3,"block_size":16,"token_ids":[],"lora_name":"a"}`, "invalid_value", "lora_id", -1),
 		ec("lora_id string", `{"model":"m","block_size":16,"token_ids":[],"lora_id":"3"}`, "invalid_type", "lora_id", -1),
 		ec("tenant int", `{"model":"m","block_size":16,"token_ids":[],"tenant_id":5}`, "invalid_type", "tenant_id", -1),
 		ec("salt int", `{"model":"m","block_size":16,"token_ids":[],"cache_salt":5}`, "invalid_type", "cache_salt", -1),
@@ -557,4 +568,38 @@ func TestQueryNegativeTokenIndex(t *testing.T) {
 	q := obj{"model", "sg", "block_size", 2, "token_ids", []any{1, 2, 3, 4, -5}}
 	checkError(t, env.postMP(t, "/query", mp(q)), 400, "out_of_range", "token_ids", 4)
 	checkError(t, env.postJSON(t, "/query", `{"model":"sg","block_size":2,"token_ids":[1,-2,3]}`), 400, "out_of_range", "token_ids", 1)
+}
+
+// TestQueryLoraID (#17 item 8; seed: lora_id is a deprecated compatibility
+// field): a query's lora_id resolves through the (lora_id, lora_name) pairs
+// engines publish; it is refused only when unknown or conflicting.
+func TestQueryLoraID(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	for _, lora := range []string{"sql", "chat"} {
+		reg := with(baseReg(), "lora_name", lora, "instance_id", "e-"+lora, "endpoint", "tcp://127.0.0.1:1/"+lora)
+		if r := env.postMP(t, "/register", mp(reg)); r.status != 200 {
+			t.Fatalf("register: %d %s", r.status, r.body)
+		}
+	}
+	tokens := seqTokens(16, 1)
+	h := chain(t, cborProfile(t), tokens, 16, "sql", "")
+	b := storeBatch("GPU", 16, h, nil)
+	b.Events[0].LoraName, b.Events[0].HasLoraID, b.Events[0].LoraID = []byte("sql"), true, 7
+	apply(t, env.reg.sub(t, "e-sql", "default", 0), b)
+
+	q := `{"model":"m","block_size":16,"token_ids":` + jsonEnc(tokens)
+	r := env.postJSON(t, "/query", q+`,"lora_id":7}`)
+	if r.status != 200 || !strings.Contains(canon(t, r), `"e-sql":{`) || !strings.Contains(canon(t, r), `"longest_matched":16`) {
+		t.Fatalf("lora_id 7 → sql: %d %s", r.status, r.body)
+	}
+	if r := env.postJSON(t, "/query", q+`,"lora_id":7,"lora_name":"sql"}`); r.status != 200 {
+		t.Fatalf("consistent lora_id and lora_name: %d %s", r.status, r.body)
+	}
+	checkError(t, env.postJSON(t, "/query", q+`,"lora_id":7,"lora_name":"chat"}`), 400, "invalid_value", "lora_id", -1)
+	checkError(t, env.postJSON(t, "/query", q+`,"lora_id":8}`), 400, "invalid_value", "lora_id", -1)
+	// Another engine publishes id 7 as "chat": the id is now ambiguous.
+	c := storeBatch("GPU", 16, chain(t, cborProfile(t), tokens, 16, "chat", ""), nil)
+	c.Events[0].LoraName, c.Events[0].HasLoraID, c.Events[0].LoraID = []byte("chat"), true, 7
+	apply(t, env.reg.sub(t, "e-chat", "default", 0), c)
+	checkError(t, env.postJSON(t, "/query", q+`,"lora_id":7}`), 400, "invalid_value", "lora_id", -1)
 }
