@@ -34,7 +34,20 @@
 //     table skips words of a newer incarnation (TestOwnerIDReuseDuringQuery).
 //   - Index.TierBlocks equals a walk of every block's owner words
 //     (TestTierBlocksMatchesIndex): holdings are counted as they change.
+//   - Each owner's key set holds exactly the keys of the blocks that carry a
+//     word of that owner (TestTierBlocksMatchesIndex, checkKeySets): clearing
+//     an owner visits only its own blocks.
+//   - An RFC #1527 stream owner is (subscription, instance and rank or pool
+//     backend, stream tag of salt/backend_id/medium): a `cleared` removes the
+//     words of exactly that stream's owners (TestClearedPurgesOnlyItsStream);
+//     an engine AllBlocksCleared those of the engine stream (tag 0).
+//   - Events for a context nobody registered create no state; per-subscription
+//     stream cursors, stream owners and held events are bounded
+//     (TestRFCUnknownContextCreatesNoState, TestRFCStreamCapBound).
 //   - For every query row: device ≤ cpu_local ≤ cpu_share ≤ disk ≤ ⌊len/B⌋·B
 //     (or the logical length for SGLang partial/bigram chains), and
 //     longest_matched = disk. The tests named *Invariant* check these.
+//   - Per-medium prefixes (Media: device; host = cpu_local ∪ cpu_share; disk)
+//     are independent of each other, each ≤ disk, and equal a naive model
+//     (TestQueryAgreesWithModel, modelMedia).
 package core

@@ -69,15 +69,28 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 	a := mustRegister(t, ix, engineReg(t, "a", 0, p))
 	b := mustRegister(t, ix, engineReg(t, "b", 0, p))
 	pool := mustRegister(t, ix, poolReg("pool"))
+	sr := engineReg(t, "std", 0, p)
+	sr.Type = PublisherStandard
+	std := mustRegister(t, ix, sr)
 	media := []string{"GPU", "CPU", "DISK"}
 	check := func(step string) {
 		t.Helper()
 		if got, want := ix.TierBlocks(), ix.countHoldings(); got != want {
 			t.Fatalf("%s: TierBlocks %v, walk %v", step, got, want)
 		}
-		checkKeySets(t, a, b, pool)
+		checkKeySets(t, a, b, pool, std)
 	}
 	for i := 0; i < 2000; i++ {
+		if rng.Intn(4) == 0 {
+			// A standardized publisher: streams by backend, medium and rank;
+			// no event ids, so each event applies as it comes.
+			k := uint64(rng.Intn(40))
+			e := rfcEv([]EventKind{EventStored, EventStored, EventRemoved, EventCleared}[rng.Intn(4)], 0,
+				[]string{"w0", "w1"}[rng.Intn(2)], []string{"gpu", "cpu", "disk", "external"}[rng.Intn(4)], uint32(rng.Intn(2)), k, k+1)
+			e.Events[0].HasEventID = false
+			std.Apply(e)
+			continue
+		}
 		s := []*Subscription{a, b}[rng.Intn(2)]
 		k := uint64(rng.Intn(40))
 		m := media[rng.Intn(3)]
@@ -106,6 +119,7 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 	mustRegister(t, ix2, engineReg(t, "a", 0, p))
 	mustRegister(t, ix2, engineReg(t, "b", 0, p))
 	mustRegister(t, ix2, poolReg("pool"))
+	mustRegister(t, ix2, sr)
 	if _, err := ix2.Restore(dump); err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +132,11 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 	if ix.TierBlocks() == [NumTiers]int{} {
 		t.Fatal("test premise: b and the pool hold blocks")
 	}
-	checkKeySets(t, b, pool)
+	checkKeySets(t, b, pool, std)
 	if got, want := ix.TierBlocks(), ix.countHoldings(); got != want {
 		t.Fatalf("unregister a: TierBlocks %v, walk %v", got, want)
 	}
-	for _, s := range []*Subscription{b, pool} {
+	for _, s := range []*Subscription{b, pool, std} {
 		if _, err := ix.Unregister(s.Key()); err != nil {
 			t.Fatal(err)
 		}
