@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"math"
 	"math/bits"
 
@@ -221,12 +222,9 @@ func (d *Decoder) engineMapEvent(e *core.Event, p []byte) ([]byte, error) {
 	return q, err
 }
 
-// errStandardMap is engineMap's signal that the map is a standardized event.
-var errStandardMap = errorString("standardized event map")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+// errStandardMap is engineMap's signal that the map is a standardized event
+// (never returned by Decode).
+var errStandardMap = errors.New("conductor: standardized event map")
 
 func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
 	n, p, err := readMap(p)
