@@ -54,13 +54,3 @@ func (n namespace) key(seq uint64) uint64 {
 	}
 	return hash.XXH3Seq(seq, n.tag, n.seed)
 }
-
-// keys rewrites plain sequence hashes in place into namespace keys.
-func (n namespace) keys(seqs []uint64) {
-	if n.tag == 0 {
-		return
-	}
-	for i, h := range seqs {
-		seqs[i] = n.key(h)
-	}
-}

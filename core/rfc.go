@@ -78,11 +78,6 @@ func (s *Subscription) rfcSalt(ev *Event) []byte {
 	return s.regSalt
 }
 
-// rfcNamespace is the salt namespace of an RFC event.
-func (s *Subscription) rfcNamespace(sc *subCtx, ev *Event) namespace {
-	return saltNamespace(sc.ctx.profile(), s.rfcSalt(ev))
-}
-
 func (s *Subscription) rfcRank(b *Batch, ev *Event) (int32, bool) {
 	switch {
 	case ev.HasDPRank:
@@ -447,7 +442,7 @@ func (s *Subscription) rfcStoreKeys(sc *subCtx, ev *Event, ns namespace, st *App
 			s.drop(st, DropNoBlocks)
 			return nil, false
 		}
-		return s.nsKeys(ns, s.resolveMapped(sc, hashes, ns)), true
+		return s.nsKeys(ns, s.resolveMapped(sc, hashes)), true
 	}
 	n := len(hashes)
 	if n == 0 {
@@ -459,7 +454,7 @@ func (s *Subscription) rfcStoreKeys(sc *subCtx, ev *Event, ns namespace, st *App
 			return nil, false
 		}
 		// Tokens do not cover the blocks: trust the seq_hashes.
-		return s.nsKeys(ns, s.resolveMapped(sc, hashes, ns)), true
+		return s.nsKeys(ns, s.resolveMapped(sc, hashes)), true
 	}
 	var parent uint64
 	parentKnown := !ev.HasParent
@@ -495,7 +490,7 @@ func (s *Subscription) rfcStoreKeys(sc *subCtx, ev *Event, ns namespace, st *App
 // hashes by an earlier token recompute (a non-standard publisher storing
 // more copies without tokens); others are taken as standard. The result is
 // plain (un-namespaced) hashes in s.mapScratch, or hashes itself.
-func (s *Subscription) resolveMapped(sc *subCtx, hashes []uint64, _ namespace) []uint64 {
+func (s *Subscription) resolveMapped(sc *subCtx, hashes []uint64) []uint64 {
 	if len(sc.engine) == 0 {
 		return hashes
 	}
