@@ -164,14 +164,14 @@ func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
 	s.rfcClock++
 	rs.touched = s.rfcClock
 	switch {
+	case rs.hasLast && ev.EventID <= rs.last:
+		s.ix.counters.DuplicateIDs.Add(1)
+		s.drop(st, DropDuplicateID, "event_id", ev.EventID, "last", rs.last)
 	case !rs.hasLast || ev.EventID == rs.last+1 || s.nextInPublisher(ev.EventID):
 		s.applyRFCEvent(sc, ev, rank, st)
 		rs.last, rs.hasLast = ev.EventID, true
 		s.pubLast, s.hasPubLast = ev.EventID, true
 		s.drainHeld(rs, st)
-	case ev.EventID <= rs.last:
-		s.ix.counters.DuplicateIDs.Add(1)
-		s.drop(st, DropDuplicateID, "event_id", ev.EventID, "last", rs.last)
 	default:
 		if !s.hold(rs, ev, rank) {
 			s.drop(st, DropDuplicateID, "event_id", ev.EventID, "held", true)
@@ -234,6 +234,14 @@ func (s *Subscription) hold(rs *rfcStream, ev *Event, rank int32) bool {
 
 // drainHeld applies held events that became consecutive.
 func (s *Subscription) drainHeld(rs *rfcStream, st *ApplyStats) {
+	for len(rs.held) > 0 && rs.held[0].ev.EventID <= rs.last {
+		// Overtaken: an id ≤ last was applied meanwhile (publisher order).
+		id := rs.held[0].ev.EventID
+		rs.held = rs.held[1:]
+		s.heldTotal--
+		s.ix.counters.DuplicateIDs.Add(1)
+		s.drop(st, DropDuplicateID, "event_id", id, "held", true)
+	}
 	for len(rs.held) > 0 && (rs.held[0].ev.EventID == rs.last+1 || s.nextInPublisher(rs.held[0].ev.EventID)) {
 		h := rs.held[0]
 		rs.held = rs.held[1:]
@@ -266,6 +274,9 @@ func (s *Subscription) resolveGap(rs *rfcStream, why string, st *ApplyStats) {
 		h := rs.held[0]
 		rs.held = rs.held[1:]
 		s.heldTotal--
+		if h.ev.EventID <= rs.last {
+			continue // overtaken (see drainHeld)
+		}
 		if h.ev.EventID != rs.last+1 && !s.nextInPublisher(h.ev.EventID) {
 			s.ix.counters.EventIDGaps.Add(1)
 			s.ix.counters.StreamGapClears.Add(1)

@@ -271,3 +271,28 @@ func TestEveryDropReasonLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestRFCPublisherCounter: a publisher numbering all its events with one
+// counter (the Mooncake master) is in order although each stream skips the
+// ids of the others; an id at or below its own stream's last is still a
+// duplicate even when it follows the publisher's last id.
+func TestRFCPublisherCounter(t *testing.T) {
+	ix := New(Options{})
+	s := mustRegister(t, ix, stdReg("a", "", ""))
+	s.Apply(rfcEv(EventStored, 1, "w", "gpu", 0, 1))
+	s.Apply(rfcEv(EventStored, 2, "w", "cpu", 0, 1))
+	if st := s.Apply(rfcEv(EventStored, 3, "w", "gpu", 0, 2)); st.Dropped != 0 || st.Blocks != 1 {
+		t.Fatalf("publisher-consecutive id held or dropped: %+v", st)
+	}
+	if ix.Counters().EventIDGaps.Load() != 0 || s.heldTotal != 0 {
+		t.Fatalf("gap counted for a one-counter publisher: gaps %d held %d", ix.Counters().EventIDGaps.Load(), s.heldTotal)
+	}
+	s.Apply(rfcEv(EventStored, 10, "x", "gpu", 0, 5)) // stream x starts at 10
+	s.Apply(rfcEv(EventStored, 3, "y", "gpu", 0, 6))  // stream y starts at 3: publisher last = 3
+	if st := s.Apply(rfcEv(EventStored, 4, "x", "gpu", 0, 7)); st.Dropped != 1 {
+		t.Fatalf("id 4 ≤ stream x's last 10 applied: %+v", st)
+	}
+	if d, _, _ := deviceOf(t, ix, "a", 7); d != 0 {
+		t.Fatalf("duplicate applied: %d", d)
+	}
+}
