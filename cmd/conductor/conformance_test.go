@@ -628,24 +628,41 @@ func TestSeedConformance(t *testing.T) {
 		p.waitQuery(t, "/query_by_hash", exByHash("[1234567890, 9876543210, 1122334455]"), `0`, field("default", "llama-node", "GPU"))
 	})
 
+	t.Run("KV Events API/envelope: null timestamp, medium, lora_name and dp_rank", func(t *testing.T) {
+		// Seed envelope types: timestamp "u64 or null" ("informational only"),
+		// medium "string or null", lora_name "null for the base model",
+		// dp_rank "u32 or null"; registration metadata supplies what the event
+		// does not carry ("Compatibility notes").
+		ev.send(t, seedEvent("event_id", 1, "timestamp", nil, "event_type", "stored", "model_name", "llama-3.1-8b",
+			"block_size", 64, "additional_salt", nil, "lora_name", nil, "tenant_id", "default", "backend_id", "nulls",
+			"medium", nil, "dp_rank", nil, "seq_hashes", []uint64{401}, "base_block_idx", 0, "parent_hash", nil, "token_ids", nil))
+		p.waitQuery(t, "/query_by_hash", exByHash("[401]"), `{"longest_matched":64,"GPU":64,"CPU":0,"DISK":0,"DP":{"0":64}}`,
+			seedKeys("default", "llama-node"))
+	})
+
 	t.Run("KV Events API/cleared purges exactly its stream's dimensions", func(t *testing.T) {
 		// Seed: "all blocks for the event stream dimensions are purged"; the
 		// stream is (model_name, block_size, additional_salt, lora_name,
 		// tenant_id, backend_id, medium, dp_rank).
+		// Event ids continue each stream: worker-0/gpu ended at 44 above; the
+		// other streams start here.
 		h := []uint64{101, 102}
-		for i, m := range []string{"gpu", "cpu", "disk"} {
-			ev.send(t, envelope(uint64(100+i), "stored", "llama-3.1-8b", 64, "worker-0", m, 0, "seq_hashes", h))
-		}
-		ev.send(t, envelope(200, "stored", "llama-3.1-8b", 64, "worker-1", "disk", 0, "seq_hashes", h[:1]))
+		ev.send(t, envelope(45, "stored", "llama-3.1-8b", 64, "worker-0", "gpu", 0, "seq_hashes", h))
+		ev.send(t, envelope(1, "stored", "llama-3.1-8b", 64, "worker-0", "cpu", 0, "seq_hashes", h))
+		ev.send(t, envelope(1, "stored", "llama-3.1-8b", 64, "worker-0", "disk", 0, "seq_hashes", h))
+		ev.send(t, envelope(1, "stored", "llama-3.1-8b", 64, "worker-1", "disk", 0, "seq_hashes", h[:1]))
 		pick := seedKeys("default", "llama-node")
 		p.waitQuery(t, "/query_by_hash", exByHash(u64List(h)), `{"longest_matched":128,"GPU":128,"CPU":128,"DISK":128,"DP":{"0":128}}`, pick)
 		// worker-0's disk stream cleared: its GPU and CPU blocks and worker-1's disk block stay.
-		ev.send(t, envelope(103, "cleared", "llama-3.1-8b", 64, "worker-0", "disk", 0))
+		ev.send(t, envelope(2, "cleared", "llama-3.1-8b", 64, "worker-0", "disk", 0))
 		p.waitQuery(t, "/query_by_hash", exByHash(u64List(h)), `{"longest_matched":128,"GPU":128,"CPU":128,"DISK":64,"DP":{"0":128}}`, pick)
-		ev.send(t, envelope(201, "cleared", "llama-3.1-8b", 64, "worker-1", "disk", 0))
+		ev.send(t, envelope(2, "cleared", "llama-3.1-8b", 64, "worker-1", "disk", 0))
 		p.waitQuery(t, "/query_by_hash", exByHash(u64List(h)), `{"longest_matched":128,"GPU":128,"CPU":128,"DISK":0,"DP":{"0":128}}`, pick)
-		ev.send(t, envelope(101, "cleared", "llama-3.1-8b", 64, "worker-0", "gpu", 0))
+		ev.send(t, envelope(46, "cleared", "llama-3.1-8b", 64, "worker-0", "gpu", 0))
 		p.waitQuery(t, "/query_by_hash", exByHash(u64List(h)), `{"longest_matched":128,"GPU":0,"CPU":128,"DISK":0,"DP":{"0":128}}`, pick)
+		if g := p.metric(t, "conductor_index_event_id_gaps_total", ""); g != 0 {
+			t.Fatalf("event_id gaps counted for consecutive streams: %v", g)
+		}
 	})
 
 	t.Run("KV Events API/events are processed in consecutive event_id order within each stream", func(t *testing.T) {
