@@ -425,9 +425,13 @@ func (s *Subscription) applyRFCEvent(sc *subCtx, ev *Event, rank int32, st *Appl
 	if !ok {
 		return
 	}
-	dims := &streamDims{salt: string(salt), backend: string(ev.BackendID)}
-	if ev.Medium != nil {
-		dims.medium = lowerString(ev.Medium)
+	var dims *streamDims
+	if _, known := sc.owners[ok_]; !known {
+		// Only a new owner records its dimensions (no allocation per event).
+		dims = &streamDims{salt: string(salt), backend: string(ev.BackendID)}
+		if ev.Medium != nil {
+			dims.medium = lowerString(ev.Medium)
+		}
 	}
 	id, ok := sc.ownerDims(ok_, dims, s.ix.opts.MaxStreamsPerSubscription)
 	if !ok {
