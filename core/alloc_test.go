@@ -39,3 +39,27 @@ func TestQueryAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestSaltedQueryAllocs: the xxh3 query in a salt namespace (plain chain,
+// namespace mix per block) allocates nothing in steady state either.
+func TestSaltedQueryAllocs(t *testing.T) {
+	ix := New(Options{})
+	s := mustRegister(t, ix, stdReg("a", "", "w8a8"))
+	tokens := nsTokens(32 * testBS)
+	std := plainChain(tokens, testBS, 1337)
+	s.Apply(stored("gpu", std...))
+	res := &QueryResult{}
+	salt := []byte("w8a8")
+	for _, req := range []*QueryRequest{
+		{Model: "m", BlockSize: testBS, Tokens: tokens, CacheSalt: salt},
+		{Model: "m", BlockSize: testBS, Hashes: std, ByHash: true, CacheSalt: salt},
+	} {
+		_ = ix.Query(req, res)
+		if r := row(res, "a"); r == nil || r.Device != 32*testBS {
+			t.Fatalf("ByHash=%v: %+v", req.ByHash, res.Instances)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = ix.Query(req, res) }); n != 0 {
+			t.Fatalf("ByHash=%v: %v allocs per salted query", req.ByHash, n)
+		}
+	}
+}

@@ -1,13 +1,7 @@
 package core
 
 import (
-	"bytes"
-	"encoding/binary"
-	"math"
-	"sort"
-
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/zeebo/xxh3"
 )
 
 // ApplyStats counts what one Apply did.
@@ -26,6 +20,12 @@ type ApplyStats struct {
 type subCtx struct {
 	ctx    *context
 	owners map[ownerKey]ownerRef
+	// streamOwners counts owners with a non-zero stream tag (capped).
+	streamOwners int
+	// keys is each owner's key set: every block key in which the owner holds
+	// at least one tier. Clearing an owner visits only these (cost
+	// proportional to the owner's blocks, not to the context's).
+	keys map[uint32]*keySet
 	// engine maps an engine block hash to the prefix key it was filed under
 	// (xxh3 profile only), so removes and parent links from engines that hash
 	// differently resolve to the standard chain.
@@ -33,12 +33,13 @@ type subCtx struct {
 }
 
 type engineRef struct {
-	key uint64
-	n   uint32 // stores minus removes seen for this engine hash
+	key   uint64 // index key (namespaced plain hash)
+	plain uint64 // plain standard sequence hash, the parent of the next block
+	n     uint32 // stores minus removes seen for this engine hash
 }
 
 func (s *Subscription) newSubCtx(c *context) *subCtx {
-	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef)}
+	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef), keys: make(map[uint32]*keySet)}
 }
 
 // ctxState returns the subscription's state for context k, or nil when the
@@ -77,12 +78,38 @@ func (s *Subscription) ctxState(k *ContextKey) *subCtx {
 }
 
 func (sc *subCtx) owner(k ownerKey) ownerRef {
-	if id, ok := sc.owners[k]; ok {
-		return id
-	}
-	id := sc.ctx.internOwner(k)
-	sc.owners[k] = id
+	id, _ := sc.ownerDims(k, nil, 0)
 	return id
+}
+
+// ownerDims is owner for an RFC stream owner, recording its stream
+// dimensions on first use. Stream owners of one subscription in one context
+// are capped at limit (> 0): at the cap, owners that hold no block are
+// released first; if none is free it reports false.
+func (sc *subCtx) ownerDims(k ownerKey, dims *streamDims, limit int) (ownerRef, bool) {
+	if id, ok := sc.owners[k]; ok {
+		return id, true
+	}
+	if k.stream != 0 && limit > 0 && sc.streamOwners >= limit {
+		for ok, ref := range sc.owners {
+			if ok.stream != 0 && sc.keys[ref.id()].Len() == 0 {
+				delete(sc.owners, ok)
+				delete(sc.keys, ref.id())
+				sc.ctx.releaseOwner(ok)
+				sc.streamOwners--
+			}
+		}
+		if sc.streamOwners >= limit {
+			return 0, false
+		}
+	}
+	id := sc.ctx.internOwner(k, dims)
+	sc.owners[k] = id
+	sc.keys[id.id()] = &keySet{}
+	if k.stream != 0 {
+		sc.streamOwners++
+	}
+	return id, true
 }
 
 // Apply applies one decoded batch in order. It is called by the subscription's
@@ -96,24 +123,34 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		st.Closed = true
 		return st
 	}
+	if b.Skipped > 0 {
+		// Events the decoder dropped on their own (malformed): counted by
+		// the caller, logged here with the first error as the reason.
+		var first any
+		if len(b.Errors) > 0 {
+			first = b.Errors[0].Error()
+		}
+		s.ix.noteDrop(s, DropDecode, uint64(b.Skipped), "error", first)
+	}
 	for i := range b.Events {
 		ev := &b.Events[i]
 		st.Events++
-		switch s.reg.Type {
-		case PublisherVLLM, PublisherSGLang:
-			rank := s.reg.DPRank
-			if b.HasDPRank {
-				r, ok := s.admitRank(b.DPRank)
-				if !ok {
-					st.Dropped++
-					continue
-				}
-				rank = r
-			}
-			s.applyEngine(s.state[s.home], ev, rank, &st)
-		default:
+		// Standardized event maps are recognised on every registration
+		// type (by their event_type key); engine events only on engine ones.
+		if ev.Standard || !(s.reg.Type == PublisherVLLM || s.reg.Type == PublisherSGLang) {
 			s.applyRFC(b, ev, &st)
+			continue
 		}
+		rank := s.reg.DPRank
+		if b.HasDPRank {
+			r, ok := s.admitRank(b.DPRank)
+			if !ok {
+				s.drop(&st, DropRank, "dp_rank", b.DPRank)
+				continue
+			}
+			rank = r
+		}
+		s.applyEngine(s.state[s.home], ev, rank, &st)
 	}
 	c := &s.ix.counters
 	c.Events.Add(uint64(st.Events))
@@ -123,27 +160,27 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 
 // engineEventOK applies the admission rules common to engine events: only the
 // main full-attention group is a prefix-cache event for this context, and the
-// event's LoRA must be the context's.
-func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) bool {
+// event's LoRA must be the context's. It returns the drop reason otherwise.
+func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) (DropReason, bool) {
 	if ev.HasGroupIdx && ev.GroupIdx != 0 {
-		return false
+		return DropNotFullAttention, false
 	}
 	if len(ev.SpecKind) > 0 && !fullAttention(ev.SpecKind) {
-		return false
+		return DropNotFullAttention, false
 	}
 	if ev.HasSlidingWindow {
-		return false
+		return DropNotFullAttention, false
 	}
 	if ev.LoraName != nil {
 		if string(ev.LoraName) != sc.ctx.key.LoraName {
-			return false
+			return DropWrongLora, false
 		}
 	} else if ev.HasLoraID && sc.ctx.key.LoraName == "" {
 		// A numeric LoRA id without a name cannot be checked against the
 		// registration: filing it under the base model would fabricate hits.
-		return false
+		return DropWrongLora, false
 	}
-	return true
+	return 0, true
 }
 
 func fullAttention(kind []byte) bool {
@@ -167,11 +204,9 @@ func (s *Subscription) placement(medium []byte, pool bool) (Placement, bool) {
 	}
 	p, ok := m.lookup(medium)
 	if !ok {
+		// The caller drops the event (reason unknown_medium, logged
+		// rate-limited with the medium): no per-name state is kept.
 		s.ix.counters.UnknownMedia.Add(1)
-		if _, seen := s.ix.warned.LoadOrStore(string(medium), struct{}{}); !seen {
-			s.ix.opts.Logger.Warn("unknown KV-event medium; events dropped", "medium", string(medium),
-				"service", s.reg.Key().String())
-		}
 	}
 	return p, ok
 }
@@ -180,23 +215,28 @@ func (s *Subscription) placement(medium []byte, pool bool) (Placement, bool) {
 func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyStats) {
 	switch ev.Kind {
 	case EventCleared:
+		// AllBlocksCleared purges the engine stream: every block this
+		// engine filed through its own events (not standardized streams).
 		st.Cleared++
 		s.ix.counters.Cleared.Add(1)
-		s.clearOwners(sc, func(o ownerInfo) bool { return true })
+		s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == 0 })
 		sc.engine = nil
 		return
 	case EventStored, EventRemoved:
 	default:
-		st.Dropped++
+		s.drop(st, DropUnknownKind)
 		return
 	}
-	if !s.engineEventOK(sc, ev) {
-		st.Dropped++
+	if why, ok := s.engineEventOK(sc, ev); !ok {
+		s.drop(st, why, "lora_name", clip(ev.LoraName), "group_idx", ev.GroupIdx)
 		return
+	}
+	if ev.HasLoraID && ev.LoraName != nil {
+		s.ix.learnLoraID(sc.ctx, ev.LoraID, ev.LoraName)
 	}
 	p, ok := s.placement(ev.Medium, false)
 	if !ok {
-		st.Dropped++
+		s.drop(st, DropUnknownMedium, "medium", clip(ev.Medium))
 		return
 	}
 	okey := ownerKey{sub: s.id, shared: p.Shared, name: s.reg.InstanceID}
@@ -211,21 +251,25 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 			// A finer hash granularity, or a partial page under a profile whose
 			// chain has no partial blocks: not a block of this context.
 			s.ix.counters.PartialBlocks.Add(uint64(len(ev.Hashes)))
-			st.Dropped++
+			s.drop(st, DropBlockSize, "event_block_size", ev.BlockSize, "block_size", sc.ctx.key.BlockSize)
 			return
 		}
-		keys, ok := s.storeKeys(sc, ev, s.reg.AdditionalSalt)
+		keys, ok := s.storeKeys(sc, ev, s.regSalt)
 		if !ok {
-			st.Dropped++
+			if ev.HasParent && ev.HasTokens {
+				s.drop(st, DropUnknownParent, "parent", ev.Parent)
+			} else {
+				s.drop(st, DropNoBlocks, "why", "no token_ids and no block hash known from this engine")
+			}
 			return
 		}
-		s.addBlocks(sc.ctx, keys, id, p.Tier, st)
+		s.addBlocks(sc, keys, id, p.Tier, 1, st)
 		return
 	}
 	st.Removed++
 	s.ix.counters.Removed.Add(1)
 	if id, ok := sc.owners[okey]; ok {
-		s.removeBlocks(sc, ev.Hashes, id, p.Tier, true, st)
+		s.removeBlocks(sc, ev.Hashes, id, p.Tier, removeEngine, namespace{}, st)
 	}
 }
 
@@ -240,7 +284,7 @@ func partialPageOK(c *context, ev *Event) bool {
 }
 
 // storeKeys returns the prefix keys for a stored event's blocks.
-func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, bool) {
+func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt []byte) ([]uint64, bool) {
 	prof := sc.ctx.profile()
 	if prof.Strategy != hash.StrategyXXH3 {
 		return ev.Hashes, true
@@ -261,20 +305,12 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 				s.ix.counters.UnknownParents.Add(1)
 				return nil, false
 			}
-			parent = ref.key
+			parent = ref.plain
 		}
-		local, seqSeed := prof.XXH3Seeds(sc.ctx.lora, saltBytes(salt, ev.CacheSalt))
-		s.seqScratch = hash.AppendXXH3ChainSeeds(s.seqScratch[:0], local, seqSeed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
-		if sc.engine == nil {
-			sc.engine = make(map[uint64]engineRef)
-		}
-		for i, h := range hashes {
-			ref := sc.engine[h]
-			ref.key = s.seqScratch[i]
-			ref.n++
-			sc.engine[h] = ref
-		}
-		return s.seqScratch, true
+		ns := saltNamespace(prof, saltBytes(salt, ev.CacheSalt))
+		s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], prof.XXH3Seed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
+		s.mapEngineHashes(sc, hashes, s.seqScratch, ns)
+		return s.nsKeys(ns, s.seqScratch), true
 	}
 	// No tokens (e.g. an offload placeholder): only blocks already known from
 	// this engine's own stores can be located.
@@ -290,26 +326,59 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt string) ([]uint64, 
 	return keys, len(keys) > 0 || len(hashes) == 0
 }
 
-func saltBytes(reg string, ev []byte) []byte {
+// mapEngineHashes records, for each publisher hash, the plain standard hash it
+// was re-computed as and its key in namespace ns, so that later removes and
+// parent links by publisher hash resolve.
+func (s *Subscription) mapEngineHashes(sc *subCtx, pub, plain []uint64, ns namespace) {
+	if sc.engine == nil {
+		sc.engine = make(map[uint64]engineRef)
+	}
+	for i, h := range pub {
+		ref := sc.engine[h]
+		ref.plain = plain[i]
+		ref.key = ns.key(plain[i])
+		ref.n++
+		sc.engine[h] = ref
+	}
+}
+
+// nsKeys returns plain sequence hashes as keys of namespace ns (src itself in
+// the unsalted namespace; otherwise a scratch slice valid until the next call).
+func (s *Subscription) nsKeys(ns namespace, src []uint64) []uint64 {
+	if ns.tag == 0 {
+		return src
+	}
+	out := s.keyScratch[:0]
+	for _, h := range src {
+		out = append(out, ns.key(h))
+	}
+	s.keyScratch = out
+	return out
+}
+
+func saltBytes(reg []byte, ev []byte) []byte {
 	if len(ev) > 0 {
 		return ev
 	}
-	if reg == "" {
-		return nil
-	}
-	return []byte(reg)
+	return reg
 }
 
-func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier, st *ApplyStats) {
+func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier, n uint32, st *ApplyStats) {
 	// The update function is bound once per subscription (s.addFn) and reads
 	// its operands from s: a fresh closure per block would escape to the heap.
-	s.opID, s.opTier = id, t
+	c := sc.ctx
+	s.opID, s.opTier, s.opCopies = id, t, n
 	if s.addFn == nil {
 		s.addFn = s.addOne
 	}
+	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, k := range keys {
+		s.opCreated = false
 		c.blocks.Compute(k, s.addFn)
+		if s.opCreated {
+			set.add(k)
+		}
 	}
 	s.ix.holdings[t].Add(s.opHoldings)
 	st.Blocks += len(keys)
@@ -320,9 +389,10 @@ func (s *Subscription) addBlocks(c *context, keys []uint64, id ownerRef, t Tier,
 // exactly once per Compute. opHoldings counts holdings (owner words) created
 // minus dropped, for the per-tier gauges.
 func (s *Subscription) addOne(old blockVal, _ bool) (blockVal, bool) {
-	nv, created := old.withAdded(s.opID, s.opTier, 1)
+	nv, created := old.withAdded(s.opID, s.opTier, s.opCopies)
 	if created {
 		s.opHoldings++
+		s.opCreated = true
 	}
 	return nv, false
 }
@@ -335,23 +405,37 @@ func (s *Subscription) removeOne(old blockVal, loaded bool) (blockVal, bool) {
 	s.opChanged = changed
 	if dropped {
 		s.opHoldings--
+		s.opGone = !nv.holds(s.opID.id())
 	}
 	return nv, nv.empty()
 }
 
-// removeBlocks removes one copy per hash. viaEngine resolves engine hashes
-// through the subscription's map under the xxh3 profile.
-func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t Tier, viaEngine bool, st *ApplyStats) {
+// removeMode says how removeBlocks resolves publisher hashes to index keys.
+type removeMode uint8
+
+const (
+	// removeEngine: under the xxh3 profile through the subscription's engine
+	// map (hashes never stored are skipped); otherwise as they are.
+	removeEngine removeMode = iota
+	// removeRFC: a hash mapped by a token recompute resolves through the
+	// engine map; any other is a standard hash placed in namespace ns.
+	removeRFC
+)
+
+// removeBlocks removes one copy per hash.
+func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t Tier, mode removeMode, ns namespace, st *ApplyStats) {
 	c := sc.ctx
-	rehashed := viaEngine && c.profile().Strategy == hash.StrategyXXH3
+	viaMap := c.profile().Strategy == hash.StrategyXXH3
+	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, h := range hashes {
 		k := h
-		if rehashed {
-			ref, ok := sc.engine[h]
-			if !ok {
-				continue
-			}
+		ref, mapped := engineRef{}, false
+		if viaMap {
+			ref, mapped = sc.engine[h]
+		}
+		switch {
+		case mapped:
 			k = ref.key
 			if ref.n <= 1 {
 				delete(sc.engine, h)
@@ -359,12 +443,19 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 				ref.n--
 				sc.engine[h] = ref
 			}
+		case mode == removeEngine && viaMap:
+			continue
+		case mode == removeRFC:
+			k = ns.key(h)
 		}
-		s.opID, s.opTier, s.opChanged = id, t, false
+		s.opID, s.opTier, s.opChanged, s.opGone = id, t, false, false
 		if s.removeFn == nil {
 			s.removeFn = s.removeOne
 		}
 		c.blocks.Compute(k, s.removeFn)
+		if s.opGone {
+			set.remove(k)
+		}
 		if s.opChanged {
 			st.Blocks++
 			s.ix.counters.BlocksRemoved.Add(1)
@@ -374,10 +465,16 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 }
 
 // clearOwners removes every holding of this subscription's owners in sc that
-// match keep, and returns the number of blocks changed.
+// match keep, and returns the number of blocks changed. The cost is
+// proportional to those owners' blocks (their key sets).
 func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
 	ids := sc.ctx.ownersOf(s.id, keep)
-	n := sc.ctx.removeOwnersFromBlocks(ids, &s.ix.holdings)
+	n := 0
+	for id := range ids {
+		keys := sc.keys[id]
+		n += sc.ctx.dropOwnerKeys(id, keys, &s.ix.holdings)
+		keys.reset()
+	}
 	s.ix.counters.ClearedBlocks.Add(uint64(n))
 	return n
 }
@@ -396,290 +493,7 @@ func (s *Subscription) Clear(reason string) int {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
 		sc.engine = nil
 	}
-	s.rfc = nil
+	s.rfc, s.heldTotal, s.hasPubLast = nil, 0, false
 	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
 	return n
-}
-
-// ---- RFC #1527 / Mooncake events ------------------------------------------
-
-// rfcStream tracks event_id order for one RFC stream key.
-type rfcStream struct {
-	last    uint64
-	hasLast bool
-	held    []heldEvent // sorted by event id
-}
-
-type heldEvent struct {
-	ev     Event
-	dpRank int32
-}
-
-// rfcStreamID hashes the RFC stream dimensions (model, block_size, salt, lora,
-// tenant, backend, medium, dp_rank) of an event.
-func rfcStreamID(ev *Event, rank int32) uint64 {
-	h := xxh3.New()
-	var n [8]byte
-	for _, f := range [][]byte{ev.ModelName, ev.AdditionalSalt, ev.LoraName, ev.TenantID, ev.BackendID, ev.Medium} {
-		binary.LittleEndian.PutUint32(n[:4], uint32(len(f)))
-		_, _ = h.Write(n[:4])
-		_, _ = h.Write(f)
-	}
-	binary.LittleEndian.PutUint64(n[:], uint64(ev.BlockSize)<<32|uint64(uint32(rank)))
-	_, _ = h.Write(n[:])
-	return h.Sum64()
-}
-
-func (s *Subscription) rfcRank(b *Batch, ev *Event) (int32, bool) {
-	switch {
-	case ev.HasDPRank:
-		return s.admitRank(ev.DPRank)
-	case b.HasDPRank && !s.reg.Type.pool():
-		return s.admitRank(b.DPRank)
-	}
-	return s.reg.DPRank, true
-}
-
-// admitRank checks a dp rank named by a publisher (which overrides the
-// registered one): it must fit an int32, and a subscription may introduce at
-// most Options.MaxRanksPerSubscription distinct ranks, so a garbage publisher
-// cannot grow the owner table and every query of its context without bound.
-func (s *Subscription) admitRank(r uint32) (int32, bool) {
-	if r > math.MaxInt32 {
-		s.ix.counters.RankRejects.Add(1)
-		return 0, false
-	}
-	rank := int32(r)
-	if rank == s.reg.DPRank {
-		return rank, true
-	}
-	if _, ok := s.ranks[rank]; ok {
-		return rank, true
-	}
-	if len(s.ranks) >= s.ix.opts.MaxRanksPerSubscription {
-		s.ix.counters.RankRejects.Add(1)
-		return 0, false
-	}
-	if s.ranks == nil {
-		s.ranks = make(map[int32]struct{})
-	}
-	s.ranks[rank] = struct{}{}
-	return rank, true
-}
-
-func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
-	rank, ok := s.rfcRank(b, ev)
-	if !ok {
-		st.Dropped++
-		return
-	}
-	if !ev.HasEventID {
-		s.applyRFCEvent(ev, rank, st)
-		return
-	}
-	if s.rfc == nil {
-		s.rfc = make(map[uint64]*rfcStream)
-	}
-	id := rfcStreamID(ev, rank)
-	rs := s.rfc[id]
-	if rs == nil {
-		rs = &rfcStream{}
-		s.rfc[id] = rs
-	}
-	switch {
-	case !rs.hasLast || ev.EventID == rs.last+1:
-		s.applyRFCEvent(ev, rank, st)
-		rs.last, rs.hasLast = ev.EventID, true
-		s.drainHeld(rs, st)
-	case ev.EventID <= rs.last:
-		s.ix.counters.DuplicateIDs.Add(1)
-		st.Dropped++
-	default:
-		s.hold(rs, ev, rank)
-		if len(rs.held) > s.ix.opts.MaxHeldEvents {
-			s.flushHeld(rs, st)
-		}
-	}
-}
-
-func (s *Subscription) hold(rs *rfcStream, ev *Event, rank int32) {
-	i := sort.Search(len(rs.held), func(i int) bool { return rs.held[i].ev.EventID >= ev.EventID })
-	if i < len(rs.held) && rs.held[i].ev.EventID == ev.EventID {
-		s.ix.counters.DuplicateIDs.Add(1)
-		return
-	}
-	rs.held = append(rs.held, heldEvent{})
-	copy(rs.held[i+1:], rs.held[i:])
-	rs.held[i] = heldEvent{ev: cloneEvent(ev), dpRank: rank}
-}
-
-// drainHeld applies held events that became consecutive.
-func (s *Subscription) drainHeld(rs *rfcStream, st *ApplyStats) {
-	for len(rs.held) > 0 && rs.held[0].ev.EventID == rs.last+1 {
-		h := rs.held[0]
-		rs.held = rs.held[1:]
-		s.applyRFCEvent(&h.ev, h.dpRank, st)
-		rs.last = h.ev.EventID
-	}
-	if len(rs.held) == 0 {
-		rs.held = nil
-	}
-}
-
-// flushHeld gives up on the missing event ids: the gap is counted and held
-// events are applied in order.
-func (s *Subscription) flushHeld(rs *rfcStream, st *ApplyStats) {
-	for len(rs.held) > 0 {
-		h := rs.held[0]
-		rs.held = rs.held[1:]
-		if h.ev.EventID != rs.last+1 {
-			s.ix.counters.EventIDGaps.Add(1)
-			s.ix.opts.Logger.Warn("RFC event_id gap accepted", "service", s.reg.Key().String(),
-				"from", rs.last+1, "to", h.ev.EventID-1)
-		}
-		s.applyRFCEvent(&h.ev, h.dpRank, st)
-		rs.last = h.ev.EventID
-	}
-	rs.held = nil
-}
-
-// FlushHeld applies every held out-of-order RFC event, accepting the gaps.
-// The ingest loop calls it when a stream has been idle for a while.
-func (s *Subscription) FlushHeld() ApplyStats {
-	var st ApplyStats
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		st.Closed = true
-		return st
-	}
-	for _, rs := range s.rfc {
-		s.flushHeld(rs, &st)
-	}
-	return st
-}
-
-func cloneEvent(ev *Event) Event {
-	c := *ev
-	c.Hashes = append([]uint64(nil), ev.Hashes...)
-	c.Tokens = append([]int32(nil), ev.Tokens...)
-	for _, f := range []*[]byte{&c.Medium, &c.LoraName, &c.SpecKind, &c.CacheSalt, &c.ModelName,
-		&c.AdditionalSalt, &c.TenantID, &c.BackendID, &c.ObjectKey} {
-		if *f != nil {
-			*f = bytes.Clone(*f)
-		}
-	}
-	return c
-}
-
-// clearPool applies a pool's cleared event: every object of that backend
-// (every backend when none is named) in that tenant, across all the contexts
-// the pool filed objects in (reference §5.2). A pool event names no model, so
-// one clear spans contexts.
-func (s *Subscription) clearPool(ev *Event, st *ApplyStats) {
-	st.Cleared++
-	s.ix.counters.Cleared.Add(1)
-	tenant := s.reg.TenantID
-	if len(ev.TenantID) > 0 {
-		tenant = string(ev.TenantID)
-	}
-	backend := string(ev.BackendID)
-	for _, sc := range s.state {
-		if sc.ctx.key.TenantID != tenant {
-			continue
-		}
-		s.clearOwners(sc, func(o ownerInfo) bool { return o.shared && (backend == "" || o.name == backend) })
-	}
-}
-
-// rfcContext resolves the context of an RFC event: envelope fields override
-// the registration's.
-func (s *Subscription) rfcContext(ev *Event) ContextKey {
-	k := s.reg.ContextKey()
-	if len(ev.TenantID) > 0 {
-		k.TenantID = string(ev.TenantID)
-	}
-	if len(ev.ModelName) > 0 {
-		k.ModelName = string(ev.ModelName)
-	}
-	if ev.LoraName != nil {
-		k.LoraName = string(ev.LoraName)
-	}
-	if ev.HasBlockSize && ev.BlockSize > 0 {
-		k.BlockSize = ev.BlockSize
-	}
-	return k
-}
-
-func (s *Subscription) applyRFCEvent(ev *Event, rank int32, st *ApplyStats) {
-	if ev.Kind == EventCleared && s.reg.Type.pool() {
-		s.clearPool(ev, st)
-		return
-	}
-	key := s.rfcContext(ev)
-	sc := s.ctxState(&key)
-	if sc == nil {
-		st.Dropped++
-		return
-	}
-	pool := s.reg.Type.pool()
-	p, havePlacement := Placement{}, false
-	if ev.Medium != nil || !pool {
-		p, havePlacement = s.placement(ev.Medium, pool)
-	}
-	ownerKeyOf := func() ownerKey {
-		k := ownerKey{sub: s.id, shared: p.Shared}
-		if p.Shared {
-			k.name = string(ev.BackendID)
-			if k.name == "" {
-				k.name = s.reg.InstanceID
-			}
-		} else {
-			k.name, k.rank = s.reg.InstanceID, rank
-		}
-		return k
-	}
-	switch ev.Kind {
-	case EventCleared:
-		st.Cleared++
-		s.ix.counters.Cleared.Add(1)
-		s.clearOwners(sc, func(o ownerInfo) bool { return o.shared || o.rank == rank })
-		sc.engine = nil
-	case EventStored:
-		st.Stored++
-		s.ix.counters.Stored.Add(1)
-		if !havePlacement {
-			st.Dropped++
-			return
-		}
-		keys := ev.Hashes
-		prof := sc.ctx.profile()
-		if len(keys) == 0 && ev.HasTokens && len(ev.Tokens) > 0 && prof.Strategy == hash.StrategyXXH3 {
-			bs := sc.ctx.key.BlockSize
-			if ev.HasParent || (ev.HasBaseIdx && ev.BaseBlockIdx == 0) {
-				local, seqSeed := prof.XXH3Seeds(sc.ctx.lora, ev.AdditionalSalt)
-				s.seqScratch = hash.AppendXXH3ChainSeeds(s.seqScratch[:0], local, seqSeed, ev.Parent, ev.HasParent, ev.Tokens, bs)
-				keys = s.seqScratch
-			} else {
-				s.ix.counters.UnknownParents.Add(1)
-			}
-		}
-		if len(keys) == 0 {
-			st.Dropped++
-			return
-		}
-		s.addBlocks(sc.ctx, keys, sc.owner(ownerKeyOf()), p.Tier, st)
-	case EventRemoved:
-		st.Removed++
-		s.ix.counters.Removed.Add(1)
-		if !havePlacement {
-			st.Dropped++
-			return
-		}
-		if id, ok := sc.owners[ownerKeyOf()]; ok {
-			s.removeBlocks(sc, ev.Hashes, id, p.Tier, false, st)
-		}
-	default:
-		st.Dropped++
-	}
 }

@@ -183,3 +183,18 @@ func listOrNil(words []uint64) *ownerList {
 	}
 	return &ownerList{words: words}
 }
+
+// holds reports whether any word of b belongs to owner id.
+func (b blockVal) holds(id uint32) bool {
+	if b.w0 != 0 && wordOwner(b.w0) == id {
+		return true
+	}
+	if b.rest != nil {
+		for _, w := range b.rest.words {
+			if wordOwner(w) == id {
+				return true
+			}
+		}
+	}
+	return false
+}

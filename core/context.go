@@ -27,6 +27,11 @@ type ownerInfo struct {
 	rank   int32  // rank owners
 	slot   int32  // index into ctxMeta.slots for live rank owners, else -1
 	name   string // rank owners: instance id; shared owners: backend id
+	// stream distinguishes owners of one (instance, rank) or pool backend by
+	// RFC #1527 stream dimensions (salt, backend_id, medium; see streamTag),
+	// so a `cleared` purges exactly its stream. 0 for engine events.
+	stream uint64
+	dims   *streamDims // RFC owners: the stream's salt, backend, medium
 }
 
 // slot is one query cursor: a (instance, rank) pair.
@@ -78,6 +83,7 @@ type ownerKey struct {
 	shared bool
 	rank   int32
 	name   string
+	stream uint64
 }
 
 func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *context {
@@ -112,13 +118,13 @@ type binding struct {
 func (c *context) profile() *hash.Profile { return &c.bind.Load().profile }
 
 // internOwner returns the owner for k, creating it (and its slot) if new.
-func (c *context) internOwner(k ownerKey) ownerRef {
+func (c *context) internOwner(k ownerKey, dims *streamDims) ownerRef {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if id, ok := c.ownerIdx[k]; ok {
 		return makeRef(id, c.owners[id].gen)
 	}
-	info := ownerInfo{sub: k.sub, shared: k.shared, live: true, rank: k.rank, name: k.name, slot: -1}
+	info := ownerInfo{sub: k.sub, shared: k.shared, live: true, rank: k.rank, name: k.name, slot: -1, stream: k.stream, dims: dims}
 	var id uint32
 	if n := len(c.freeIDs); n > 0 {
 		id = c.freeIDs[n-1]
@@ -153,6 +159,20 @@ func (c *context) releaseOwners(sub uint32) int {
 		c.rebuildLocked()
 	}
 	return n
+}
+
+// releaseOwner frees one owner that holds no block.
+func (c *context) releaseOwner(k ownerKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.ownerIdx[k]
+	if !ok {
+		return
+	}
+	delete(c.ownerIdx, k)
+	c.owners[id] = ownerInfo{slot: -1, gen: c.owners[id].gen + 1}
+	c.freeIDs = append(c.freeIDs, id)
+	c.rebuildLocked()
 }
 
 // ownersOf returns the ids of every live owner of subscription sub matching keep.
@@ -224,27 +244,12 @@ func (c *context) rebuildLocked() {
 	c.meta.Store(m)
 }
 
-// removeOwnersFromBlocks drops every holding of the given owners from every
-// block. Cost is O(blocks in the context); it runs on clear and unregister only.
-func (c *context) removeOwnersFromBlocks(ids map[uint32]bool, holdings *[NumTiers]atomic.Int64) (blocks int) {
-	if len(ids) == 0 {
-		return 0
-	}
-	drop := func(id uint32) bool { return ids[id] }
-	var keys []uint64
-	c.blocks.Range(func(k uint64, v blockVal) bool {
-		match := false
-		v.forEach(func(w uint64) {
-			if ids[wordOwner(w)] {
-				match = true
-			}
-		})
-		if match {
-			keys = append(keys, k)
-		}
-		return true
-	})
-	for _, k := range keys {
+// dropOwnerKeys drops every holding of owner id (any tier) from the blocks
+// in keys, the owner's own key set. Cost is proportional to the owner's
+// blocks, not to the context's. It returns the number of blocks changed.
+func (c *context) dropOwnerKeys(id uint32, keys *keySet, holdings *[NumTiers]atomic.Int64) (blocks int) {
+	drop := func(o uint32) bool { return o == id }
+	keys.each(func(k uint64) {
 		c.blocks.Compute(k, func(old blockVal, loaded bool) (blockVal, bool) {
 			if !loaded {
 				return old, true
@@ -253,13 +258,13 @@ func (c *context) removeOwnersFromBlocks(ids map[uint32]bool, holdings *[NumTier
 			if changed {
 				blocks++
 				old.forEach(func(w uint64) {
-					if drop(wordOwner(w)) {
+					if wordOwner(w) == id {
 						holdings[wordTier(w)].Add(-1)
 					}
 				})
 			}
 			return nv, nv.empty()
 		})
-	}
+	})
 	return blocks
 }

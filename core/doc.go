@@ -9,8 +9,10 @@
 // holds a concurrent map (xsync.MapOf) from the 64-bit prefix key of a block to
 // the set of owners holding it, per tier. Under an engine profile (vllm_v1,
 // sglang) the key is the engine's projected block hash; under the xxh3 standard
-// profile it is the RFC #1527 rolling sequence hash, re-computed from the
-// event's token ids when the publisher hashes differently.
+// profile it is the plain RFC #1527 rolling sequence hash (seed S, no LoRA or
+// salt in the formula), re-computed from the event's token ids when the
+// publisher hashes differently, inside the salt namespace of the event or
+// registration (namespace.go); a query's cache_salt selects the namespace.
 //
 // Tiers, fastest first: device, cpu_local, cpu_share, disk. device and
 // cpu_local (and an engine's own disk) belong to a rank owner (instance,
@@ -32,7 +34,20 @@
 //     table skips words of a newer incarnation (TestOwnerIDReuseDuringQuery).
 //   - Index.TierBlocks equals a walk of every block's owner words
 //     (TestTierBlocksMatchesIndex): holdings are counted as they change.
+//   - Each owner's key set holds exactly the keys of the blocks that carry a
+//     word of that owner (TestTierBlocksMatchesIndex, checkKeySets): clearing
+//     an owner visits only its own blocks.
+//   - An RFC #1527 stream owner is (subscription, instance and rank or pool
+//     backend, stream tag of salt/backend_id/medium): a `cleared` removes the
+//     words of exactly that stream's owners (TestClearedPurgesOnlyItsStream);
+//     an engine AllBlocksCleared those of the engine stream (tag 0).
+//   - Events for a context nobody registered create no state; per-subscription
+//     stream cursors, stream owners and held events are bounded
+//     (TestRFCUnknownContextCreatesNoState, TestRFCStreamCapBound).
 //   - For every query row: device ≤ cpu_local ≤ cpu_share ≤ disk ≤ ⌊len/B⌋·B
 //     (or the logical length for SGLang partial/bigram chains), and
 //     longest_matched = disk. The tests named *Invariant* check these.
+//   - Per-medium prefixes (Media: device; host = cpu_local ∪ cpu_share; disk)
+//     are independent of each other, each ≤ disk, and equal a naive model
+//     (TestQueryAgreesWithModel, modelMedia).
 package core

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"sort"
+	"strings"
 )
 
 // DumpEvent is one holding of the index as an RFC #1527 standardized `stored`
@@ -14,8 +15,19 @@ type DumpEvent struct {
 	Shared    bool
 	DPRank    int32
 	Medium    string // tier name: device, cpu_local, cpu_share, disk
-	SeqHash   uint64
-	Copies    uint32
+	// SeqHash is the index key: the plain sequence hash, or under the xxh3
+	// profile its key in the block's salt namespace (namespace.go).
+	SeqHash uint64
+	Copies  uint32
+	// Stream is set for holdings of an RFC #1527 stream owner: the stream's
+	// salt, backend_id and medium (as the publisher named it, lower-cased),
+	// so a restored index keeps `cleared` scoped to the same stream.
+	Stream *StreamDims
+}
+
+// StreamDims are an RFC stream's dimensions besides context and rank.
+type StreamDims struct {
+	Salt, BackendID, Medium string
 }
 
 // Dump calls f for every holding in the index, context by context (weakly
@@ -46,6 +58,9 @@ func (ix *Index) Dump(f func(*DumpEvent) error) error {
 				o := m.owners[id]
 				ev := DumpEvent{ContextKey: c.key, BackendID: o.name, Shared: o.shared, DPRank: o.rank,
 					Medium: wordTier(w).String(), SeqHash: k, Copies: wordCopies(w)}
+				if o.dims != nil {
+					ev.Stream = &StreamDims{Salt: o.dims.salt, BackendID: o.dims.backend, Medium: o.dims.medium}
+				}
 				if err = f(&ev); err != nil {
 					return err
 				}
@@ -134,17 +149,20 @@ func (ix *Index) restoreOne(s *Subscription, ev *DumpEvent, t Tier) bool {
 	if !ev.Shared {
 		k.rank = ev.DPRank
 	}
-	id := sc.owner(k)
+	var dims *streamDims
+	if ev.Stream != nil {
+		dims = &streamDims{salt: ev.Stream.Salt, backend: ev.Stream.BackendID, medium: strings.ToLower(ev.Stream.Medium)}
+		k.stream = streamTag([]byte(dims.salt), []byte(dims.backend), []byte(dims.medium))
+	}
+	id, ok := sc.ownerDims(k, dims, ix.opts.MaxStreamsPerSubscription)
+	if !ok {
+		return false
+	}
 	n := ev.Copies
 	if n == 0 {
 		n = 1
 	}
-	sc.ctx.blocks.Compute(ev.SeqHash, func(old blockVal, _ bool) (blockVal, bool) {
-		nv, created := old.withAdded(id, t, n)
-		if created {
-			ix.holdings[t].Add(1)
-		}
-		return nv, false
-	})
+	var st ApplyStats
+	s.addBlocks(sc, []uint64{ev.SeqHash}, id, t, n, &st)
 	return true
 }

@@ -30,7 +30,7 @@ func TestOwnerIDReuseDuringQuery(t *testing.T) {
 
 	cur := growCursors(nil, len(old.slots))
 	req := &QueryRequest{ByHash: true, Hashes: []uint64{11, 12, 13}}
-	end := walk(c, old, 0, cur, 3, req, nil)
+	end := walk(c, old, 0, cur, 3, req, nil, namespace{})
 	for i, s := range old.slots {
 		n := cur[i].bound[TierDevice]
 		if !cur[i].done {

@@ -32,6 +32,10 @@ func (k EventKind) String() string {
 // it keeps.
 type Event struct {
 	Kind EventKind
+	// Standard marks an RFC #1527 standardized event map (recognised by its
+	// event_type key) decoded from any publisher's batch: core applies it
+	// with the standardized rules whatever the registration type.
+	Standard bool
 
 	// Hashes are the block hashes in chain order, folded to u64: msgpack ints kept
 	// as their 64-bit pattern, bin digests as their last 8 bytes big-endian.

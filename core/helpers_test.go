@@ -116,6 +116,11 @@ func checkInvariants(t testing.TB, res *QueryResult, limit int64) {
 		if r.LongestMatched != r.Disk {
 			t.Fatalf("row %s: longest_matched %d != disk %d", r.ID, r.LongestMatched, r.Disk)
 		}
+		for m, v := range r.Media {
+			if v < 0 || v > r.Disk {
+				t.Fatalf("row %s: medium %d prefix %d outside 0..disk %d", r.ID, m, v, r.Disk)
+			}
+		}
 		for _, rk := range r.Ranks {
 			if !(0 <= rk.Device && rk.Device <= rk.CPULocal && rk.CPULocal <= rk.CPUShare && rk.CPUShare <= rk.Disk && rk.Disk <= limit) {
 				t.Fatalf("row %s rank %d violates ordering: %+v", r.ID, rk.Rank, rk)

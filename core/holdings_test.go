@@ -19,8 +19,46 @@ func (ix *Index) countHoldings() [NumTiers]int {
 	return n
 }
 
+// checkKeySets asserts that every owner key set of the subscriptions equals
+// the blocks in which a walk of the index finds a word of that owner.
+func checkKeySets(t testing.TB, subs ...*Subscription) {
+	t.Helper()
+	for _, s := range subs {
+		s.mu.Lock()
+		for c, sc := range s.state {
+			want := map[uint32]map[uint64]bool{}
+			ids := c.ownersOf(s.id, nil)
+			c.blocks.Range(func(k uint64, v blockVal) bool {
+				v.forEach(func(w uint64) {
+					if id := wordOwner(w); ids[id] {
+						if want[id] == nil {
+							want[id] = map[uint64]bool{}
+						}
+						want[id][k] = true
+					}
+				})
+				return true
+			})
+			for id := range ids {
+				got := sc.keys[id]
+				if got.Len() != len(want[id]) {
+					s.mu.Unlock()
+					t.Fatalf("%s owner %d: key set has %d keys, index %d", s.Key(), id, got.Len(), len(want[id]))
+				}
+				got.each(func(k uint64) {
+					if !want[id][k] {
+						t.Errorf("%s owner %d: key %d in set but not in index", s.Key(), id, k)
+					}
+				})
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
 // TestTierBlocksMatchesIndex: the incrementally kept per-tier holding counts
-// equal a walk of the index after random stores, removes, duplicate copies,
+// and every owner's key set (used to clear an owner in time proportional to
+// its own blocks) equal a walk of the index after random stores, removes, duplicate copies,
 // clears, pool events, restore and unregisters.
 func TestTierBlocksMatchesIndex(t *testing.T) {
 	seed := time.Now().UnixNano()
@@ -31,14 +69,28 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 	a := mustRegister(t, ix, engineReg(t, "a", 0, p))
 	b := mustRegister(t, ix, engineReg(t, "b", 0, p))
 	pool := mustRegister(t, ix, poolReg("pool"))
+	sr := engineReg(t, "std", 0, p)
+	sr.Type = PublisherStandard
+	std := mustRegister(t, ix, sr)
 	media := []string{"GPU", "CPU", "DISK"}
 	check := func(step string) {
 		t.Helper()
 		if got, want := ix.TierBlocks(), ix.countHoldings(); got != want {
 			t.Fatalf("%s: TierBlocks %v, walk %v", step, got, want)
 		}
+		checkKeySets(t, a, b, pool, std)
 	}
 	for i := 0; i < 2000; i++ {
+		if rng.Intn(4) == 0 {
+			// A standardized publisher: streams by backend, medium and rank;
+			// no event ids, so each event applies as it comes.
+			k := uint64(rng.Intn(40))
+			e := rfcEv([]EventKind{EventStored, EventStored, EventRemoved, EventCleared}[rng.Intn(4)], 0,
+				[]string{"w0", "w1"}[rng.Intn(2)], []string{"gpu", "cpu", "disk", "external"}[rng.Intn(4)], uint32(rng.Intn(2)), k, k+1)
+			e.Events[0].HasEventID = false
+			std.Apply(e)
+			continue
+		}
 		s := []*Subscription{a, b}[rng.Intn(2)]
 		k := uint64(rng.Intn(40))
 		m := media[rng.Intn(3)]
@@ -56,6 +108,9 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 		default:
 			s.Apply(stored(m, k, k+1, k+2))
 		}
+		if i%100 == 0 {
+			check("step")
+		}
 	}
 	check("random events")
 	var dump []DumpEvent
@@ -64,6 +119,7 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 	mustRegister(t, ix2, engineReg(t, "a", 0, p))
 	mustRegister(t, ix2, engineReg(t, "b", 0, p))
 	mustRegister(t, ix2, poolReg("pool"))
+	mustRegister(t, ix2, sr)
 	if _, err := ix2.Restore(dump); err != nil {
 		t.Fatal(err)
 	}
@@ -73,13 +129,21 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 	if _, err := ix.Unregister(a.Key()); err != nil {
 		t.Fatal(err)
 	}
-	check("unregister a")
-	for _, s := range []*Subscription{b, pool} {
+	if ix.TierBlocks() == [NumTiers]int{} {
+		t.Fatal("test premise: b and the pool hold blocks")
+	}
+	checkKeySets(t, b, pool, std)
+	if got, want := ix.TierBlocks(), ix.countHoldings(); got != want {
+		t.Fatalf("unregister a: TierBlocks %v, walk %v", got, want)
+	}
+	for _, s := range []*Subscription{b, pool, std} {
 		if _, err := ix.Unregister(s.Key()); err != nil {
 			t.Fatal(err)
 		}
 	}
-	check("unregister all")
+	if got, want := ix.TierBlocks(), ix.countHoldings(); got != want {
+		t.Fatalf("unregister all: TierBlocks %v, walk %v", got, want)
+	}
 	if ix.TierBlocks() != [NumTiers]int{} {
 		t.Fatalf("holdings left: %v", ix.TierBlocks())
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/puzpuzpuz/xsync/v3"
 )
@@ -44,17 +45,30 @@ type Options struct {
 	// MaxRegistrations bounds the registry. Default 4096.
 	MaxRegistrations int
 	// MaxHeldEvents bounds out-of-order RFC #1527 events held per stream while
-	// waiting for a missing event_id; beyond it the gap is accepted (counted)
-	// and held events are applied in order. Default 256.
+	// waiting for a missing event_id; beyond it (or when the stream goes idle)
+	// the gap cannot heal: the stream's blocks are cleared (counted, logged)
+	// and the held events are applied in order. Default 256.
 	MaxHeldEvents int
 	// MaxRanksPerSubscription bounds the distinct dp ranks (besides the
 	// registered one) that a publisher may name in its batches. Default 1024.
 	MaxRanksPerSubscription int
+	// MaxStreamsPerSubscription bounds the RFC #1527 stream cursors (event_id
+	// order state) one subscription keeps. A new stream beyond it evicts the
+	// least recently used stream without held events; when every stream
+	// holds events the new stream's event is dropped. Default 256.
+	MaxStreamsPerSubscription int
+	// MaxHeldPerSubscription bounds out-of-order events held across all the
+	// subscription's streams; beyond it the gap of the stream receiving the
+	// event is resolved (cleared). Default 4 × MaxHeldEvents.
+	MaxHeldPerSubscription int
+	// DropLogInterval is the minimum time between two WARN lines for one
+	// drop reason. Default DropLogInterval (10s).
+	DropLogInterval time.Duration
 	// ContextSizeHint presizes each context's block map for this many blocks,
 	// avoiding incremental resizes while a large index warms up (at about 13 B
 	// of bucket memory per hinted block). Default 0: start small and grow.
 	ContextSizeHint int
-	// Logger receives rare, noteworthy events (unknown media, gaps). Default slog.Default().
+	// Logger receives rare, noteworthy events (drops, gaps). Default slog.Default().
 	Logger *slog.Logger
 }
 
@@ -75,6 +89,15 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxRanksPerSubscription == 0 {
 		o.MaxRanksPerSubscription = 1024
 	}
+	if o.MaxStreamsPerSubscription == 0 {
+		o.MaxStreamsPerSubscription = 256
+	}
+	if o.MaxHeldPerSubscription == 0 {
+		o.MaxHeldPerSubscription = 4 * o.MaxHeldEvents
+	}
+	if o.DropLogInterval == 0 {
+		o.DropLogInterval = DropLogInterval
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -91,6 +114,12 @@ func (o *Options) Validate() error {
 	}
 	if o.ContextSizeHint < 0 {
 		errs = append(errs, fmt.Errorf("ContextSizeHint=%d: must be >= 0: %w", o.ContextSizeHint, ErrInvalid))
+	}
+	if o.MaxStreamsPerSubscription < 0 {
+		errs = append(errs, fmt.Errorf("MaxStreamsPerSubscription=%d: must be >= 0: %w", o.MaxStreamsPerSubscription, ErrInvalid))
+	}
+	if o.MaxHeldPerSubscription < 0 {
+		errs = append(errs, fmt.Errorf("MaxHeldPerSubscription=%d: must be >= 0: %w", o.MaxHeldPerSubscription, ErrInvalid))
 	}
 	if o.MaxHeldEvents < 0 {
 		errs = append(errs, fmt.Errorf("MaxHeldEvents=%d: must be >= 0: %w", o.MaxHeldEvents, ErrInvalid))
@@ -114,6 +143,14 @@ type Counters struct {
 	// RankRejects counts events dropped for a publisher-named dp rank that is
 	// out of range or beyond MaxRanksPerSubscription.
 	RankRejects atomic.Uint64
+	// StreamGapClears counts RFC streams cleared because an event_id gap
+	// could not be healed (the missing events never arrived).
+	StreamGapClears atomic.Uint64
+	// StreamEvictions counts idle RFC stream cursors evicted at
+	// MaxStreamsPerSubscription.
+	StreamEvictions atomic.Uint64
+	// DroppedBy counts dropped events per reason (DropReason).
+	DroppedBy dropCounts
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the
@@ -135,7 +172,10 @@ type Index struct {
 	// holdings counts (block, owner) holdings per tier, kept as blocks change
 	// so that metrics need not walk the index.
 	holdings [NumTiers]atomic.Int64
-	warned   sync.Map // medium name → struct{}: log unknown media once
+	// drops rate-limits drop warnings; fixed size (one slot per reason).
+	drops dropLog
+	// loras are the (lora_id → lora_name) pairs engines published (lora.go).
+	loras *xsync.MapOf[loraKey, loraEntry]
 }
 
 // New returns an empty index.
@@ -144,6 +184,7 @@ func New(opts Options) *Index {
 	return &Index{
 		opts:      opts,
 		contexts:  xsync.NewMapOf[ContextKey, *context](),
+		loras:     xsync.NewMapOf[loraKey, loraEntry](),
 		subs:      make(map[ServiceKey]*Subscription),
 		endpoints: make(map[string]ServiceKey),
 	}

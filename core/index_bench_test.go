@@ -2,7 +2,9 @@ package core
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -169,4 +171,56 @@ func BenchmarkMemoryPerHolding(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkClearOwner measures one engine reset (AllBlocksCleared) of a
+// subscription holding 1k blocks in a context that other owners fill with
+// CONDUCTOR_BENCH_CONTEXT_BLOCKS blocks (default 1M; the figure in
+// BENCHMARKS.md was also taken at 10M). Each iteration stores the 1k blocks
+// (timer stopped) and clears them (timed): the clear visits the owner's own
+// key set, so its cost does not grow with the context.
+func BenchmarkClearOwner(b *testing.B) {
+	n := 1 << 20
+	if v := os.Getenv("CONDUCTOR_BENCH_CONTEXT_BLOCKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ix := New(Options{ContextSizeHint: n + 4096})
+	big := mustRegister(b, ix, engineReg(b, "big", 0, cborProfile(b)))
+	const per = 1024
+	st := stored("GPU", seq(per)...)
+	for i := 0; i < n; i += per {
+		h := st.Events[0].Hashes
+		for j := range h {
+			h[j] = uint64(i+j)*0x9E3779B97F4A7C15 + 1
+		}
+		big.Apply(st)
+	}
+	small := mustRegister(b, ix, engineReg(b, "small", 0, cborProfile(b)))
+	mine := stored("GPU", seq(per)...)
+	for j := range mine.Events[0].Hashes {
+		mine.Events[0].Hashes[j] = uint64(j) | 1<<63
+	}
+	clr := cleared()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		small.Apply(mine)
+		b.StartTimer()
+		if st := small.Apply(clr); st.Cleared != 1 {
+			b.Fatalf("clear: %+v", st)
+		}
+	}
+	b.StopTimer()
+	if got := ix.contexts.Size(); got != 1 {
+		b.Fatalf("contexts %d", got)
+	}
+	res := queryHashes(b, ix, "small", mine.Events[0].Hashes[0])
+	if r := row(res, "small"); r == nil || r.LongestMatched != 0 {
+		b.Fatalf("small still holds blocks: %+v", r)
+	}
+	b.ReportMetric(float64(n), "context-blocks")
 }

@@ -17,9 +17,11 @@ type QueryRequest struct {
 	BlockSize int
 	// Tokens is the prompt; with ByHash, Hashes are precomputed prefix keys
 	// instead and longest_matched = block_size × matched blocks.
-	Tokens    []int32
-	Hashes    []uint64
-	ByHash    bool
+	Tokens []int32
+	Hashes []uint64
+	ByHash bool
+	// CacheSalt selects the salt namespace under the xxh3 profile (for
+	// Tokens and Hashes alike); engine profiles hash it into the chain.
 	CacheSalt []byte
 	// Instance filters to one instance when non-empty.
 	Instance string
@@ -29,6 +31,10 @@ type QueryRequest struct {
 type RankResult struct {
 	Rank                             int32
 	Device, CPULocal, CPUShare, Disk int64
+	// Media are independent longest prefixes per medium class (seed 000's
+	// "matched prefix tokens available on each medium"): a block counts for
+	// a class only when this rank (or a shared pool) holds it in that class.
+	Media [NumMedia]int64
 }
 
 // InstanceResult is one instance row: tier boundaries are maxima over its
@@ -36,7 +42,29 @@ type RankResult struct {
 type InstanceResult struct {
 	ID                                               string
 	LongestMatched, Device, CPULocal, CPUShare, Disk int64
-	Ranks                                            []RankResult
+	// Media are the per-medium prefixes, each the maximum over the ranks.
+	Media [NumMedia]int64
+	Ranks []RankResult
+}
+
+// Medium is a class of tiers for the per-medium (non-cumulative) prefixes.
+type Medium uint8
+
+const (
+	// MediumDevice is G1: TierDevice.
+	MediumDevice Medium = iota
+	// MediumHost is G2: TierCPULocal ∪ TierCPUShare.
+	MediumHost
+	// MediumDisk is G3: TierDisk.
+	MediumDisk
+	NumMedia // number of medium classes
+)
+
+// mediumTiers are the tier bits of each medium class.
+var mediumTiers = [NumMedia]uint8{
+	MediumDevice: 1 << TierDevice,
+	MediumHost:   1<<TierCPULocal | 1<<TierCPUShare,
+	MediumDisk:   1 << TierDisk,
 }
 
 // QueryResult is written by Query. Reuse one per goroutine: Query truncates
@@ -58,9 +86,14 @@ type cursor struct {
 	done  bool
 	// min is the fastest tier this rank holds for the current block; epoch is
 	// the block index+1 it was computed for.
-	min   uint8
+	min uint8
+	// mask is the set of tiers (bits) this rank holds for the current block.
+	mask  uint8
 	epoch int32
 	bound [NumTiers]int32 // blocks accepted up to the end of each phase
+	// media: run end per medium class, valid once the bit is set in mdone.
+	media [NumMedia]int32
+	mdone uint8
 }
 
 const noTier = uint8(NumTiers)
@@ -103,8 +136,16 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	}
 
 	nBlocks := len(req.Hashes)
+	prof := c.profile()
+	ns := saltNamespace(prof, req.CacheSalt)
 	if !req.ByHash {
-		if err := res.chain.Reset(c.profile(), req.Tokens, c.key.BlockSize, c.lora, req.CacheSalt); err != nil {
+		// Under xxh3 the chain is the plain standard formula (no LoRA, no
+		// salt: the LoRA is in the context key, the salt picks ns).
+		lora, salt := c.lora, req.CacheSalt
+		if prof.Strategy == hash.StrategyXXH3 {
+			lora, salt = nil, nil
+		}
+		if err := res.chain.Reset(prof, req.Tokens, c.key.BlockSize, lora, salt); err != nil {
 			return fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
 		}
 		nBlocks = res.chain.Blocks()
@@ -112,7 +153,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 
 	cur := growCursors(res.cursors, hi-lo)
 	res.cursors = cur
-	end := walk(c, m, lo, cur, nBlocks, req, &res.chain)
+	end := walk(c, m, lo, cur, nBlocks, req, &res.chain, ns)
 
 	// Convert block boundaries to tokens and assemble rows.
 	bs := int64(c.key.BlockSize)
@@ -137,12 +178,20 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 				cu.bound[k] = end
 			}
 		}
+		for k := range NumMedia {
+			if cu.mdone&(1<<k) == 0 {
+				cu.media[k] = end
+			}
+		}
 		ranks[i] = RankResult{
 			Rank:     m.slots[lo+i].rank,
 			Device:   tokens(cu.bound[TierDevice]),
 			CPULocal: tokens(cu.bound[TierCPULocal]),
 			CPUShare: tokens(cu.bound[TierCPUShare]),
 			Disk:     tokens(cu.bound[TierDisk]),
+		}
+		for k := range NumMedia {
+			ranks[i].Media[k] = tokens(cu.media[k])
 		}
 	}
 	for _, sp := range spans {
@@ -152,6 +201,9 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 			row.CPULocal = max(row.CPULocal, r.CPULocal)
 			row.CPUShare = max(row.CPUShare, r.CPUShare)
 			row.Disk = max(row.Disk, r.Disk)
+			for k := range NumMedia {
+				row.Media[k] = max(row.Media[k], r.Media[k])
+			}
 		}
 		row.LongestMatched = row.Disk
 		res.Instances = append(res.Instances, row)
@@ -172,7 +224,7 @@ func growCursors(cur []cursor, n int) []cursor {
 
 // walk advances every cursor over the prompt's blocks and returns the block
 // index where the walk ended (for cursors still running).
-func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryRequest, chain *hash.Chain) int32 {
+func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryRequest, chain *hash.Chain, ns namespace) int32 {
 	active := len(cur)
 	hi := lo + len(cur)
 	owners := m.owners
@@ -184,12 +236,16 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 		} else {
 			key = chain.At(i)
 		}
+		if ns.tag != 0 {
+			key = ns.key(key)
+		}
 		v, ok := c.blocks.Load(key)
 		if !ok {
 			break
 		}
 		epoch := int32(i + 1)
 		shared := noTier
+		var sharedMask uint8
 		// Inline owner scan (no closures on the hot path).
 		for j, n := -1, wordsLen(v); j < n; j++ {
 			var w uint64
@@ -211,8 +267,11 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 			}
 			t := uint8(wordTier(w))
 			if o.shared {
-				if o.live && t < shared {
-					shared = t
+				if o.live {
+					sharedMask |= 1 << t
+					if t < shared {
+						shared = t
+					}
 				}
 				continue
 			}
@@ -220,9 +279,12 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 				continue
 			}
 			cu := &cur[o.slot-int32(lo)]
-			if cu.epoch != epoch || t < cu.min {
-				cu.epoch, cu.min = epoch, t
+			if cu.epoch != epoch {
+				cu.epoch, cu.min, cu.mask = epoch, t, 0
+			} else if t < cu.min {
+				cu.min = t
 			}
+			cu.mask |= 1 << t
 		}
 		for k := range cur {
 			cu := &cur[k]
@@ -230,8 +292,20 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 				continue
 			}
 			t := shared
-			if cu.epoch == epoch && cu.min < t {
-				t = cu.min
+			held := sharedMask
+			if cu.epoch == epoch {
+				held |= cu.mask
+				if cu.min < t {
+					t = cu.min
+				}
+			}
+			if cu.mdone != 1<<NumMedia-1 {
+				for m := range NumMedia {
+					if cu.mdone&(1<<m) == 0 && held&mediumTiers[m] == 0 {
+						cu.mdone |= 1 << m
+						cu.media[m] = int32(i)
+					}
+				}
 			}
 			if t == noTier {
 				cu.done = true

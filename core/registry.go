@@ -204,6 +204,9 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 	}
 	ix.nextSub++
 	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c}
+	if r.AdditionalSalt != "" {
+		sub.regSalt = []byte(r.AdditionalSalt)
+	}
 	sub.state = make(map[*context]*subCtx)
 	sub.state[c] = sub.newSubCtx(c)
 	ix.subs[key] = sub
@@ -245,9 +248,11 @@ func (ix *Index) Unregister(k ServiceKey) (Registration, error) {
 
 	sub.close() // waits for an in-flight Apply; later Applies are no-ops
 
-	for c := range sub.state {
-		ids := c.ownersOf(sub.id, nil)
-		n := c.removeOwnersFromBlocks(ids, &ix.holdings)
+	for c, sc := range sub.state {
+		n := 0
+		for id, keys := range sc.keys {
+			n += c.dropOwnerKeys(id, keys, &ix.holdings)
+		}
 		ix.counters.ClearedBlocks.Add(uint64(n))
 		c.releaseOwners(sub.id)
 	}
@@ -295,6 +300,9 @@ type Subscription struct {
 	id   uint32
 	reg  Registration
 	home *context
+	// regSalt is reg.AdditionalSalt as bytes (nil when empty): the default
+	// salt namespace of the subscription's blocks.
+	regSalt []byte
 
 	// mu is held for the whole of each Apply/Clear so that close() waits for
 	// an in-flight batch; it is uncontended in steady state (one writer).
@@ -307,14 +315,25 @@ type Subscription struct {
 	state map[*context]*subCtx
 	// ranks are the publisher-named dp ranks admitted so far (admitRank).
 	ranks map[int32]struct{}
-	// rfc holds RFC #1527 per-stream event_id cursors.
-	rfc map[uint64]*rfcStream
+	// rfc holds RFC #1527 per-stream event_id cursors (at most
+	// Options.MaxStreamsPerSubscription); rfcClock orders their use for
+	// eviction; heldTotal counts events held across them.
+	rfc       map[streamKey]*rfcStream
+	rfcClock  uint64
+	heldTotal int
+	// pubLast is the last event_id applied on any stream (publishers that
+	// number all their events with one counter; nextInPublisher).
+	pubLast    uint64
+	hasPubLast bool
 	// scratch reused across events.
-	seqScratch []uint64
+	seqScratch, keyScratch, mapScratch []uint64
 	// Operands of the bound map-update functions addFn/removeFn (single writer).
 	opID            ownerRef
 	opTier          Tier
 	opChanged       bool
+	opCreated       bool // addOne created a holding
+	opGone          bool // removeOne dropped the owner's last holding in the block
+	opCopies        uint32
 	opHoldings      int64
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)
 }

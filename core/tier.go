@@ -53,19 +53,30 @@ type MediumMap map[string]Placement
 
 // DefaultEngineMedia is how media from engines (vLLM, SGLang, RFC #1527
 // standard publishers) are filed. A nil medium means device (vLLM before
-// PR #19737 and SGLang send none from the GPU pool).
+// PR #19737 and SGLang send none from the GPU pool). It holds every medium
+// seed 000 names for its three tiers (G1 GPU/NPU/HBM/accelerator, G2 CPU /
+// host DRAM / Mooncake pools, G3 SSD/3FS/DFS/NFS/disk) plus the engines' own
+// names (SGLang's CPU_PINNED and EXTERNAL, LMCache's cpu_tier1/2).
 func DefaultEngineMedia() MediumMap {
 	return MediumMap{
+		// G1: device.
 		"gpu": {TierDevice, false}, "device": {TierDevice, false},
 		"npu": {TierDevice, false}, "hbm": {TierDevice, false},
+		"accelerator": {TierDevice, false}, "xpu": {TierDevice, false},
+		// G2: the engine host's memory.
 		"cpu": {TierCPULocal, false}, "cpu_pinned": {TierCPULocal, false},
 		"cpu_tier1": {TierCPULocal, false}, "host": {TierCPULocal, false},
-		"host_pinned": {TierCPULocal, false},
-		"disk":        {TierDisk, false}, "ssd": {TierDisk, false}, "nvme": {TierDisk, false},
+		"host_pinned": {TierCPULocal, false}, "dram": {TierCPULocal, false},
+		"host_dram": {TierCPULocal, false}, "memory": {TierCPULocal, false},
+		// G3: disk.
+		"disk": {TierDisk, false}, "ssd": {TierDisk, false}, "nvme": {TierDisk, false},
 		"storage": {TierDisk, false}, "fs": {TierDisk, false}, "3fs": {TierDisk, false},
-		"nfs": {TierDisk, false}, "obj": {TierDisk, false}, "cpu_tier2": {TierDisk, false},
+		"dfs": {TierDisk, false}, "nfs": {TierDisk, false}, "obj": {TierDisk, false},
+		"cpu_tier2": {TierDisk, false},
+		// G2, shared: pools visible to every rank.
 		"external": {TierCPUShare, true}, "shared": {TierCPUShare, true},
 		"remote": {TierCPUShare, true}, "network": {TierCPUShare, true},
+		"mooncake": {TierCPUShare, true},
 	}
 }
 
@@ -75,10 +86,38 @@ func DefaultPoolMedia() MediumMap {
 	return MediumMap{
 		"cpu": {TierCPUShare, true}, "cpu_pinned": {TierCPUShare, true},
 		"host": {TierCPUShare, true}, "external": {TierCPUShare, true},
+		"dram": {TierCPUShare, true}, "host_dram": {TierCPUShare, true},
+		"memory": {TierCPUShare, true}, "mooncake": {TierCPUShare, true},
 		"disk": {TierDisk, true}, "ssd": {TierDisk, true}, "nvme": {TierDisk, true},
 		"storage": {TierDisk, true}, "fs": {TierDisk, true}, "3fs": {TierDisk, true},
-		"nfs": {TierDisk, true},
+		"dfs": {TierDisk, true}, "nfs": {TierDisk, true},
 	}
+}
+
+// WithOverrides returns a copy of m with each medium name (any case) filed
+// under the named tier (device, cpu_local, cpu_share, disk). Under engine
+// publishers cpu_share is a shared pool and the other tiers the publishing
+// rank's; under pool publishers (pool=true) everything is shared and device
+// is refused. It is how the media mapping is configured.
+func (m MediumMap) WithOverrides(over map[string]string, pool bool) (MediumMap, error) {
+	out := make(MediumMap, len(m)+len(over))
+	for k, v := range m {
+		out[k] = v
+	}
+	for name, tier := range over {
+		if name == "" {
+			return nil, fmt.Errorf("media: empty medium name: %w", ErrInvalid)
+		}
+		t, err := ParseTier(tier)
+		if err != nil {
+			return nil, fmt.Errorf("media %q: %w", name, err)
+		}
+		if pool && t == TierDevice {
+			return nil, fmt.Errorf("media %q: a pool never holds device blocks: %w", name, ErrInvalid)
+		}
+		out[strings.ToLower(name)] = Placement{Tier: t, Shared: pool || t == TierCPUShare}
+	}
+	return out, nil
 }
 
 // lookup finds medium case-insensitively without allocating.

@@ -486,10 +486,11 @@ func isIntegerLiteral(s string) bool {
 }
 
 // FuzzJSONInt32s: AppendJSONInt32s agrees with encoding/json + strconv. On
-// any input it accepts, encoding/json sees the same integers; on every array
-// of int32 integer literals, it accepts; it appends after dst's contents.
+// any input it accepts, encoding/json sees the same integers (in
+// -2^31..2^32-1, as 32-bit patterns); on every array of such integer
+// literals, it accepts; it appends after dst's contents.
 func FuzzJSONInt32s(f *testing.F) {
-	for _, s := range []string{`[]`, `[1,2,3]`, ` [ -2147483648 , 2147483647 ] `, `[-0]`, `[2147483648]`, `[1.0]`, `[1e3]`,
+	for _, s := range []string{`[]`, `[1,2,3]`, ` [ -2147483648 , 2147483647 ] `, `[-0]`, `[2147483648]`, `[4294967295]`, `[4294967296]`, `[1.0]`, `[1e3]`,
 		`[01]`, `[1,]`, `["1"]`, `[null]`, `[1 2]`, `[99999999999999999999999]`, `[-]`, "[1]\n", `[1]x`} {
 		f.Add([]byte(s))
 	}
@@ -503,12 +504,14 @@ func FuzzJSONInt32s(f *testing.F) {
 		allInt32 := valid
 		var want []int32
 		for _, n := range nums {
-			v, perr := strconv.ParseInt(n.String(), 10, 32)
-			if perr != nil || !isIntegerLiteral(n.String()) {
+			// Token ids: -2^31..2^32-1 (u32 in the hashing standard), kept
+			// as their 32-bit pattern.
+			v, perr := strconv.ParseInt(n.String(), 10, 64)
+			if perr != nil || !isIntegerLiteral(n.String()) || v < math.MinInt32 || v > math.MaxUint32 {
 				allInt32 = false
 				break
 			}
-			want = append(want, int32(v))
+			want = append(want, int32(uint32(v)))
 		}
 		if err != nil {
 			if allInt32 {

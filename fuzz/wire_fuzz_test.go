@@ -214,6 +214,14 @@ func FuzzDecodeVLLM(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{0x92, 0xcb, 0x3f, 0xf4, 0, 0, 0, 0, 0, 0, 0x90})                // [1.25, []]
 	f.Add([]byte{0x81, 0xa6, 'e', 'v', 'e', 'n', 't', 's', 0xdd, 0x80, 0, 0, 0}) // {"events": lying array}
+	// Standardized event maps inside a vLLM batch (recognised by event_type).
+	std := msgp.AppendArrayHeader(nil, 3)
+	std = msgp.AppendFloat64(std, 1.5)
+	std = msgp.AppendArrayHeader(std, uint32(len(rfcEvents())))
+	for _, e := range rfcEvents() {
+		std = append(std, e...)
+	}
+	f.Add(msgp.AppendInt(std, 0))
 	other := seeds[len(seeds)-1]
 	f.Fuzz(func(t *testing.T, in []byte) { fuzzDecode(t, in, other, msgpackDecoder(wire.DialectVLLM)) })
 }

@@ -36,16 +36,22 @@
 // JSON-only compatibility: /register takes modelname or model_name or model, and
 // additionalsalt or additional_salt; /query takes model or model_name or
 // modelname; null means "absent" for optional strings and hash_profile; lora_id
-// null is ignored, a non-null lora_id is 400 unsupported (numeric LoRA ids
-// cannot be mapped to the adapter names contexts are keyed by) or invalid_value
-// when given together with lora_name.
+// null is ignored, a non-null lora_id resolves through the (lora_id, lora_name)
+// pairs engines published for that tenant and model, and is 400 invalid_value
+// when no engine published it, when engines published it with two names, or
+// when it names another adapter than lora_name. A body that is a JSON object is
+// read as JSON whatever its Content-Type (curl's default form type included),
+// unless the type names msgpack. JSON token ids are integers in
+// -2^31..2^32-1 (u32 in the hashing standard), kept as their 32-bit pattern.
 //
 // # Query responses
 //
 // msgpack: {"instances": {id: {longest_matched, dp, rank_matches, device,
 // cpu_local, cpu_share, disk}}}. JSON: {tenant: {id: {longest_matched, GPU, CPU,
 // DISK, DP, device, cpu_local, cpu_share, disk, rank_matches}}}, or {} without
-// rows, with GPU = device, CPU = cpu_share, DISK = disk, DP = per-rank device.
+// rows, with GPU / CPU / DISK = independent longest prefix per medium (G1
+// device; G2 host = cpu_local ∪ cpu_share; G3 disk), max over ranks, and
+// DP[rank] = the rank's longest prefix across all media.
 // Rank keys are decimal strings. An unknown context is 200 with no rows and
 // creates no state.
 //

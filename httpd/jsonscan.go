@@ -549,9 +549,11 @@ func (r *jsonReader) arrayNext() (more bool) {
 	return false
 }
 
-// int32s parses a JSON array of int32 token ids. Elements are exact integers;
-// a fraction or exponent is invalid_type, values outside int32 are out_of_range,
-// both naming the element index.
+// int32s parses a JSON array of token ids. Elements are exact integers in
+// -2^31..2^32-1 (token ids are u32 in the hashing standard; negative ids keep
+// their int32 meaning), stored as their 32-bit pattern; a fraction or exponent
+// is invalid_type, values outside that range are out_of_range, both naming the
+// element index.
 func (r *jsonReader) int32s(buf *[]int32, field string, max int) ([]int32, *RequestError) {
 	dst := (*buf)[:0]
 	if r.syntax != nil {
@@ -575,12 +577,12 @@ func (r *jsonReader) int32s(buf *[]int32, field string, max int) ([]int32, *Requ
 			case r.syntax != nil:
 			case !kindOK:
 				fe = elemErr(ErrInvalidType, field, i, field+" element must be an integer")
-			case v > math.MaxInt32 || v < math.MinInt32:
-				fe = elemErr(ErrOutOfRange, field, i, field+" element must be a 32-bit signed integer")
+			case v > math.MaxUint32 || v < math.MinInt32:
+				fe = elemErr(ErrOutOfRange, field, i, field+" element must be a 32-bit integer (-2147483648..4294967295)")
 			case len(dst) >= max:
 				fe = reqErr(ErrOutOfRange, field, field+" has more than "+strconv.Itoa(max)+" elements")
 			default:
-				dst = append(dst, int32(v))
+				dst = append(dst, int32(uint32(v)))
 			}
 		} else {
 			r.skipValue(1)

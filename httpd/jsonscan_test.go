@@ -182,7 +182,9 @@ func TestJSONInt32s(t *testing.T) {
 	f(`[-2147483648,2147483647,0,-0]`, []int32{math.MinInt32, math.MaxInt32, 0, 0}, "", 0)
 	f(`[1,2,3,4,5,6]`, []int32{1, 2, 3, 4, 5, 6}, "", 0)
 	f(`[1,2,3,4,5,6,7]`, nil, "out_of_range", -1)
-	f(`[2147483648]`, nil, "out_of_range", 0)
+	// token ids are u32 in the hashing standard: 2^31..2^32-1 are accepted
+	// and kept as their 32-bit pattern (#17 item 8)
+	f(`[2147483648,4294967295]`, []int32{math.MinInt32, -1}, "", 0)
 	f(`[0,-2147483649]`, nil, "out_of_range", 1)
 	f(`[0,0,4294967296]`, nil, "out_of_range", 2)
 	f(`[0,0,0,99999999999999999999999999]`, nil, "out_of_range", 3)

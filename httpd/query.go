@@ -2,6 +2,7 @@ package httpd
 
 import (
 	"errors"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
@@ -75,6 +76,7 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 	var seen int
 	var fe *RequestError
 	var loraID bool
+	var loraIDVal int64
 	for {
 		key, ok := r.nextKey()
 		if !ok {
@@ -136,8 +138,10 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 		case qLoraID:
 			switch {
 			case v.kind == kindNil:
+			case v.kind == kindInt:
+				loraID, loraIDVal = true, v.i
 			case v.isInt():
-				loraID = true
+				fe = reqErr(ErrOutOfRange, name, "lora_id must be a 64-bit signed integer")
 			default:
 				fe = reqErr(ErrInvalidType, name, "lora_id must be an integer or null")
 			}
@@ -158,12 +162,6 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 		return reqErr(ErrMissing, "seq_hashes", "seq_hashes is required")
 	case seen&qTokens == 0:
 		return reqErr(ErrMissing, "token_ids", "token_ids is required")
-	case loraID && seen&qLora != 0:
-		return reqErr(ErrInvalidValue, "lora_id", "lora_id must not be used together with lora_name")
-	case loraID:
-		// Numeric LoRA ids are vLLM-internal and cannot be mapped to the adapter
-		// names contexts are keyed by.
-		return reqErr(ErrUnsupported, "lora_id", "lora_id is not supported; use lora_name")
 	case !utf8.ValidString(q.LoraName):
 		return reqErr(ErrInvalidValue, "lora_name", "lora_name must be valid UTF-8")
 	case !utf8.Valid(q.CacheSalt):
@@ -171,6 +169,19 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 	}
 	if q.TenantID == "" {
 		q.TenantID = "default"
+	}
+	if loraID {
+		// The deprecated numeric id resolves through the (lora_id, lora_name)
+		// pairs engines published; unknown or conflicting ids are refused.
+		name, err := s.ix.LoraNameForID(q.TenantID, q.Model, loraIDVal)
+		switch {
+		case err != nil:
+			return reqErr(ErrInvalidValue, "lora_id", err.Error())
+		case seen&qLora != 0 && name != q.LoraName:
+			return reqErr(ErrInvalidValue, "lora_id", "lora_id "+strconv.FormatInt(loraIDVal, 10)+" is adapter "+
+				strconv.Quote(name)+", which conflicts with lora_name "+strconv.Quote(q.LoraName))
+		}
+		q.LoraName = name
 	}
 	return nil
 }
@@ -231,8 +242,12 @@ func (s *Server) writeQueryFailure(ctx *fasthttp.RequestCtx, ep endpoint, st *re
 //
 // JSON (the seed's shape): {tenant: {id: R'}}, {} without rows, with R' =
 // {longest_matched, GPU, CPU, DISK, DP, device, cpu_local, cpu_share, disk,
-// rank_matches}; GPU = device, CPU = cpu_share (cumulative through both host
-// tiers), DISK = disk, DP = per-rank device.
+// rank_matches}. The seed's keys have the seed's meaning: GPU, CPU and DISK
+// are independent longest prefixes per medium (G1 device; G2 host =
+// cpu_local ∪ cpu_share; G3 disk), each the maximum over the instance's
+// ranks; DP[rank] is that rank's longest prefix across all media. The
+// lowercase keys, msgpack's dp (per-rank device) and rank_matches are the
+// cumulative tier boundaries.
 func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 	rows := res.Instances
 	if e.json {
@@ -255,13 +270,13 @@ func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 			e.str("longest_matched")
 			e.int(row.LongestMatched)
 			e.str("GPU")
-			e.int(row.Device)
+			e.int(row.Media[core.MediumDevice])
 			e.str("CPU")
-			e.int(row.CPUShare)
+			e.int(row.Media[core.MediumHost])
 			e.str("DISK")
-			e.int(row.Disk)
+			e.int(row.Media[core.MediumDisk])
 			e.str("DP")
-			appendDP(e, row.Ranks)
+			appendDP(e, row.Ranks, true)
 			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
 			e.str("rank_matches")
 			appendRankMatches(e, row.Ranks)
@@ -270,7 +285,7 @@ func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 			e.str("longest_matched")
 			e.int(row.LongestMatched)
 			e.str("dp")
-			appendDP(e, row.Ranks)
+			appendDP(e, row.Ranks, false)
 			e.str("rank_matches")
 			appendRankMatches(e, row.Ranks)
 			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
@@ -278,11 +293,17 @@ func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 	}
 }
 
-func appendDP(e *encoder, ranks []core.RankResult) {
+// appendDP writes the per-rank map: each rank's longest prefix across all
+// media (longest, the JSON dialect's DP) or its device boundary (msgpack dp).
+func appendDP(e *encoder, ranks []core.RankResult, longest bool) {
 	e.mapHeader(len(ranks))
 	for i := range ranks {
 		e.decKey(int64(ranks[i].Rank))
-		e.int(ranks[i].Device)
+		if longest {
+			e.int(ranks[i].Disk)
+		} else {
+			e.int(ranks[i].Device)
+		}
 	}
 }
 

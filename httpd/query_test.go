@@ -113,6 +113,17 @@ func TestQueryMsgpackValidation(t *testing.T) {
 	if r := env.do(t, "POST", "/query", "application/msgpack; charset=x", mp(q)); r.status != 200 {
 		t.Fatalf("msgpack with parameters: %d %s", r.status, canon(t, r))
 	}
+	// A JSON body without a JSON Content-Type (curl -d's default
+	// application/x-www-form-urlencoded, text/plain, none) is read as JSON
+	// (#17 item 8); a non-JSON body under such a type is still refused.
+	for _, ct := range []string{"application/x-www-form-urlencoded", "text/plain", ""} {
+		r := env.do(t, "POST", "/query", ct, []byte(" \n{\"model\":\"m\",\"block_size\":16,\"token_ids\":[1]}"))
+		if r.status != 200 || r.ct != "application/json" {
+			t.Fatalf("JSON body as %q: %d %q %s", ct, r.status, r.ct, r.body)
+		}
+	}
+	checkError(t, env.do(t, "POST", "/query", "application/x-www-form-urlencoded", []byte("model=m&block_size=16")), 400, "unsupported_content_type", "", -1)
+	checkError(t, env.do(t, "POST", "/query", "text/plain", []byte(`{"model":`)), 400, "invalid_json", "", -1)
 }
 
 // mpRawTokensHeader is a "token_ids" key followed by an array32 header of n.
@@ -153,7 +164,7 @@ func TestQueryJSONValidation(t *testing.T) {
 		ec("token_ids string", `{"model":"m","block_size":16,"token_ids":"1,2"}`, "invalid_type", "token_ids", -1),
 		ec("token_ids object", `{"model":"m","block_size":16,"token_ids":{}}`, "invalid_type", "token_ids", -1),
 		ec("token_ids null", `{"model":"m","block_size":16,"token_ids":null}`, "invalid_type", "token_ids", -1),
-		ec("token above int32", `{"model":"m","block_size":16,"token_ids":[1, 2147483648]}`, "out_of_range", "token_ids", 1),
+		ec("token above u32", `{"model":"m","block_size":16,"token_ids":[1, 4294967296]}`, "out_of_range", "token_ids", 1),
 		ec("token below int32", `{"model":"m","block_size":16,"token_ids":[-2147483649]}`, "out_of_range", "token_ids", 0),
 		ec("token huge", `{"model":"m","block_size":16,"token_ids":[0,1,99999999999999999999999]}`, "out_of_range", "token_ids", 2),
 		ec("token fraction", `{"model":"m","block_size":16,"token_ids":[1, 1.5]}`, "invalid_type", "token_ids", 1),
@@ -161,8 +172,8 @@ func TestQueryJSONValidation(t *testing.T) {
 		ec("token string", `{"model":"m","block_size":16,"token_ids":[1, "2"]}`, "invalid_type", "token_ids", 1),
 		ec("token null", `{"model":"m","block_size":16,"token_ids":[null]}`, "invalid_type", "token_ids", 0),
 		ec("too many tokens", `{"model":"m","block_size":16,"token_ids":[1,2,3,4,5,6,7,8,9]}`, "out_of_range", "token_ids", -1),
-		ec("lora_id alone", `{"model":"m","block_size":16,"token_ids":[],"lora_id":3}`, "unsupported", "lora_id", -1),
-		ec("lora_id with lora_name", `{"model":"m","lora_id":3,"block_size":16,"token_ids":[],"lora_name":"a"}`, "invalid_value", "lora_id", -1),
+		ec("lora_id never published", `{"model":"m","block_size":16,"token_ids":[],"lora_id":3}`, "invalid_value", "lora_id", -1),
+		ec("lora_id never published, with lora_name", `{"model":"m","lora_id":3,"block_size":16,"token_ids":[],"lora_name":"a"}`, "invalid_value", "lora_id", -1),
 		ec("lora_id string", `{"model":"m","block_size":16,"token_ids":[],"lora_id":"3"}`, "invalid_type", "lora_id", -1),
 		ec("tenant int", `{"model":"m","block_size":16,"token_ids":[],"tenant_id":5}`, "invalid_type", "tenant_id", -1),
 		ec("salt int", `{"model":"m","block_size":16,"token_ids":[],"cache_salt":5}`, "invalid_type", "cache_salt", -1),
@@ -287,11 +298,17 @@ const tieredMsgpack = `{"instances":{
    "rank_matches":{"0":{"device":32,"cpu_local":32,"cpu_share":48,"disk":48}},
    "device":32,"cpu_local":32,"cpu_share":48,"disk":48}}}`
 
+// tieredJSON: the seed's keys per medium (independent prefixes) and DP as
+// each rank's longest prefix: engine-a rank 0 holds block 0 only in host
+// memory (CPU 16), no block 0 on device or disk (GPU 0, DISK 0), and a
+// 64-token prefix across media (DP 0 = 64); engine-b rank 0 holds blocks
+// 0-1 on device (GPU 32) and reaches 48 through the shared tier (DP 0 = 48)
+// but holds block 0 in neither host memory nor disk (CPU 0, DISK 0).
 const tieredJSON = `{"default":{
- "engine-a":{"longest_matched":64,"GPU":0,"CPU":48,"DISK":64,"DP":{"0":0,"1":0},
+ "engine-a":{"longest_matched":64,"GPU":0,"CPU":16,"DISK":0,"DP":{"0":64,"1":0},
    "device":0,"cpu_local":32,"cpu_share":48,"disk":64,
    "rank_matches":{"0":{"device":0,"cpu_local":32,"cpu_share":48,"disk":64},"1":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0}}},
- "engine-b":{"longest_matched":48,"GPU":32,"CPU":48,"DISK":48,"DP":{"0":32},
+ "engine-b":{"longest_matched":48,"GPU":32,"CPU":0,"DISK":0,"DP":{"0":48},
    "device":32,"cpu_local":32,"cpu_share":48,"disk":48,
    "rank_matches":{"0":{"device":32,"cpu_local":32,"cpu_share":48,"disk":48}}}}}`
 
@@ -427,8 +444,9 @@ func TestQueryByHashU64Exact(t *testing.T) {
 	}
 	for _, c := range cases {
 		r := env.postJSON(t, "/query_by_hash", `{"model":"m","block_size":16,"seq_hashes":`+c.hashes+`}`)
+		// GPU-only blocks: CPU and DISK are 0 (per medium), DP is the longest prefix.
 		want := `{"default":{"engine-a":{"longest_matched":` + strconv.Itoa(c.want) + `,"GPU":` + strconv.Itoa(c.want) +
-			`,"CPU":` + strconv.Itoa(c.want) + `,"DISK":` + strconv.Itoa(c.want) + `,"DP":{"0":` + strconv.Itoa(c.want) +
+			`,"CPU":0,"DISK":0,"DP":{"0":` + strconv.Itoa(c.want) +
 			`},"device":` + strconv.Itoa(c.want) + `,"cpu_local":` + strconv.Itoa(c.want) + `,"cpu_share":` + strconv.Itoa(c.want) +
 			`,"disk":` + strconv.Itoa(c.want) + `,"rank_matches":{"0":{"device":` + strconv.Itoa(c.want) + `,"cpu_local":` +
 			strconv.Itoa(c.want) + `,"cpu_share":` + strconv.Itoa(c.want) + `,"disk":` + strconv.Itoa(c.want) + `}}}}}`
@@ -477,19 +495,20 @@ func TestSeedExamples(t *testing.T) {
 	}
 
 	// Populate under the default xxh3 profile (events carry token ids; the
-	// registration's additionalsalt w8a8 salts them like the query's cache_salt):
-	// rank 0 holds block 0 on GPU and blocks 0-1 on CPU; rank 1 blocks 0-1 on GPU.
+	// registration's additionalsalt w8a8 salts them like the query's cache_salt)
+	// so that the seed's response example comes out exactly: rank 0 holds
+	// block 0 on GPU; rank 1 holds blocks 0-1 in CPU memory.
 	tokens := seqTokens(256, 100)
 	engine := []uint64{0xe0, 0xe1}
 	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 0), storeBatch("GPU", 128, engine[:1], tokens[:128]))
-	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 0), storeBatch("CPU", 128, engine, tokens))
-	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 1), storeBatch("GPU", 128, engine, tokens))
+	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 1), storeBatch("CPU", 128, engine, tokens))
 
 	q := strings.Replace(strings.Replace(query, `"block_size": 64`, `"block_size": 128`, 1),
 		"[101, 15, 100, 55, 89]", jsonEnc(tokens), 1)
-	want := `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":256,"CPU":256,"DISK":256,
-  "DP":{"0":128,"1":256},"device":256,"cpu_local":256,"cpu_share":256,"disk":256,
-  "rank_matches":{"0":{"device":128,"cpu_local":256,"cpu_share":256,"disk":256},"1":{"device":256,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
+	// The seed's example response, verbatim, plus the cumulative extras.
+	want := `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":128,"DP":{"0":128,"1":256},"CPU":256,"DISK":0,
+  "device":128,"cpu_local":256,"cpu_share":256,"disk":256,
+  "rank_matches":{"0":{"device":128,"cpu_local":128,"cpu_share":128,"disk":128},"1":{"device":0,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
 	r = env.postJSON(t, "/query", q)
 	if r.status != 200 || canon(t, r) != canonJSON(t, want) {
 		t.Fatalf("%d %s", r.status, r.body)
@@ -528,9 +547,9 @@ func TestSeedExamples(t *testing.T) {
 	if r.status != 200 || canon(t, r) != canonJSON(t, `{"status":"unregistered successfully","removed_instances":["vllm-prefill-node1|default|0"]}`) {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	want = `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":256,"CPU":256,"DISK":256,
-  "DP":{"1":256},"device":256,"cpu_local":256,"cpu_share":256,"disk":256,
-  "rank_matches":{"1":{"device":256,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
+	want = `{"default":{"vllm-prefill-node1":{"longest_matched":256,"GPU":0,"CPU":256,"DISK":0,
+  "DP":{"1":256},"device":0,"cpu_local":256,"cpu_share":256,"disk":256,
+  "rank_matches":{"1":{"device":0,"cpu_local":256,"cpu_share":256,"disk":256}}}}}`
 	if r = env.postJSON(t, "/query", q); canon(t, r) != canonJSON(t, want) {
 		t.Fatalf("after unregister: %s", r.body)
 	}
@@ -549,4 +568,38 @@ func TestQueryNegativeTokenIndex(t *testing.T) {
 	q := obj{"model", "sg", "block_size", 2, "token_ids", []any{1, 2, 3, 4, -5}}
 	checkError(t, env.postMP(t, "/query", mp(q)), 400, "out_of_range", "token_ids", 4)
 	checkError(t, env.postJSON(t, "/query", `{"model":"sg","block_size":2,"token_ids":[1,-2,3]}`), 400, "out_of_range", "token_ids", 1)
+}
+
+// TestQueryLoraID (#17 item 8; seed: lora_id is a deprecated compatibility
+// field): a query's lora_id resolves through the (lora_id, lora_name) pairs
+// engines publish; it is refused only when unknown or conflicting.
+func TestQueryLoraID(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	for _, lora := range []string{"sql", "chat"} {
+		reg := with(baseReg(), "lora_name", lora, "instance_id", "e-"+lora, "endpoint", "tcp://127.0.0.1:1/"+lora)
+		if r := env.postMP(t, "/register", mp(reg)); r.status != 200 {
+			t.Fatalf("register: %d %s", r.status, r.body)
+		}
+	}
+	tokens := seqTokens(16, 1)
+	h := chain(t, cborProfile(t), tokens, 16, "sql", "")
+	b := storeBatch("GPU", 16, h, nil)
+	b.Events[0].LoraName, b.Events[0].HasLoraID, b.Events[0].LoraID = []byte("sql"), true, 7
+	apply(t, env.reg.sub(t, "e-sql", "default", 0), b)
+
+	q := `{"model":"m","block_size":16,"token_ids":` + jsonEnc(tokens)
+	r := env.postJSON(t, "/query", q+`,"lora_id":7}`)
+	if r.status != 200 || !strings.Contains(canon(t, r), `"e-sql":{`) || !strings.Contains(canon(t, r), `"longest_matched":16`) {
+		t.Fatalf("lora_id 7 → sql: %d %s", r.status, r.body)
+	}
+	if r := env.postJSON(t, "/query", q+`,"lora_id":7,"lora_name":"sql"}`); r.status != 200 {
+		t.Fatalf("consistent lora_id and lora_name: %d %s", r.status, r.body)
+	}
+	checkError(t, env.postJSON(t, "/query", q+`,"lora_id":7,"lora_name":"chat"}`), 400, "invalid_value", "lora_id", -1)
+	checkError(t, env.postJSON(t, "/query", q+`,"lora_id":8}`), 400, "invalid_value", "lora_id", -1)
+	// Another engine publishes id 7 as "chat": the id is now ambiguous.
+	c := storeBatch("GPU", 16, chain(t, cborProfile(t), tokens, 16, "chat", ""), nil)
+	c.Events[0].LoraName, c.Events[0].HasLoraID, c.Events[0].LoraID = []byte("chat"), true, 7
+	apply(t, env.reg.sub(t, "e-chat", "default", 0), c)
+	checkError(t, env.postJSON(t, "/query", q+`,"lora_id":7}`), 400, "invalid_value", "lora_id", -1)
 }

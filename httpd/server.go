@@ -363,13 +363,15 @@ const (
 
 // requestDialect picks the body dialect from Content-Type: msgpack when it
 // contains "application/msgpack", JSON when it contains "application/json" or
-// is absent; anything else is 400 unsupported_content_type (answered in JSON).
+// is absent, or any other type when the body is a JSON object (curl's default
+// application/x-www-form-urlencoded); anything else is 400
+// unsupported_content_type (answered in JSON).
 func requestDialect(ctx *fasthttp.RequestCtx) (json bool, err *RequestError) {
 	ct := ctx.Request.Header.ContentType()
 	switch {
 	case bytes.Contains(ct, ctMsgpack):
 		return false, nil
-	case len(ct) == 0 || bytes.Contains(ct, ctJSON):
+	case len(ct) == 0 || bytes.Contains(ct, ctJSON) || looksJSON(ctx.PostBody()):
 		return true, nil
 	}
 	return true, &RequestError{Err: ErrUnsupportedContentType, Index: noIndex,

@@ -348,7 +348,6 @@ func TestDecodeEnvelopeErrors(t *testing.T) {
 		{"mc_string_root", DialectMooncake, mp(nil).str("x"), ErrWrongType, -1, ""},
 		{"mc_2_elements", DialectMooncake, mp(nil).arr(2).u(1).arr(0), ErrArity, -1, ""},
 		{"mc_4_elements", DialectMooncake, mp(nil).arr(4).u(1).arr(0).u(0).u(0), ErrArity, -1, ""},
-		{"mc_float_ts", DialectMooncake, mp(nil).arr(3).f(1).arr(0).u(0), ErrWrongType, -1, "ts"},
 		{"mc_negative_ts", DialectMooncake, mp(nil).arr(3).i(-1).arr(0).u(0), ErrOutOfRange, -1, "ts"},
 		{"mc_events_map", DialectMooncake, mp(nil).arr(3).u(1).mapn(0).u(0), ErrWrongType, -1, "events"},
 		{"mc_dp_minus_one", DialectMooncake, mp(nil).arr(3).u(1).arr(0).i(-1), ErrOutOfRange, -1, "dp_rank"},
@@ -414,10 +413,11 @@ func TestDecodeEventErrors(t *testing.T) {
 		evCase{"extra_keys_string_entry", DialectVLLM, vStored(func(m mp) mp { return m.kv("extra_keys").arr(2).str("x").null() }, 1), ErrWrongType, "extra_keys", 0},
 		evCase{"extra_keys_cardinality", DialectVLLM, vStored(func(m mp) mp { return m.kv("extra_keys").arr(1).null() }, 1), ErrInconsistent, "extra_keys", -1},
 		evCase{"extra_keys_not_array", DialectVLLM, vStored(func(m mp) mp { return m.kv("extra_keys").str("x") }, 1), ErrWrongType, "extra_keys", -1},
-		// §5.4 case 11: duplicate medium; removed missing medium.
+		// §5.4 case 11: duplicate medium.
 		evCase{"dup_medium", DialectVLLM, vStored(func(m mp) mp { return m.kv("medium").str("CPU") }, 1), ErrDuplicateField, "medium", -1},
-		evCase{"removed_missing_medium", DialectVLLM, mp(nil).mapn(2).kv("type").str("BlockRemoved").kv("block_hashes").u64s(1), ErrMissingField, "medium", -1},
-		evCase{"stored_missing_token_ids", DialectVLLM, mp(nil).mapn(2).kv("type").str("BlockStored").kv("block_hashes").u64s(1), ErrMissingField, "parent_block_hash", -1},
+		// Only the tag and block_hashes are essential (#9 item 12).
+		evCase{"stored_missing_block_hashes", DialectVLLM, mp(nil).mapn(2).kv("type").str("BlockStored").kv("medium").str("GPU"), ErrMissingField, "block_hashes", -1},
+		evCase{"sgl_removed_missing_block_hashes", DialectSGLang, mp(nil).mapn(1).kv("type").str("BlockRemoved"), ErrMissingField, "block_hashes", -1},
 		// Hashes.
 		evCase{"bin_hash_7_bytes", DialectVLLM, (mp(nil).mapn(3).kv("type").str("BlockRemoved").kv("block_hashes").arr(2).u(1).bin([]byte{1, 2, 3, 4, 5, 6, 7}).kv("medium").str("GPU")), ErrBadHash, "block_hashes", 1},
 		evCase{"hash_string", DialectVLLM, mp(nil).arr(2).str("BlockRemoved").arr(1).str("1"), ErrWrongType, "block_hashes", 0},
@@ -444,7 +444,6 @@ func TestDecodeEventErrors(t *testing.T) {
 		evCase{"sgl_too_many_tokens", DialectSGLang, mp(nil).arr(6).str("BlockStored").ints(1).null().ints(1, 2, 3).i(2).null(), ErrInconsistent, "token_ids", -1},
 		evCase{"sgl_metadata_string", DialectSGLang, mp(nil).arr(8).str("BlockStored").ints(1).null().ints(1).i(1).null().null().str("salt"), ErrWrongType, "metadata", -1},
 		evCase{"sgl_metadata_dup_salt", DialectSGLang, mp(nil).arr(8).str("BlockStored").ints(1).null().ints(1).i(1).null().null().mapn(2).kv("cache_salt").str("a").kv("cache_salt").str("b"), ErrDuplicateField, "cache_salt", -1},
-		evCase{"sgl_map_missing_block_size", DialectSGLang, mp(nil).mapn(4).kv("type").str("BlockStored").kv("block_hashes").ints(1).kv("parent_block_hash").null().kv("token_ids").null(), ErrMissingField, "block_size", -1},
 		// §5.4 cases 10, 12, 14 (Mooncake).
 		evCase{"mc_array_event", DialectMooncake, mp(nil).arr(1).str("stored"), ErrWrongType, "", -1},
 		evCase{"mc_dup_event_type", DialectMooncake, mcEvent(func(m mp) mp { return m.kv("event_type").str("stored") }, 1), ErrDuplicateField, "event_type", -1},
@@ -761,5 +760,64 @@ func TestSkipValue(t *testing.T) {
 	deep[len(deep)-1] = 0xc0
 	if rest, err := skipValue(deep); err != nil || len(rest) != 0 {
 		t.Errorf("deep nesting closed: %v", err)
+	}
+}
+
+// TestDecodeAbsentOptionalFields (#9 item 12): a map-era engine event with only
+// its tag and block_hashes decodes; absent optional fields are nil (a vLLM
+// BlockStored without lora_name is the base model, not a dropped event).
+func TestDecodeAbsentOptionalFields(t *testing.T) {
+	runDecodeCases(t, []decodeCase{
+		{"vllm_stored_tag_and_hashes", DialectVLLM, batch(1.5, 0, mp(nil).mapn(2).kv("type").str("BlockStored").kv("block_hashes").u64s(7, 8)),
+			"ts=1.5/0 dp=0 events=1 skipped=0\nstored hashes=[7 8]"},
+		{"vllm_stored_without_lora_name", DialectVLLM, batch(1.5, 0, mp(nil).mapn(6).kv("type").str("BlockStored").kv("block_hashes").u64s(7).
+			kv("parent_block_hash").null().kv("token_ids").ints(1, 2).kv("block_size").i(2).kv("medium").str("GPU")),
+			"ts=1.5/0 dp=0 events=1 skipped=0\nstored hashes=[7] tokens=[1 2] block_size=2/true medium=\"GPU\""},
+		{"vllm_removed_without_medium", DialectVLLM, batch(1.5, 0, mp(nil).mapn(2).kv("type").str("BlockRemoved").kv("block_hashes").u64s(7)),
+			"ts=1.5/0 dp=0 events=1 skipped=0\nremoved hashes=[7]"},
+		{"sgl_stored_without_block_size", DialectSGLang, batch(1.5, 0, mp(nil).mapn(4).kv("type").str("BlockStored").kv("block_hashes").ints(1).kv("parent_block_hash").null().kv("token_ids").null()),
+			"ts=1.5/0 dp=0 events=1 skipped=0\nstored hashes=[1]"},
+		// #17 item 8: a Mooncake master batch with float seconds.
+		{"mooncake_float_seconds", DialectMooncake, mp(nil).arr(3).f(1739145600.5).arr(0).u(0), "ts=1.7391456005e+09/0 dp=0 events=0 skipped=0"},
+		{"mooncake_int_ms", DialectMooncake, mp(nil).arr(3).u(1739145600500).arr(0).u(0), "ts=1.7391456005e+12/1739145600500 dp=0 events=0 skipped=0"},
+	})
+}
+
+// TestDecodeStandardMapInEngineBatch (#17 item 3): an RFC #1527 event map in
+// a vLLM or SGLang batch is recognised by its event_type key and decoded as a
+// standardized event (flagged Standard), whatever key order.
+func TestDecodeStandardMapInEngineBatch(t *testing.T) {
+	std := func(typeFirst bool) mp {
+		m := mp(nil).mapn(6)
+		if typeFirst {
+			m = m.kv("event_type").str("stored")
+		}
+		m = m.kv("event_id").u(42).kv("backend_id").str("worker-0").kv("medium").str("gpu").
+			kv("seq_hashes").u64s(11, 12)
+		if !typeFirst {
+			m = m.kv("event_type").str("stored")
+		}
+		return m.kv("block_size").u(64)
+	}
+	for _, d := range []Dialect{DialectVLLM, DialectSGLang} {
+		for _, first := range []bool{true, false} {
+			var dec Decoder
+			var b core.Batch
+			engine := mp(nil).mapn(2).kv("type").str("BlockRemoved").kv("block_hashes").u64s(5)
+			if err := dec.Decode(d, batch(1.5, 0, std(first), engine), &b); err != nil {
+				t.Fatalf("%v first=%v: %v", d, first, err)
+			}
+			if len(b.Events) != 2 || b.Skipped != 0 {
+				t.Fatalf("%v first=%v: %s", d, first, renderBatch(&b))
+			}
+			e := &b.Events[0]
+			if !e.Standard || e.Kind != core.EventStored || !e.HasEventID || e.EventID != 42 || string(e.BackendID) != "worker-0" ||
+				len(e.Hashes) != 2 || e.Hashes[1] != 12 || e.BlockSize != 64 {
+				t.Fatalf("%v first=%v: standardized event: %s", d, first, renderEvent(e))
+			}
+			if b.Events[1].Standard || b.Events[1].Kind != core.EventRemoved {
+				t.Fatalf("%v: engine event flagged standard: %s", d, renderEvent(&b.Events[1]))
+			}
+		}
 	}
 }

@@ -115,8 +115,9 @@ func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
 	return p, nil
 }
 
-// mooncakeBatch decodes the store master's `[ts_ms, events, dp_rank]`: exactly three
-// elements and an integer millisecond timestamp, as the master always sends.
+// mooncakeBatch decodes the store master's `[ts, events, dp_rank]`: exactly three
+// elements; the timestamp is integer milliseconds (as the master sends) or float
+// seconds (as engines send).
 func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
 	n, p, err := readArray(p, math.MaxUint32)
 	if err != nil {
@@ -125,8 +126,10 @@ func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
 	if n != 3 {
 		return p, ErrArity
 	}
+	// The master sends integer milliseconds; float seconds (the engines'
+	// batch format, which the seed says the master shares) are accepted too.
 	d.field = "ts"
-	if p, err = readBatchTS(p, b, false); err != nil {
+	if p, err = readBatchTS(p, b, true); err != nil {
 		return p, err
 	}
 	d.field = "events"
@@ -313,6 +316,7 @@ func (d *Decoder) events(n int, p []byte, b *core.Batch) ([]byte, error) {
 			p, err = d.engineEvent(e, p)
 		default:
 			p, err = d.rfcEvent(e, p)
+			e.Standard = true
 		}
 		if err == nil {
 			continue

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"math"
 	"math/bits"
 
@@ -108,13 +109,16 @@ var (
 const storedOnly = efParent | efTokenIDs | efBlockSize | efLoraID | efLoraName |
 	efExtraKeys | efSpecKind | efSlidingWindow | efCacheSalt | efMetadata
 
-// Map-era required fields: those without a default in the publisher's msgspec struct
-// (always encoded, possibly nil), except lora_id, which vLLM deprecated in favour of
-// lora_name and may stop sending; requiring it would drop every store on that day.
+// Map-era required fields: only the tag and block_hashes are essential. Every other
+// field is optional and absent means nil (no parent, no tokens, the registered block
+// size, the device medium, the base model): publishers drop nil-valued keys
+// (msgspec omit_defaults, forks, older releases) and a store without lora_name must
+// not vanish silently. What core cannot place without a field (e.g. token_ids under
+// the xxh3 profile) it drops with a logged reason.
 const (
-	vllmStoredRequired  = efBlockHashes | efParent | efTokenIDs | efBlockSize | efMedium | efLoraName
-	vllmRemovedRequired = efBlockHashes | efMedium
-	sglStoredRequired   = efBlockHashes | efParent | efTokenIDs | efBlockSize
+	vllmStoredRequired  = efBlockHashes
+	vllmRemovedRequired = efBlockHashes
+	sglStoredRequired   = efBlockHashes
 	sglRemovedRequired  = efBlockHashes
 )
 
@@ -200,7 +204,29 @@ func (d *Decoder) engineArrayEvent(e *core.Event, p []byte) ([]byte, error) {
 	return p, d.finishEngine(e, kind)
 }
 
+// engineMapEvent decodes a map-era engine event, or, when the map is an RFC
+// #1527 standardized event (it has an event_type key), that event, flagged
+// Standard: standardized maps are recognised whatever the registration type.
 func (d *Decoder) engineMapEvent(e *core.Event, p []byte) ([]byte, error) {
+	start := p
+	q, err := d.engineMap(e, p)
+	if err == nil {
+		return q, nil
+	}
+	if err == errStandardMap || mapHasKey(start, "event_type") {
+		*e = core.Event{Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
+		d.field, d.index = "", -1
+		q, err = d.rfcEvent(e, start)
+		e.Standard = true
+	}
+	return q, err
+}
+
+// errStandardMap is engineMap's signal that the map is a standardized event
+// (never returned by Decode).
+var errStandardMap = errors.New("conductor: standardized event map")
+
+func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
 	n, p, err := readMap(p)
 	if err != nil {
 		return p, err
@@ -216,6 +242,9 @@ func (d *Decoder) engineMapEvent(e *core.Event, p []byte) ([]byte, error) {
 		d.index = -1
 		f := engineKey(key)
 		if f == 0 {
+			if string(key) == "event_type" {
+				return p, errStandardMap
+			}
 			if p, err = skipValue(p); err != nil {
 				return p, err
 			}

@@ -203,6 +203,7 @@ func (d *Decoder) jsonEvent(i int, p []byte, b *core.Batch) ([]byte, error) {
 	e := b.NextEvent()
 	p, err := d.jsonEventBody(e, p)
 	if err == nil {
+		e.Standard = true
 		return p, nil
 	}
 	p, serr := d.jsonSkip(start, 0)

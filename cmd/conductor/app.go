@@ -299,7 +299,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		"http_connections", fds.conns, "registrations", fds.registrations,
 		"fds_per_registration", fdsPerRegistration, "reserve", fdReserve)
 
-	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log}
+	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log,
+		EngineMedia: cfg.EngineMedia, PoolMedia: cfg.PoolMedia}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2

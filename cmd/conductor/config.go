@@ -26,7 +26,8 @@ var ErrConfig = errors.New("conductor: bad configuration file")
 //	  "http_server_port": 13333,          // optional, 0..65535; 0 = an ephemeral port
 //	  "rpc_server_port": 50052,           // accepted; the coro_rpc protocol is C++-only and not served
 //	  "kvevent_instance": {"name": E...}, // static registrations; instance_id defaults to the name
-//	  "services": [E...]                  // the same entries as a list (instance_id required)
+//	  "services": [E...],                 // the same entries as a list (instance_id required)
+//	  "media": {"engine": {"tape": "disk"}, "pool": {"cxl": "cpu_share"}} // medium → tier overrides
 //	}
 //
 // E is a /register JSON body (same keys and rules, hash_profile optional), except
@@ -38,6 +39,9 @@ type fileConfig struct {
 	Static   []staticEntry
 	Skipped  []skippedEntry
 	Unknown  []string // unknown top-level keys (warned about)
+	// EngineMedia / PoolMedia are the media maps with the file's overrides
+	// (nil: the defaults).
+	EngineMedia, PoolMedia core.MediumMap
 }
 
 // staticEntry is one valid static registration and where it came from.
@@ -120,6 +124,24 @@ func parseConfig(data []byte) (fileConfig, error) {
 			}
 			for i, e := range list {
 				cfg.addEntry("services["+strconv.Itoa(i)+"]", e, "")
+			}
+		case "media":
+			if isNull(raw) {
+				continue
+			}
+			var m struct {
+				Engine map[string]string `json:"engine"`
+				Pool   map[string]string `json:"pool"`
+			}
+			if err := json.Unmarshal(raw, &m); err != nil {
+				return cfg, fmt.Errorf("%w: media must be {\"engine\": {name: tier}, \"pool\": {name: tier}}: %v", ErrConfig, err)
+			}
+			var err error
+			if cfg.EngineMedia, err = core.DefaultEngineMedia().WithOverrides(m.Engine, false); err != nil {
+				return cfg, fmt.Errorf("%w: media.engine: %v", ErrConfig, err)
+			}
+			if cfg.PoolMedia, err = core.DefaultPoolMedia().WithOverrides(m.Pool, true); err != nil {
+				return cfg, fmt.Errorf("%w: media.pool: %v", ErrConfig, err)
 			}
 		default:
 			cfg.Unknown = append(cfg.Unknown, k)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/httpd"
 )
@@ -145,5 +146,26 @@ func TestParseLevel(t *testing.T) {
 		if _, got := parseLevel(in); got != ok {
 			t.Errorf("%q: %v", in, got)
 		}
+	}
+}
+
+// TestConfigMedia: the media mapping is configurable in the file; a bad tier
+// is a configuration error.
+func TestConfigMedia(t *testing.T) {
+	cfg, err := parseConfig([]byte(`{"media": {"engine": {"TAPE": "disk"}, "pool": {"cxl": "cpu_share"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, ok := cfg.EngineMedia["tape"]; !ok || p.Tier != core.TierDisk {
+		t.Fatalf("engine tape: %+v %v", p, ok)
+	}
+	if p, ok := cfg.PoolMedia["cxl"]; !ok || p.Tier != core.TierCPUShare || !p.Shared {
+		t.Fatalf("pool cxl: %+v %v", p, ok)
+	}
+	if p, ok := cfg.EngineMedia["dfs"]; !ok || p.Tier != core.TierDisk {
+		t.Fatalf("defaults kept: %+v %v", p, ok)
+	}
+	if _, err := parseConfig([]byte(`{"media": {"engine": {"x": "warp"}}}`)); !errors.Is(err, ErrConfig) {
+		t.Fatalf("bad tier: %v", err)
 	}
 }

@@ -91,9 +91,11 @@ func rowMsgpack(id string, d, l, s, k int) string {
 		id, k, d, d, l, s, k, d, l, s, k)
 }
 
-func rowJSON(id string, d, l, s, k int) string {
+// rowJSON also takes the seed's per-medium prefixes GPU, CPU, DISK; DP is
+// the rank's longest prefix (= disk boundary).
+func rowJSON(id string, d, l, s, k, gpu, cpu, disk int) string {
 	return fmt.Sprintf(`{"default":{%q:{"longest_matched":%d,"GPU":%d,"CPU":%d,"DISK":%d,"DP":{"0":%d},"device":%d,"cpu_local":%d,"cpu_share":%d,"disk":%d,"rank_matches":{"0":{"device":%d,"cpu_local":%d,"cpu_share":%d,"disk":%d}}}}}`,
-		id, k, d, s, k, d, d, l, s, k, d, l, s, k)
+		id, k, gpu, cpu, disk, k, d, l, s, k, d, l, s, k)
 }
 
 // TestEndToEnd runs the whole process in-process against two real ZMQ PUB
@@ -180,18 +182,18 @@ func TestEndToEnd(t *testing.T) {
 	queryA := mpMap("model", "m", "block_size", 16, "token_ids", tokens)
 	expectQuery(t, p, "/query", "application/msgpack", queryA, rowMsgpack("engine-a", 64, 96, 96, 96))
 	expectQuery(t, p, "/query", "application/json",
-		[]byte(`{"model":"m","block_size":16,"token_ids":`+jsonList(tokens)+`}`), rowJSON("engine-a", 64, 96, 96, 96))
+		[]byte(`{"model":"m","block_size":16,"token_ids":`+jsonList(tokens)+`}`), rowJSON("engine-a", 64, 96, 96, 96, 64, 96, 0))
 	expectQuery(t, p, "/query_by_hash", "application/msgpack", mpMap("model", "m", "block_size", 16, "seq_hashes", hA),
 		rowMsgpack("engine-a", 64, 96, 96, 96))
 	expectQuery(t, p, "/query_by_hash", "application/json",
-		[]byte(`{"model":"m","block_size":16,"block_hash":`+jsonList(hA)+`}`), rowJSON("engine-a", 64, 96, 96, 96))
+		[]byte(`{"model":"m","block_size":16,"block_hash":`+jsonList(hA)+`}`), rowJSON("engine-a", 64, 96, 96, 96, 64, 96, 0))
 
 	queryB := []byte(`{"model":"m-xxh3","block_size":16,"token_ids":` + jsonList(tokens) + `}`)
-	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 128, 128, 128, 128))
+	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 128, 128, 128, 128, 128, 0, 0))
 	expectQuery(t, p, "/query", "application/msgpack", mpMap("model", "m-xxh3", "block_size", 16, "token_ids", tokens),
 		rowMsgpack("engine-b", 128, 128, 128, 128))
 	expectQuery(t, p, "/query_by_hash", "application/json",
-		[]byte(`{"model":"m-xxh3","block_size":16,"seq_hashes":`+jsonList(hB[:5])+`}`), rowJSON("engine-b", 80, 80, 80, 80))
+		[]byte(`{"model":"m-xxh3","block_size":16,"seq_hashes":`+jsonList(hB[:5])+`}`), rowJSON("engine-b", 80, 80, 80, 80, 80, 0, 0))
 
 	// engine-a evicts blocks 2-3 from GPU → (32, 96, 96, 96).
 	mustPublish(t, pubA, bench.AppendVLLMBatch(nil, bench.EraMap, 3, 0, bench.EngineRemoved{Hashes: hA[2:4], Medium: "GPU"}))
@@ -209,7 +211,7 @@ func TestEndToEnd(t *testing.T) {
 		t.Fatalf("unregister: %d %s", code, body)
 	}
 	expectQuery(t, p, "/query", "application/msgpack", queryA, `{"instances":{}}`)
-	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 128, 128, 128, 128))
+	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 128, 128, 128, 128, 128, 0, 0))
 	// Events after unregistering change nothing. Not a sleep: engine-a's
 	// listener is gone (its per-stream series are dropped with it), so nothing
 	// can apply what pubA sends; a sentinel on the still-registered engine-b
@@ -221,7 +223,7 @@ func TestEndToEnd(t *testing.T) {
 	mustPublish(t, pubA, bench.AppendVLLMBatch(nil, bench.EraMap, 4, 0,
 		bench.EngineStored{Hashes: hA, Tokens: tokens[:128], BlockSize: 16, Medium: "GPU"}))
 	mustPublish(t, pubB, bench.AppendVLLMBatch(nil, bench.EraMap, 3, 0, bench.EngineRemoved{Hashes: engineHashes[4:], Medium: "GPU"}))
-	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 64, 64, 64, 64))
+	expectQuery(t, p, "/query", "application/json", queryB, rowJSON("engine-b", 64, 64, 64, 64, 64, 0, 0))
 	expectQuery(t, p, "/query", "application/msgpack", queryA, `{"instances":{}}`)
 	code, _, body = httpDo(t, "POST", p.url("/unregister"), "application/msgpack", mpMap("instance_id", "engine-b", "dp_rank", 0))
 	if code != 200 {
