@@ -190,7 +190,7 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 // the request state is pooled, strings are views of the body, the result and
 // the response are appended into reused buffers.
 func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) {
-	json, rerr := requestDialect(ctx)
+	json, rerr := requestDialect(ctx, st.in)
 	if rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return

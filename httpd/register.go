@@ -341,7 +341,7 @@ func decodeProfile(r reader) (hash.Profile, *RequestError) {
 
 // handleRegister serves POST /register.
 func (s *Server) handleRegister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) {
-	json, rerr := requestDialect(ctx)
+	json, rerr := requestDialect(ctx, st.in)
 	if rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return
@@ -470,7 +470,7 @@ func decodeUnregister(r reader, json bool) (core.ServiceKey, *RequestError) {
 
 // handleUnregister serves POST /unregister.
 func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) {
-	json, rerr := requestDialect(ctx)
+	json, rerr := requestDialect(ctx, st.in)
 	if rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return

@@ -365,13 +365,14 @@ const (
 // contains "application/msgpack", JSON when it contains "application/json" or
 // is absent, or any other type when the body is a JSON object (curl's default
 // application/x-www-form-urlencoded); anything else is 400
-// unsupported_content_type (answered in JSON).
-func requestDialect(ctx *fasthttp.RequestCtx) (json bool, err *RequestError) {
+// unsupported_content_type (answered in JSON). body is the request body as
+// read by readRequestBody (never ctx.PostBody(): bodies are streamed).
+func requestDialect(ctx *fasthttp.RequestCtx, body []byte) (json bool, err *RequestError) {
 	ct := ctx.Request.Header.ContentType()
 	switch {
 	case bytes.Contains(ct, ctMsgpack):
 		return false, nil
-	case len(ct) == 0 || bytes.Contains(ct, ctJSON) || looksJSON(ctx.PostBody()):
+	case len(ct) == 0 || bytes.Contains(ct, ctJSON) || looksJSON(body):
 		return true, nil
 	}
 	return true, &RequestError{Err: ErrUnsupportedContentType, Index: noIndex,

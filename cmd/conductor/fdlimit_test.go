@@ -27,7 +27,16 @@ func TestMain(m *testing.M) {
 		stop()
 		os.Exit(code)
 	}
-	os.Exit(m.Run())
+	// Durable state defaults to the user's state directory: keep every
+	// conductor these tests start (in-process or child) out of it.
+	dir, err := os.MkdirTemp("", "conductor-test-state-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("XDG_STATE_HOME", dir)
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // child is a conductor process started from the test binary.
