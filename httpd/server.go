@@ -204,6 +204,7 @@ type reqState struct {
 	scratch []byte // unescaped JSON strings
 	tokBuf  []int32
 	hashBuf []uint64
+	b64     []byte // decoded base64 token_ids (RPC)
 	q       core.QueryRequest
 	res     core.QueryResult
 }
@@ -225,6 +226,9 @@ func (s *Server) putState(st *reqState) {
 	}
 	if cap(st.enc.buf) > retainBytes {
 		st.enc.buf = nil
+	}
+	if cap(st.b64) > retainBytes {
+		st.b64 = nil
 	}
 	if cap(st.tokBuf) > retainTokens {
 		st.tokBuf = nil
