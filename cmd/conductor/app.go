@@ -50,6 +50,7 @@ func buildVersion() string {
 type settings struct {
 	configPath      string
 	httpPort        int // -1: from the file
+	rpcPort         int // -1: from the file
 	listen          string
 	logLevel        string
 	logFormat       string
@@ -67,7 +68,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&s.configPath, "config", "", "configuration file (default $CONDUCTOR_CONFIG_PATH, else ~/.mooncake/conductor_config.json)")
 	fs.IntVar(&s.httpPort, "http-port", -1, "HTTP port, overrides http_server_port (0 = ephemeral)")
-	fs.StringVar(&s.listen, "listen", "0.0.0.0", "HTTP bind address")
+	fs.IntVar(&s.rpcPort, "rpc-port", -1, "Python client RPC port, overrides rpc_server_port (default 50052; 0 = off)")
+	fs.StringVar(&s.listen, "listen", "0.0.0.0", "HTTP and RPC bind address")
 	fs.StringVar(&s.logLevel, "log-level", "", "DEBUG, INFO, WARN or ERROR (default $CONDUCTOR_LOG_LEVEL, else INFO)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&s.showVersion, "version", false, "print the version and exit")
@@ -84,6 +86,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	if s.httpPort > 65535 || s.httpPort < -1 {
 		return s, fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
+	}
+	if s.rpcPort > 65535 || s.rpcPort < -1 {
+		return s, fmt.Errorf("--rpc-port=%d: want 0..65535", s.rpcPort)
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
@@ -133,6 +138,8 @@ type app struct {
 	ing             *wire.Ingester
 	srv             *httpd.Server
 	ln              net.Listener
+	rpc             *httpd.RPCServer // nil when the RPC port is 0
+	rpcLn           net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
 }
@@ -199,13 +206,13 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	for _, sk := range cfg.Skipped {
 		log.Warn("invalid static service skipped", "entry", sk.Source, "err", sk.Err)
 	}
-	if cfg.HasRPC {
-		log.Warn("rpc_server_port is not served: the coro_rpc protocol of the C++ conductor is not implemented; use the HTTP API",
-			"rpc_server_port", cfg.RPCPort)
-	}
 	port := cfg.HTTPPort
 	if s.httpPort >= 0 {
 		port = s.httpPort
+	}
+	rpcPort := cfg.RPCPort
+	if s.rpcPort >= 0 {
+		rpcPort = s.rpcPort
 	}
 
 	ixOpts := core.Options{MaxRegistrations: s.maxRegistration, ContextSizeHint: s.contextSizeHint, Logger: log}
@@ -239,8 +246,19 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("cannot listen", "addr", addr, "err", err)
 		return nil, 1
 	}
+	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, static: cfg.Static, shutdownTimeout: s.shutdownTimeout}
+	if rpcPort != 0 {
+		raddr := net.JoinHostPort(s.listen, strconv.Itoa(rpcPort))
+		if a.rpcLn, err = net.Listen("tcp", raddr); err != nil {
+			ln.Close()
+			ing.Close()
+			log.Error("cannot listen", "addr", raddr, "err", err)
+			return nil, 1
+		}
+		a.rpc = httpd.NewRPC(srv)
+	}
 	log.Info("conductor starting", "version", ver, "config", path)
-	return &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, static: cfg.Static, shutdownTimeout: s.shutdownTimeout}, 0
+	return a, 0
 }
 
 // listenerMetrics exposes conductor_listeners{state=…}: subscriptions per
@@ -271,8 +289,14 @@ func (a *app) Addr() string { return a.ln.Addr().String() }
 // then shuts down: stop accepting, drain in-flight requests, stop subscribers.
 func (a *app) serve(ctx context.Context) int {
 	a.log.Info("HTTP server listening", "addr", a.Addr())
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- a.srv.Serve(a.ln) }()
+	if a.rpc != nil {
+		a.log.Info("RPC server listening", "addr", a.rpcLn.Addr().String())
+		go func() { serveErr <- a.rpc.Serve(a.rpcLn) }()
+	} else {
+		a.log.Info("RPC server disabled (rpc_server_port 0)")
+	}
 
 	staticCtx, cancelStatic := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -287,7 +311,7 @@ func (a *app) serve(ctx context.Context) int {
 	case <-ctx.Done():
 		a.log.Info("shutting down", "reason", context.Cause(ctx))
 	case err := <-serveErr:
-		a.log.Error("HTTP server failed", "err", err)
+		a.log.Error("HTTP or RPC server failed", "err", err)
 		code = 1
 	}
 	cancelStatic()
@@ -295,6 +319,11 @@ func (a *app) serve(ctx context.Context) int {
 	defer cancel()
 	if err := a.srv.Shutdown(sctx); err != nil {
 		a.log.Warn("HTTP shutdown did not drain in time", "err", err)
+	}
+	if a.rpc != nil {
+		if err := a.rpc.Shutdown(sctx); err != nil {
+			a.log.Warn("RPC shutdown did not drain in time", "err", err)
+		}
 	}
 	wg.Wait()
 	a.ing.Close()
