@@ -84,7 +84,7 @@ def encode_tokens(token_ids: Any) -> bytes:
     if sys.byteorder == "big":
         arr = array.array(arr.typecode, arr)
         arr.byteswap()
-    return base64.b64encode(arr.tobytes())
+    return base64.b64encode(memoryview(arr).cast("B"))
 
 
 class _Transport:
