@@ -10,6 +10,7 @@ base64 text of little-endian int32s (``array('i', ids).tobytes()``), so a
 
 import array
 import base64
+import contextlib
 import http.client
 import json
 import logging
@@ -33,15 +34,21 @@ from ._config import check_register_config
 
 _log = logging.getLogger("conductor_client")
 
-_HEADERS = {"Content-Type": "application/json", "Connection": "keep-alive"}
-
 # Most idle keep-alive connections kept per client (one per concurrent caller
 # up to this bound; more callers open and close their own).
 _MAX_IDLE = 64
 
+# Largest status line or header line accepted from the server.
+_MAX_LINE = 65536
+
+
+class _StaleConnection(ConnectionResetError):
+    """The server closed a keep-alive connection before answering."""
+
+
 # Errors of a reused keep-alive connection that the server closed while idle:
 # the request never reached the handler, so it is retried once on a fresh one.
-_STALE = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+_STALE = (_StaleConnection, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
 def parse_addr(addr: Any) -> Optional[Tuple[str, int]]:
@@ -87,8 +94,71 @@ def encode_tokens(token_ids: Any) -> bytes:
     return base64.b64encode(memoryview(arr).cast("B"))
 
 
+class _Conn:
+    """One keep-alive HTTP/1.1 connection: a request goes out in a single
+    send (headers and body together, so Nagle and delayed ACKs never stall a
+    call), the answer is read by Content-Length. Only what conductor's RPC
+    port answers is supported; anything else is an HTTPException (RPC_FAIL)."""
+
+    def __init__(self, host: str, port: int, connect_timeout: float, request_timeout: float) -> None:
+        self.sock = socket.create_connection((host, port), timeout=connect_timeout)
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock.settimeout(request_timeout)
+            self.rfile = self.sock.makefile("rb")
+        except BaseException:
+            self.sock.close()
+            raise
+        h = host if ":" not in host else "[" + host + "]"
+        self.host = ("%s:%d" % (h, port)).encode("idna")
+
+    def request(self, path: str, body: bytes) -> Tuple[int, bytes, bool]:
+        head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
+            path.encode("ascii"), self.host, len(body))
+        self.sock.sendall(b"".join((head, body)))
+        line = self.rfile.readline(_MAX_LINE)
+        if not line:
+            raise _StaleConnection("connection closed before an answer")
+        parts = line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+            raise http.client.BadStatusLine(repr(line[:100]))
+        status = int(parts[1])
+        keep = parts[0] == b"HTTP/1.1"
+        length = -1
+        while True:
+            h = self.rfile.readline(_MAX_LINE)
+            if not h.endswith(b"\n"):
+                raise http.client.HTTPException("truncated header")
+            if h in (b"\r\n", b"\n"):
+                break
+            name, _, value = h.partition(b":")
+            name, value = name.strip().lower(), value.strip().lower()
+            if name == b"content-length":
+                if not value.isdigit():
+                    raise http.client.HTTPException("bad Content-Length")
+                length = int(value)
+            elif name == b"connection":
+                keep = value != b"close" if parts[0] == b"HTTP/1.1" else value == b"keep-alive"
+            elif name == b"transfer-encoding" and value != b"identity":
+                raise http.client.HTTPException("unsupported Transfer-Encoding")
+        if length < 0:
+            data = self.rfile.read()
+            keep = False
+        else:
+            data = self.rfile.read(length)
+            if len(data) != length:
+                raise http.client.IncompleteRead(data, length - len(data))
+        return status, data, keep
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.rfile.close()
+        with contextlib.suppress(OSError):
+            self.sock.close()
+
+
 class _Transport:
-    """A pool of keep-alive HTTP connections to one conductor RPC port.
+    """A pool of keep-alive connections to one conductor RPC port.
 
     Each call takes an idle connection (or opens one), so concurrent callers
     never share a socket; finished connections go back to the pool.
@@ -100,26 +170,17 @@ class _Transport:
         self.connect_timeout = connect_timeout
         self.request_timeout = request_timeout
         self._lock = threading.Lock()
-        self._idle: List[http.client.HTTPConnection] = []
+        self._idle: List[_Conn] = []
         self._closed = False
 
-    def _open(self) -> http.client.HTTPConnection:
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.connect_timeout)
-        try:
-            conn.connect()
-            assert conn.sock is not None
-            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn.sock.settimeout(self.request_timeout)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+    def _open(self) -> _Conn:
+        return _Conn(self.host, self.port, self.connect_timeout, self.request_timeout)
 
     def prime(self) -> None:
         """Open one connection (the setup() probe) and keep it idle."""
         self._put(self._open())
 
-    def _take(self) -> Tuple[http.client.HTTPConnection, bool]:
+    def _take(self) -> Tuple[_Conn, bool]:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
@@ -127,7 +188,7 @@ class _Transport:
                 raise ConnectionAbortedError("client closed")
         return self._open(), False
 
-    def _put(self, conn: http.client.HTTPConnection) -> None:
+    def _put(self, conn: _Conn) -> None:
         with self._lock:
             if not self._closed and len(self._idle) < _MAX_IDLE:
                 self._idle.append(conn)
@@ -138,9 +199,7 @@ class _Transport:
         for attempt in (0, 1):
             conn, reused = self._take()
             try:
-                conn.request("POST", path, body, _HEADERS)
-                resp = conn.getresponse()
-                data = resp.read()
+                status, data, keep = conn.request(path, body)
             except _STALE:
                 conn.close()
                 if reused and attempt == 0:
@@ -149,11 +208,11 @@ class _Transport:
             except BaseException:
                 conn.close()
                 raise
-            if resp.will_close:
-                conn.close()
-            else:
+            if keep:
                 self._put(conn)
-            return resp.status, data
+            else:
+                conn.close()
+            return status, data
         raise ConnectionResetError("unreachable")  # pragma: no cover
 
     def close(self) -> None:

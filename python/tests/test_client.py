@@ -531,26 +531,37 @@ class PublisherHitTest(unittest.TestCase):
             self.assertEqual(r, {"ret": OK, "hits": self.WANT})
 
     def test_close_while_threads_call(self) -> None:
+        """close() while threads call: every call is OK, RPC_FAIL (its
+        connection closed under it) or CONDUCTOR_UNAVAILABLE, and every thread
+        sees CONDUCTOR_UNAVAILABLE once the client is closed."""
         c = ConductorClient()
         self.assertEqual(c.setup(addr()), OK)
         seen = set()
+        last: List[int] = []
         lock = threading.Lock()
+        called = threading.Barrier(5)
 
         def work() -> None:
-            for _ in range(200):
-                r = c.query("zmq-model", block_size=16, token_ids=self.PROMPT)["ret"]
+            r = c.query("zmq-model", block_size=16, token_ids=self.PROMPT)["ret"]
+            called.wait(30)
+            deadline = time.monotonic() + 30
+            while r != CONDUCTOR_UNAVAILABLE and time.monotonic() < deadline:
                 with lock:
                     seen.add(r)
+                r = c.query("zmq-model", block_size=16, token_ids=self.PROMPT)["ret"]
+            with lock:
+                last.append(r)
 
         threads = [threading.Thread(target=work) for _ in range(4)]
         for t in threads:
             t.start()
-        time.sleep(0.05)
+        called.wait(30)
         self.assertEqual(c.close(), OK)
         for t in threads:
             t.join(60)
-        self.assertTrue(seen <= {OK, CONDUCTOR_UNAVAILABLE, RPC_FAIL}, seen)
-        self.assertIn(CONDUCTOR_UNAVAILABLE, seen)
+        self.assertTrue(seen <= {OK, RPC_FAIL}, seen)
+        self.assertIn(OK, seen)
+        self.assertEqual(last, [CONDUCTOR_UNAVAILABLE] * 4)
 
     def test_async_client(self) -> None:
         async def main() -> None:
