@@ -106,11 +106,7 @@ type regSlot struct {
 // hash_profile (optional: absent means the xxh3 default profile, resolved by
 // hash.Resolve when given), the publisher type's value, dp_rank. Errors are
 // *RequestError. The returned strings are copies: the body may be reused.
-//
-// The RPC dialect (the Python register()) runs the same steps with its own key
-// names and the Python API's defaults: publisher_type defaults to "vLLM" and
-// takes only vLLM, SGLang or Mooncake; dp_rank defaults to 0; hash_profile is
-// required.
+
 func DecodeRegistration(body []byte, json bool, opts DecodeOptions) (core.Registration, error) {
 	var scratch []byte
 	var r reader
@@ -130,6 +126,11 @@ func DecodeRegistration(body []byte, json bool, opts DecodeOptions) (core.Regist
 	return reg, nil
 }
 
+// decodeRegistration is DecodeRegistration over a reader, in any dialect. The
+// RPC dialect (the Python register()) runs the same steps with its own key
+// names and the Python API's defaults: publisher_type defaults to "vLLM" and
+// takes only vLLM, SGLang or Mooncake; dp_rank defaults to 0; hash_profile is
+// required.
 func decodeRegistration(r reader, d dialect, opts DecodeOptions) (core.Registration, *RequestError) {
 	json, rpc := d.json(), d == dialectRPC
 	var slots [numRegKeys]regSlot
