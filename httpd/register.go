@@ -106,7 +106,6 @@ type regSlot struct {
 // hash_profile (optional: absent means the xxh3 default profile, resolved by
 // hash.Resolve when given), the publisher type's value, dp_rank. Errors are
 // *RequestError. The returned strings are copies: the body may be reused.
-
 func DecodeRegistration(body []byte, json bool, opts DecodeOptions) (core.Registration, error) {
 	var scratch []byte
 	var r reader
