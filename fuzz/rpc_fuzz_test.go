@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/tinylib/msgp/msgp"
 	"github.com/valyala/fasthttp"
 
 	"github.com/seed-c7a81618/conductor/httpd"
@@ -19,7 +20,8 @@ import (
 // method's empty payload and an error text (with a known reason when any); a
 // successful query row is cumulative (device ≤ cpu_local ≤ cpu_share ≤ disk =
 // longest_matched ≤ the prompt's complete blocks). token_ids as base64 of
-// little-endian int32s must answer exactly as the same tokens as a JSON array.
+// little-endian int32s, and as a msgpack bin of them, must answer exactly as
+// the same tokens as a JSON array.
 
 var rpcMethods = []string{"Query", "Register", "Unregister", "GetGlobalView", "ListServices", "Nope"}
 
@@ -27,10 +29,14 @@ var rpcRets = map[int64]bool{httpd.RetOK: true, httpd.RetInternalError: true, ht
 	httpd.RetRPCFail: true, httpd.RetServiceNotFound: true}
 
 func rpcServe(r *httpd.RPCServer, method string, body []byte) *fasthttp.RequestCtx {
+	return rpcServeCT(r, method, "application/json", body)
+}
+
+func rpcServeCT(r *httpd.RPCServer, method, ct string, body []byte) *fasthttp.RequestCtx {
 	var req fasthttp.Request
 	req.Header.SetMethod("POST")
 	req.SetRequestURI("/rpc/" + method)
-	req.Header.SetContentType("application/json")
+	req.Header.SetContentType(ct)
 	req.SetBody(body)
 	ctx := &fasthttp.RequestCtx{}
 	ctx.Init(&req, nil, nil)
@@ -148,9 +154,17 @@ func FuzzRPCQueryTokenForms(f *testing.F) {
 		head := `{"model_name":"m","block_size":` + strconv.Itoa(int(bs)) + `,"token_ids":`
 		viaArray := rpcServe(r, "Query", []byte(head+arr.String()+`}`))
 		viaB64 := rpcServe(r, "Query", []byte(head+`"`+base64.StdEncoding.EncodeToString(raw)+`"}`))
+		mpBody := msgp.AppendMapHeader(nil, 3)
+		mpBody = msgp.AppendString(mpBody, "model_name")
+		mpBody = msgp.AppendString(mpBody, "m")
+		mpBody = msgp.AppendString(mpBody, "block_size")
+		mpBody = msgp.AppendInt(mpBody, int(bs))
+		mpBody = msgp.AppendString(mpBody, "token_ids")
+		mpBody = msgp.AppendBytes(mpBody, raw)
+		viaBin := rpcServeCT(r, "Query", "application/msgpack", mpBody)
 		m := checkRPCResponse(t, "Query", viaB64)
-		if !bytes.Equal(viaArray.Response.Body(), viaB64.Response.Body()) {
-			t.Fatalf("array and base64 forms differ:\n%s\n%s", viaArray.Response.Body(), viaB64.Response.Body())
+		if !bytes.Equal(viaArray.Response.Body(), viaB64.Response.Body()) || !bytes.Equal(viaArray.Response.Body(), viaBin.Response.Body()) {
+			t.Fatalf("token forms differ:\narray  %s\nbase64 %s\nbin    %s", viaArray.Response.Body(), viaB64.Response.Body(), viaBin.Response.Body())
 		}
 		if ret, _ := num(m["ret"]); ret == httpd.RetOK {
 			checkRPCHits(t, m["hits"].(map[string]any), int64(len(raw)/4))

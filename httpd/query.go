@@ -120,7 +120,10 @@ func (s *Server) parseQuery(r reader, d dialect, byHash bool, st *reqState) *Req
 		seen |= id
 		if id == qTokens {
 			if jr, ok := r.(*jsonReader); ok && d == dialectRPC && jr.peek() == '"' {
-				v := r.value()
+				v, ok := jr.plainString()
+				if !ok {
+					v = r.value()
+				}
 				q.Tokens, fe = rpcTokens(&v, &st.b64, &st.tokBuf, name, s.opts.MaxQueryTokens)
 				continue
 			}

@@ -164,10 +164,17 @@ func (r *RPCServer) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 }
 
 // query serves Query: {"ret": 0, "hits": {id: row}} (appendInstanceRows).
-// Steady state allocates nothing (TestRPCQueryAllocs).
+// The request is JSON, or msgpack when its Content-Type says so (the same
+// keys; token_ids then also as a bin of little-endian int32s, viewed in place
+// when aligned: what the Python client sends). Steady state allocates nothing
+// (TestRPCQueryAllocs).
 func (r *RPCServer) query(ctx *fasthttp.RequestCtx, st *reqState) int {
 	s := r.s
-	rd := st.reader(ctx.PostBody(), true)
+	json, rerr := requestDialect(ctx)
+	if rerr != nil {
+		return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, rerr)
+	}
+	rd := st.reader(ctx.PostBody(), json)
 	if rerr := s.parseQuery(rd, dialectRPC, false, st); rerr != nil {
 		return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, rerr)
 	}

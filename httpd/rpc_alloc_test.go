@@ -8,13 +8,14 @@ import (
 )
 
 // TestRPCQueryAllocs proves the RPC Query path allocates nothing in steady
-// state, with token_ids as base64 of little-endian int32s and as a JSON array,
+// state, with token_ids as a msgpack bin of little-endian int32s (the Python
+// client's form), as base64 of them in JSON and as a JSON array,
 // through the real handler on a reused fasthttp.RequestCtx (routing, pooled
 // state, parsing, base64 decoding, core.Index.Query, response, metrics).
 func TestRPCQueryAllocs(t *testing.T) {
 	f := newFixture(t)
 	r := NewRPC(f.s)
-	for _, form := range []string{"base64", "array"} {
+	for _, form := range []string{"msgpack-bin", "base64", "array"} {
 		for _, n := range []int{1024, 8192} {
 			q := obj{"model_name", "m", "block_size", fixtureBS}
 			if form == "base64" {
@@ -23,6 +24,9 @@ func TestRPCQueryAllocs(t *testing.T) {
 				q = append(q, "token_ids", f.prompt[:n])
 			}
 			ctx := requestCtx("/rpc/Query", "application/json", []byte(jsonEnc(q)))
+			if form == "msgpack-bin" {
+				ctx = requestCtx("/rpc/Query", "application/msgpack", mp(obj{"model_name", "m", "block_size", fixtureBS, "token_ids", leBin(f.prompt[:n]...)}))
+			}
 			serve := func() {
 				ctx.Response.Reset()
 				r.Handler(ctx)

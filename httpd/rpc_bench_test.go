@@ -8,15 +8,16 @@ import (
 
 // BenchmarkRPCQueryHandler measures the RPC Query handler on a reused
 // RequestCtx over the /query fixture (vLLM sha256_cbor, B=16, full hits up to
-// 8k tokens, the first 512 blocks at 131k), token_ids as base64 of LE int32s
-// (what the Python client sends) and as a JSON array. Compare with
+// 8k tokens, the first 512 blocks at 131k): a msgpack body with token_ids as
+// a bin of LE int32s (what the Python client sends), JSON with base64 of them,
+// JSON with an array. Compare with
 // BenchmarkQueryHandler (msgpack, JSON). Run:
 //
 //	go test -run '^$' -bench BenchmarkRPCQueryHandler -benchmem ./httpd/
 func BenchmarkRPCQueryHandler(b *testing.B) {
 	f := newFixture(b)
 	r := NewRPC(f.s)
-	for _, form := range []string{"base64", "array"} {
+	for _, form := range []string{"msgpack-bin", "base64", "array"} {
 		for _, n := range []int{1024, 8192, fixtureMax} {
 			b.Run(fmt.Sprintf("%s/tokens=%d", form, n), func(b *testing.B) {
 				var tok any = f.prompt[:n]
@@ -24,7 +25,11 @@ func BenchmarkRPCQueryHandler(b *testing.B) {
 					tok = base64.StdEncoding.EncodeToString(leBin(f.prompt[:n]...))
 				}
 				body := []byte(jsonEnc(obj{"model_name", "m", "block_size", fixtureBS, "token_ids", tok}))
-				ctx := requestCtx("/rpc/Query", "application/json", body)
+				ct := "application/json"
+				if form == "msgpack-bin" {
+					body, ct = mp(obj{"model_name", "m", "block_size", fixtureBS, "token_ids", leBin(f.prompt[:n]...)}), "application/msgpack"
+				}
+				ctx := requestCtx("/rpc/Query", ct, body)
 				serve := func() {
 					ctx.Response.Reset()
 					r.Handler(ctx)

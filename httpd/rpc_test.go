@@ -54,10 +54,15 @@ func (e *rpcEnv) httpDo(t testing.TB, method, path, ct string, body []byte) resp
 // rpcDo runs one request through the RPC handler.
 func rpcDo(t testing.TB, r *RPCServer, method, path, body string) response {
 	t.Helper()
+	return rpcDoCT(t, r, method, path, "application/json", body)
+}
+
+func rpcDoCT(t testing.TB, r *RPCServer, method, path, ct, body string) response {
+	t.Helper()
 	var req fasthttp.Request
 	req.Header.SetMethod(method)
 	req.SetRequestURI(path)
-	req.Header.SetContentType("application/json")
+	req.Header.SetContentType(ct)
 	req.SetBody([]byte(body))
 	ctx := &fasthttp.RequestCtx{}
 	ctx.Init(&req, nil, nil)
@@ -135,6 +140,21 @@ func TestRPCQuery(t *testing.T) {
 			`{"ret":0,"hits":{"engine-a":{"longest_matched":0,"dp":{"0":0,"1":0},"rank_matches":{"0":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0},"1":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0}},"device":0,"cpu_local":0,"cpu_share":0,"disk":0},` +
 				`"engine-b":{"longest_matched":0,"dp":{"0":0},"rank_matches":{"0":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0}},"device":0,"cpu_local":0,"cpu_share":0,"disk":0}}}`},
 	}
+	for _, c := range []struct {
+		name string
+		q    obj
+	}{
+		{"msgpack bin", obj{"model_name", "m", "block_size", 16, "token_ids", leBin(prompt...)}},
+		{"msgpack bin shifted", obj{"tenant_id", "", "model_name", "m", "block_size", 16, "token_ids", leBin(prompt...)}},
+		{"msgpack array", obj{"model_name", "m", "block_size", 16, "token_ids", prompt, "lora_name", "", "cache_salt", "", "instance_filter", ""}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got := rpcDoCT(t, r, "POST", "/rpc/Query", "application/msgpack", string(mp(c.q)))
+			if got.status != 200 || got.ct != "application/json" || canon(t, got) != canonJSON(t, want) {
+				t.Fatalf("%d %s: %s", got.status, got.ct, got.body)
+			}
+		})
+	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got := rpcCall(t, r, "Query", c.body)
@@ -179,6 +199,19 @@ func TestRPCQueryErrors(t *testing.T) {
 		{"bad base64", jsonEnc(with(base, "token_ids", "!!!!")), "invalid_value", "token_ids"},
 		{"base64 of 6 bytes", jsonEnc(with(base, "token_ids", base64.StdEncoding.EncodeToString([]byte{1, 2, 3, 4, 5, 6}))), "invalid_value", "token_ids"},
 		{"duplicate key", `{"model_name":"m","model_name":"m","block_size":16,"token_ids":[]}`, "invalid_value", "model_name"},
+	}
+	mpCases := []struct {
+		name, ct, body, reason, field string
+	}{
+		{"msgpack HTTP key", "application/msgpack", string(mp(obj{"model", "m", "block_size", 16, "token_ids", tokens})), "unknown_field", "model"},
+		{"msgpack odd bin", "application/msgpack", string(mp(obj{"model_name", "m", "block_size", 16, "token_ids", []byte{1, 2, 3}})), "invalid_value", "token_ids"},
+		{"msgpack truncated", "application/msgpack", string(trunc(mp(obj{"model_name", "m", "block_size", 16, "token_ids", tokens}), 2)), "invalid_msgpack", ""},
+		{"unsupported content type", "text/plain", jsonEnc(obj{"model_name", "m", "block_size", 16, "token_ids", tokens}), "unsupported_content_type", ""},
+	}
+	for _, c := range mpCases {
+		t.Run(c.name, func(t *testing.T) {
+			checkRet(t, rpcDoCT(t, r, "POST", "/rpc/Query", c.ct, c.body), RetInvalidParams, c.reason, c.field, "hits")
+		})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -508,3 +541,33 @@ func TestRPCServeKeepAlive(t *testing.T) {
 }
 
 func jsonNumber(i int) json.Number { return json.Number(itoa(i)) }
+
+// TestPrintableASCII: never true when a byte is outside 0x20..0x7f (checked
+// against a byte loop on every single-byte deviation at every position), and
+// true for base64 text.
+func TestPrintableASCII(t *testing.T) {
+	naive := func(s []byte) bool {
+		for _, c := range s {
+			if c < 0x20 || c >= 0x80 {
+				return false
+			}
+		}
+		return true
+	}
+	b64 := []byte(base64.StdEncoding.EncodeToString(leBin(seqTokens(100, -50)...)))
+	if !printableASCII(b64) {
+		t.Fatal("base64 text refused")
+	}
+	for n := 0; n <= 19; n++ {
+		for pos := 0; pos < n; pos++ {
+			for c := 0; c < 256; c++ {
+				s := bytes.Repeat([]byte{'A'}, n)
+				s[pos] = byte(c)
+				// with 'A' around the deviation no borrow crosses bytes: exact
+				if got, want := printableASCII(s), naive(s); got != want {
+					t.Fatalf("printableASCII(%q) = %v, want %v", s, got, want)
+				}
+			}
+		}
+	}
+}
