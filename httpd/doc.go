@@ -66,10 +66,12 @@
 //
 // with a JSON object each way (the RPC dialect: the Python names only; the
 // HTTP names modelname, type, model, instance_id (in a query) are
-// unknown_field). token_ids is a JSON array or the base64 text (standard
-// alphabet, padded) of little-endian int32s, decoded into pooled scratch and
-// viewed in place. Every answer carries the integer "ret" of the Python API:
-// 0 with {"hits": {id: R}} (R as in the msgpack dialect), {"context_count",
+// unknown_field). Query also takes its map in msgpack when the Content-Type
+// says application/msgpack, token_ids then an int array or a bin of
+// little-endian int32s viewed in place: the Python client's form. In JSON,
+// token_ids is an array or the base64 text (standard alphabet, padded) of
+// little-endian int32s, decoded into pooled scratch. Every answer is JSON
+// and carries the integer "ret" of the Python API: 0 with {"hits": {id: R}} (R as in the msgpack dialect), {"context_count",
 // "contexts"} (instances id → [ranks]) or {"count", "services"} (the 11
 // export keys, without AdditionalSalt); on failure ret < 0 with the method's
 // empty payload plus "error" and, for validation failures, "reason", "field"

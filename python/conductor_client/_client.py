@@ -3,9 +3,11 @@
 Wire framing (conductor's RPC port): HTTP/1.1 with keep-alive, one
 ``POST /rpc/<Method>`` per call (Query, Register, Unregister, GetGlobalView,
 ListServices), a JSON object as the request body and a JSON object as the
-answer, always carrying the integer ``ret``. Query sends ``token_ids`` as the
-base64 text of little-endian int32s (``array('i', ids).tobytes()``), so a
-128k-token prompt costs the client a buffer copy, not a JSON list.
+answer, always carrying the integer ``ret``. Query's request is the same map
+in msgpack (Content-Type application/msgpack) with ``token_ids`` as a bin of
+little-endian int32s (``array('i', ids).tobytes()``), so a 128k-token prompt
+costs the client and the server a buffer copy, not a JSON list or base64
+(the server also takes JSON, with token_ids as an array or base64 text).
 """
 
 import array
@@ -70,8 +72,8 @@ def parse_addr(addr: Any) -> Optional[Tuple[str, int]]:
     return host, p
 
 
-def encode_tokens(token_ids: Any) -> bytes:
-    """Base64 of token_ids as little-endian int32s.
+def token_bytes(token_ids: Any) -> Any:
+    """token_ids as little-endian int32 bytes (a bytes-like object).
 
     Raises TypeError or ValueError (OverflowError included) when token_ids is
     not a sequence of integers that fit in a signed 32-bit integer.
@@ -85,13 +87,58 @@ def encode_tokens(token_ids: Any) -> bytes:
     else:  # an exotic platform: no 4-byte C int
         ids = list(token_ids)
         try:
-            return base64.b64encode(struct.pack("<%di" % len(ids), *ids))
+            return struct.pack("<%di" % len(ids), *ids)
         except struct.error as e:
             raise OverflowError(str(e)) from None
     if sys.byteorder == "big":
         arr = array.array(arr.typecode, arr)
         arr.byteswap()
-    return base64.b64encode(memoryview(arr).cast("B"))
+    return memoryview(arr).cast("B")
+
+
+def encode_tokens(token_ids: Any) -> bytes:
+    """Base64 of token_ids as little-endian int32s (the JSON form of
+    token_ids; the client itself sends msgpack)."""
+    return base64.b64encode(token_bytes(token_ids))
+
+
+def _mp_value(v: Any) -> bytes:
+    """One msgpack scalar: str, int (int64 range), bool or None."""
+    if v is None:
+        return b"\xc0"
+    if v is True:
+        return b"\xc3"
+    if v is False:
+        return b"\xc2"
+    if isinstance(v, str):
+        b = v.encode("utf-8")
+        n = len(b)
+        if n < 32:
+            return bytes((0xA0 | n,)) + b
+        if n < 256:
+            return b"\xd9" + bytes((n,)) + b
+        if n < 65536:
+            return b"\xda" + struct.pack(">H", n) + b
+        return b"\xdb" + struct.pack(">I", n) + b
+    if isinstance(v, int):
+        if 0 <= v < 128:
+            return bytes((v,))
+        if not -(1 << 63) <= v < (1 << 63):
+            raise OverflowError("integer beyond 64 bits")
+        return b"\xd3" + struct.pack(">q", v)
+    raise TypeError("unsupported value %s" % type(v).__name__)
+
+
+def encode_query(fields: Dict[str, Any], tokens: Any) -> bytes:
+    """A msgpack map of fields plus "token_ids" as a bin of tokens."""
+    n = len(tokens) if isinstance(tokens, bytes) else tokens.nbytes
+    parts = [bytes((0x80 | (len(fields) + 1),))]
+    for k, v in fields.items():
+        parts.append(_mp_value(k))
+        parts.append(_mp_value(v))
+    parts.append(b"\xa9token_ids\xc6" + struct.pack(">I", n))
+    parts.append(tokens)
+    return b"".join(parts)
 
 
 class _Conn:
@@ -112,9 +159,9 @@ class _Conn:
         h = host if ":" not in host else "[" + host + "]"
         self.host = ("%s:%d" % (h, port)).encode("idna")
 
-    def request(self, path: str, body: bytes) -> Tuple[int, bytes, bool]:
-        head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (
-            path.encode("ascii"), self.host, len(body))
+    def request(self, path: str, body: bytes, ctype: bytes) -> Tuple[int, bytes, bool]:
+        head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
+            path.encode("ascii"), self.host, ctype, len(body))
         self.sock.sendall(b"".join((head, body)))
         line = self.rfile.readline(_MAX_LINE)
         if not line:
@@ -195,11 +242,11 @@ class _Transport:
                 return
         conn.close()
 
-    def request(self, path: str, body: bytes) -> Tuple[int, bytes]:
+    def request(self, path: str, body: bytes, ctype: bytes) -> Tuple[int, bytes]:
         for attempt in (0, 1):
             conn, reused = self._take()
             try:
-                status, data, keep = conn.request(path, body)
+                status, data, keep = conn.request(path, body, ctype)
             except _STALE:
                 conn.close()
                 if reused and attempt == 0:
@@ -299,12 +346,12 @@ class ConductorClient:
 
     # -- calls -------------------------------------------------------------
 
-    def _call(self, method: str, body: bytes) -> Tuple[int, Optional[Dict[str, Any]]]:
+    def _call(self, method: str, body: bytes, ctype: bytes = b"application/json") -> Tuple[int, Optional[Dict[str, Any]]]:
         t = self._transport
         if t is None:
             return CONDUCTOR_UNAVAILABLE, None
         try:
-            status, data = t.request("/rpc/" + method, body)
+            status, data = t.request("/rpc/" + method, body, ctype)
         except socket.timeout:
             return RPC_TIMEOUT, None
         except (OSError, http.client.HTTPException) as e:
@@ -341,8 +388,7 @@ class ConductorClient:
         if self._transport is None:
             return {"ret": CONDUCTOR_UNAVAILABLE, "hits": {}}
         try:
-            tokens = encode_tokens(token_ids)
-            head = json.dumps(
+            body = encode_query(
                 {
                     "model_name": model_name,
                     "lora_name": lora_name,
@@ -351,13 +397,12 @@ class ConductorClient:
                     "cache_salt": cache_salt,
                     "instance_filter": instance_filter,
                 },
-                separators=(",", ":"),
-            ).encode()
+                token_bytes(token_ids),
+            )
         except (TypeError, ValueError, OverflowError) as e:
             _log.debug("conductor query: invalid arguments: %s", e)
             return {"ret": INVALID_PARAMS, "hits": {}}
-        body = b"".join((head[:-1], b',"token_ids":"', tokens, b'"}'))
-        ret, doc = self._call("Query", body)
+        ret, doc = self._call("Query", body, b"application/msgpack")
         if ret != OK or doc is None:
             return {"ret": ret, "hits": {}}
         hits = doc.get("hits")

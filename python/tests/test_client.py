@@ -32,7 +32,7 @@ from conductor_client import (
     AsyncConductorClient,
     ConductorClient,
 )
-from conductor_client._client import encode_tokens, parse_addr
+from conductor_client._client import _mp_value, encode_query, encode_tokens, parse_addr, token_bytes
 
 from . import harness
 
@@ -164,6 +164,28 @@ class EncodingTest(unittest.TestCase):
         for bad in ([2**31], [-(2**31) - 1], [1.5], ["1"], "abc", b"ab", {1: 2}, None, 5):
             with self.assertRaises((TypeError, ValueError, OverflowError)):
                 encode_tokens(bad)
+
+    def test_token_bytes(self) -> None:
+        for ids in ([], [7], [-1, 2**31 - 1, -(2**31)]):
+            self.assertEqual(bytes(token_bytes(ids)), struct.pack("<%di" % len(ids), *ids))
+
+    def test_msgpack_query_encoding(self) -> None:
+        # expected bytes written from the msgpack spec's formats
+        cases = [
+            (None, b"\xc0"), (True, b"\xc3"), (False, b"\xc2"), (0, b"\x00"), (127, b"\x7f"),
+            (128, b"\xd3" + (128).to_bytes(8, "big")), (-1, b"\xd3" + b"\xff" * 8),
+            ("", b"\xa0"), ("m", b"\xa1m"), ("x" * 31, b"\xbf" + b"x" * 31), ("x" * 32, b"\xd9\x20" + b"x" * 32),
+            ("x" * 256, b"\xda\x01\x00" + b"x" * 256), ("x" * 65536, b"\xdb\x00\x01\x00\x00" + b"x" * 65536),
+            ("é", b"\xa2\xc3\xa9"),
+        ]
+        for v, want in cases:
+            self.assertEqual(_mp_value(v), want, v)
+        for bad in (2**63, -(2**63) - 1, 1.5, [1], b"x"):
+            with self.assertRaises((TypeError, OverflowError)):
+                _mp_value(bad)
+        got = encode_query({"model_name": "m", "block_size": 16}, token_bytes([1, 2]))
+        self.assertEqual(got, b"\x83\xaamodel_name\xa1m\xaablock_size\x10\xa9token_ids\xc6\x00\x00\x00\x08"
+                         + struct.pack("<2i", 1, 2))
 
     def test_parse_addr(self) -> None:
         good = {"127.0.0.1:50052": ("127.0.0.1", 50052), "localhost:1": ("localhost", 1), "[::1]:9": ("::1", 9)}
@@ -506,6 +528,15 @@ class PublisherHitTest(unittest.TestCase):
         self.assertEqual(salted["hits"]["fake-0"]["longest_matched"], 0)
         shifted = q("zmq-model", block_size=16, token_ids=[1] + self.PROMPT)
         self.assertEqual(shifted["hits"]["fake-0"]["longest_matched"], 0)
+
+    def test_json_request_forms(self) -> None:
+        """The port also takes Query as JSON (token_ids as an array or base64),
+        as curl or another client would send it."""
+        import json
+        for tok in (self.PROMPT, encode_tokens(self.PROMPT).decode()):
+            body = json.dumps({"model_name": "zmq-model", "block_size": 16, "token_ids": tok}).encode()
+            ret, doc = self.c._call("Query", body)
+            self.assertEqual((ret, doc), (OK, {"ret": OK, "hits": self.WANT}))
 
     def test_long_prompt(self) -> None:
         long = self.PROMPT[:64] + list(range(131072 - 64))
