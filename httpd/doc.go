@@ -71,9 +71,10 @@
 // little-endian int32s viewed in place: the Python client's form. In JSON,
 // token_ids is an array or the base64 text (standard alphabet, padded) of
 // little-endian int32s, decoded into pooled scratch. Every answer is JSON
-// and carries the integer "ret" of the Python API: 0 with {"hits": {id: R}} (R as in the msgpack dialect), {"context_count",
-// "contexts"} (instances id → [ranks]) or {"count", "services"} (the 11
-// export keys, without AdditionalSalt); on failure ret < 0 with the method's
+// and carries the integer "ret" of the Python API: 0 with {"hits": {id: R}}
+// (R as in the msgpack dialect), {"context_count", "contexts"} (instances
+// id → [ranks]) or {"count", "services"} (the 11 export keys, without
+// AdditionalSalt); on failure ret < 0 with the method's
 // empty payload plus "error" and, for validation failures, "reason", "field"
 // and "index" as in the envelope above. Codes: INVALID_PARAMS -600 for every
 // refused request (parse, validation, core.ErrConflict / ErrInvalid / ErrLimit
