@@ -5,7 +5,7 @@ Starts a conductor and a fake engine (bench/cmd/fake-engine) that publishes a
 for the full hit, then times from Python, per call, with the prompt held as a
 list of ints (what a router has):
 
-  rpc            ConductorClient.query(...)  (base64 int32 tokens, JSON answer)
+  rpc            ConductorClient.query(...)  (msgpack request with an int32 bin, JSON answer)
   rpc-array      the same with the prompt already held as array('i') (no list conversion)
   msgpack-list   POST /query, msgpack.packb({... "token_ids": ids}), unpackb(answer)
   msgpack-bin    POST /query, token_ids as a msgpack bin of array('i', ids).tobytes()
