@@ -8,7 +8,7 @@ BENCH ?= .
 BENCHTIME ?= 1s
 RUN_ARGS ?=
 
-.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke bench clean
+.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench clean
 
 all: build
 
@@ -27,6 +27,12 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PKGS) >/dev/null; \
 	fi
 	@pkg-config --exists libzmq || { echo "libzmq still missing after install" >&2; exit 1; }
+	@if ! command -v python3 >/dev/null 2>&1; then \
+		echo "installing python3 (apt-get)"; \
+		SUDO=""; \
+		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3 >/dev/null; \
+	fi
 
 build: deps
 	$(GO) build -o $(BIN) ./cmd/conductor
@@ -58,7 +64,15 @@ fuzz-smoke: deps
 fuzz: deps
 	@FUZZTIME=$(FUZZTIME) ./fuzz/run.sh
 
-test: deps vet fmt-check race unit fuzz-smoke
+# python-test runs the Python client's unittest suite (python/tests) against
+# freshly built conductor and fake-engine binaries on free loopback ports.
+python-test: deps
+	$(GO) build -o bin/conductor ./cmd/conductor
+	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
+	cd python && CONDUCTOR_BIN=$(CURDIR)/bin/conductor FAKE_ENGINE_BIN=$(CURDIR)/bin/fake-engine \
+		python3 -m unittest discover -s tests -t . -v
+
+test: deps vet fmt-check race unit fuzz-smoke python-test
 	@echo "make test: all checks passed"
 
 # test-faults runs the fault suite at full size (its short form is part of

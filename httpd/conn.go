@@ -1,6 +1,7 @@
 package httpd
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+	"github.com/valyala/fasthttp"
 )
 
 // Limiter bounds what clients can hold across every HTTP surface of a process:
@@ -287,3 +289,55 @@ func (c *trackedConn) begin() bool {
 
 // end marks the handler done; the response is written next.
 func (c *trackedConn) end() { c.state.CompareAndSwap(connBusy, connResponded) }
+
+// listeners is the serving plumbing every surface shares: Serve runs a
+// fasthttp server on a listener guarded by the Limiter, Shutdown closes the
+// connections that are not inside a request while fasthttp drains the rest.
+type listeners struct {
+	lim *Limiter
+	// mu guards lns, the guarded listeners Serve runs on.
+	mu  sync.Mutex
+	lns []*guardedListener
+}
+
+func (l *listeners) serve(srv *fasthttp.Server, ln net.Listener) error {
+	gl := l.lim.listen(ln)
+	l.mu.Lock()
+	l.lns = append(l.lns, gl)
+	l.mu.Unlock()
+	return srv.Serve(gl)
+}
+
+func (l *listeners) shutdown(srv *fasthttp.Server, ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.ShutdownWithContext(ctx) }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		l.mu.Lock()
+		for _, gl := range l.lns {
+			gl.closeIdle()
+		}
+		l.mu.Unlock()
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// track marks the request's connection busy for the handler's duration
+// (closeIdle leaves it alone); false means shutdown has already closed it and
+// the handler must return at once. The returned func ends the request.
+func track(ctx *fasthttp.RequestCtx) (end func(), ok bool) {
+	tc, isTracked := ctx.Conn().(*trackedConn)
+	if !isTracked {
+		return func() {}, true
+	}
+	if !tc.begin() {
+		ctx.SetConnectionClose()
+		return nil, false
+	}
+	return tc.end, true
+}

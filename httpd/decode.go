@@ -6,6 +6,31 @@ import (
 	"unicode/utf8"
 )
 
+// dialect is the key set and syntax of a request body: the C++ conductor's
+// msgpack keys, the seed's JSON keys (with their aliases), or the Python
+// client's RPC keys (JSON syntax, the Python API's field names, rpc.go). One
+// parser per operation serves all three; the dialect only selects key names,
+// defaults and whether null means "absent".
+type dialect uint8
+
+const (
+	dialectMsgpack dialect = iota
+	dialectJSON
+	dialectRPC
+)
+
+// json reports whether the body is JSON (null then means "absent" for optional
+// strings).
+func (d dialect) json() bool { return d != dialectMsgpack }
+
+// dialectOf maps the HTTP API's Content-Type choice to its dialect.
+func dialectOf(json bool) dialect {
+	if json {
+		return dialectJSON
+	}
+	return dialectMsgpack
+}
+
 // kind classifies one decoded request value, dialect-neutrally.
 type kind uint8
 

@@ -1,6 +1,8 @@
 package httpd
 
 import (
+	"bytes"
+	"encoding/binary"
 	"math"
 	"strconv"
 	"unicode/utf8"
@@ -284,6 +286,50 @@ func (r *jsonReader) str() []byte {
 	r.pos = len(b)
 	r.fail("unterminated string")
 	return nil
+}
+
+// plainString consumes the string at r.pos (which holds '"') when it has no
+// escapes, control characters or bytes above 0x7f, finding its end with
+// bytes.IndexByte (memchr speed: the RPC's base64 token_ids are long); it
+// returns ok=false without consuming anything otherwise, and the caller uses
+// value(), which validates and unescapes.
+func (r *jsonReader) plainString() (value, bool) {
+	if r.syntax != nil {
+		return value{}, false
+	}
+	start := r.pos + 1
+	n := bytes.IndexByte(r.b[start:], '"')
+	if n < 0 {
+		return value{}, false
+	}
+	s := r.b[start : start+n]
+	if bytes.IndexByte(s, '\\') >= 0 || !printableASCII(s) {
+		return value{}, false
+	}
+	r.pos = start + n + 1
+	return value{kind: kindStr, s: s}, true
+}
+
+// printableASCII reports whether every byte of s is in 0x20..0x7f, eight at a
+// time. It may answer false for some such inputs (a borrow crossing bytes);
+// callers then take the validating path. TestPrintableASCII.
+func printableASCII(s []byte) bool {
+	const lo, hi = 0x2020202020202020, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		w := binary.LittleEndian.Uint64(s[i:])
+		// a byte < 0x20 borrows in w-lo; a byte >= 0x80, or one that became
+		// >= 0x80 by the subtraction, sets its high bit.
+		if (w|(w-lo))&hi != 0 {
+			return false
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // strSlow unescapes a string whose first escape is at b[i] into the scratch.

@@ -25,8 +25,28 @@ const (
 
 // queryKey maps a request key to its field id and canonical name, or 0 when
 // the key is unknown for this dialect and endpoint. msgpack takes exactly the
-// C++ conductor's keys; JSON adds the seed's aliases and lora_id.
-func queryKey(key []byte, json, byHash bool) (int, string) {
+// C++ conductor's keys; JSON adds the seed's aliases and lora_id; RPC takes the
+// Python query() argument names (model_name, instance_filter) and nothing else.
+func queryKey(key []byte, d dialect, byHash bool) (int, string) {
+	if d == dialectRPC {
+		switch string(key) {
+		case "model_name":
+			return qModel, "model_name"
+		case "block_size":
+			return qBlockSize, "block_size"
+		case "tenant_id":
+			return qTenant, "tenant_id"
+		case "lora_name":
+			return qLora, "lora_name"
+		case "cache_salt":
+			return qSalt, "cache_salt"
+		case "instance_filter":
+			return qInstance, "instance_filter"
+		case "token_ids":
+			return qTokens, "token_ids"
+		}
+		return 0, ""
+	}
 	switch string(key) {
 	case "model":
 		return qModel, "model"
@@ -53,7 +73,7 @@ func queryKey(key []byte, json, byHash bool) (int, string) {
 			return qTokens, "block_hash"
 		}
 	}
-	if json {
+	if d == dialectJSON {
 		switch string(key) {
 		case "model_name":
 			return qModel, "model_name"
@@ -69,8 +89,10 @@ func queryKey(key []byte, json, byHash bool) (int, string) {
 // parseQuery decodes a /query or /query_by_hash body into st.q, in key order
 // (the first bad key is reported), then checks required keys: model, block_size,
 // then the token (hash) array. On success the request strings are views of the
-// body: st.q is valid for the request only.
-func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestError {
+// body: st.q is valid for the request only. In the RPC dialect token_ids may
+// also be a base64 string of little-endian int32s (rpcTokens).
+func (s *Server) parseQuery(r reader, d dialect, byHash bool, st *reqState) *RequestError {
+	json := d.json()
 	q := &st.q
 	*q = core.QueryRequest{ByHash: byHash}
 	var seen int
@@ -86,7 +108,7 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 			r.skip()
 			continue
 		}
-		id, name := queryKey(key, json, byHash)
+		id, name := queryKey(key, d, byHash)
 		switch {
 		case id == 0:
 			fe = reqErr(ErrUnknownField, string(key), "unknown field "+string(key))
@@ -99,6 +121,14 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 		}
 		seen |= id
 		if id == qTokens {
+			if jr, ok := r.(*jsonReader); ok && d == dialectRPC && jr.peek() == '"' {
+				v, ok := jr.plainString()
+				if !ok {
+					v = r.value()
+				}
+				q.Tokens, fe = rpcTokens(&v, &st.b64, &st.tokBuf, name, s.opts.MaxQueryTokens)
+				continue
+			}
 			if byHash {
 				q.Hashes, fe = r.uint64s(&st.hashBuf, name, s.opts.MaxQueryTokens)
 			} else {
@@ -154,6 +184,8 @@ func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestE
 		return fe
 	}
 	switch {
+	case seen&qModel == 0 && d == dialectRPC:
+		return reqErr(ErrMissing, "model_name", "model_name is required")
 	case seen&qModel == 0:
 		return reqErr(ErrMissing, "model", "model is required")
 	case seen&qBlockSize == 0:
@@ -196,7 +228,7 @@ func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState
 		return
 	}
 	r := st.reader(st.in, json)
-	if rerr := s.parseQuery(r, json, ep == epQueryByHash, st); rerr != nil {
+	if rerr := s.parseQuery(r, dialectOf(json), ep == epQueryByHash, st); rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
@@ -211,28 +243,36 @@ func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState
 	s.writeBody(ctx, 200, json, e.buf)
 }
 
-// writeQueryFailure maps an error from core.Index.Query: input errors are 400,
-// anything else is logged and answered 500.
+// writeQueryFailure answers an error from core.Index.Query: input errors are
+// 400, anything else is logged and answered 500.
 func (s *Server) writeQueryFailure(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, err error) {
+	if re := queryInputError(&st.q, err); re != nil {
+		s.writeError(ctx, ep, st, json, re)
+		return
+	}
+	s.opts.Logger.Error("query failed", "path", ep.String(), "err", err)
+	s.writeOpError(ctx, ep, st, json, 500, "query failed: "+err.Error())
+}
+
+// queryInputError maps an error from core.Index.Query that the request caused
+// (a negative token under a strategy that forbids it, invalid UTF-8 in a
+// hashed string, core.ErrInvalid) to its *RequestError; nil means an internal
+// failure. Shared by /query and the RPC Query.
+func queryInputError(q *core.QueryRequest, err error) *RequestError {
 	field := "token_ids"
-	if st.q.ByHash {
+	if q.ByHash {
 		field = "seq_hashes"
 	}
 	switch {
 	case errors.Is(err, hash.ErrNegativeToken):
-		re := reqErr(ErrOutOfRange, field, "token ids must be non-negative for this context's hash strategy")
 		if te := new(hash.TokenError); errors.As(err, &te) {
-			re = elemErr(ErrOutOfRange, field, te.Index, "token ids must be non-negative for this context's hash strategy")
+			return elemErr(ErrOutOfRange, field, te.Index, "token ids must be non-negative for this context's hash strategy")
 		}
-		s.writeError(ctx, ep, st, json, re)
-	case errors.Is(err, hash.ErrInvalidUTF8):
-		s.writeError(ctx, ep, st, json, reqErr(ErrInvalidValue, "", err.Error()))
-	case errors.Is(err, core.ErrInvalid):
-		s.writeError(ctx, ep, st, json, reqErr(ErrInvalidValue, "", err.Error()))
-	default:
-		s.opts.Logger.Error("query failed", "path", ep.String(), "err", err)
-		s.writeOpError(ctx, ep, st, json, 500, "query failed: "+err.Error())
+		return reqErr(ErrOutOfRange, field, "token ids must be non-negative for this context's hash strategy")
+	case errors.Is(err, hash.ErrInvalidUTF8), errors.Is(err, core.ErrInvalid):
+		return reqErr(ErrInvalidValue, "", err.Error())
 	}
+	return nil
 }
 
 // appendQueryResult writes the /query response.
@@ -250,46 +290,54 @@ func (s *Server) writeQueryFailure(ctx *fasthttp.RequestCtx, ep endpoint, st *re
 // cumulative tier boundaries.
 func appendQueryResult(e *encoder, tenant string, res *core.QueryResult) {
 	rows := res.Instances
-	if e.json {
-		if len(rows) == 0 {
-			e.mapHeader(0)
-			return
-		}
-		e.mapHeader(1)
-		e.str(tenant)
-	} else {
+	if !e.json {
 		e.mapHeader(1)
 		e.str("instances")
+		appendInstanceRows(e, rows)
+		return
 	}
+	if len(rows) == 0 {
+		e.mapHeader(0)
+		return
+	}
+	e.mapHeader(1)
+	e.str(tenant)
 	e.mapHeader(len(rows))
 	for i := range rows {
 		row := &rows[i]
 		e.str(row.ID)
-		if e.json {
-			e.mapHeader(10)
-			e.str("longest_matched")
-			e.int(row.LongestMatched)
-			e.str("GPU")
-			e.int(row.Media[core.MediumDevice])
-			e.str("CPU")
-			e.int(row.Media[core.MediumHost])
-			e.str("DISK")
-			e.int(row.Media[core.MediumDisk])
-			e.str("DP")
-			appendDP(e, row.Ranks, true)
-			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
-			e.str("rank_matches")
-			appendRankMatches(e, row.Ranks)
-		} else {
-			e.mapHeader(7)
-			e.str("longest_matched")
-			e.int(row.LongestMatched)
-			e.str("dp")
-			appendDP(e, row.Ranks, false)
-			e.str("rank_matches")
-			appendRankMatches(e, row.Ranks)
-			appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
-		}
+		e.mapHeader(10)
+		e.str("longest_matched")
+		e.int(row.LongestMatched)
+		e.str("GPU")
+		e.int(row.Media[core.MediumDevice])
+		e.str("CPU")
+		e.int(row.Media[core.MediumHost])
+		e.str("DISK")
+		e.int(row.Media[core.MediumDisk])
+		e.str("DP")
+		appendDP(e, row.Ranks, true)
+		appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
+		e.str("rank_matches")
+		appendRankMatches(e, row.Ranks)
+	}
+}
+
+// appendInstanceRows writes {id: {longest_matched, dp, rank_matches, device,
+// cpu_local, cpu_share, disk}}: the msgpack "instances" map and the RPC "hits".
+func appendInstanceRows(e *encoder, rows []core.InstanceResult) {
+	e.mapHeader(len(rows))
+	for i := range rows {
+		row := &rows[i]
+		e.str(row.ID)
+		e.mapHeader(7)
+		e.str("longest_matched")
+		e.int(row.LongestMatched)
+		e.str("dp")
+		appendDP(e, row.Ranks, false)
+		e.str("rank_matches")
+		appendRankMatches(e, row.Ranks)
+		appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
 	}
 }
 

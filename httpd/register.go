@@ -32,15 +32,12 @@ const (
 // regKey maps a /register key to its slot. msgpack takes exactly the C++
 // conductor's keys (additionalsalt is unknown_field there, as in the C++
 // dialect); JSON also takes model_name / model and additionalsalt /
-// additional_salt.
-func regKey(key []byte, json bool) int {
+// additional_salt; RPC takes the Python register() names (model_name,
+// publisher_type) and refuses the HTTP ones (modelname, type, additionalsalt).
+func regKey(key []byte, d dialect) int {
 	switch string(key) {
 	case "endpoint":
 		return rEndpoint
-	case "type":
-		return rType
-	case "modelname":
-		return rModel
 	case "instance_id":
 		return rInstance
 	case "block_size":
@@ -58,7 +55,24 @@ func regKey(key []byte, json bool) int {
 	case "dp_rank":
 		return rDPRank
 	}
-	if json {
+	if d == dialectRPC {
+		switch string(key) {
+		case "model_name":
+			return rModel
+		case "publisher_type":
+			return rType
+		}
+		return -1
+	}
+	switch string(key) {
+	case "type":
+		return rType
+	case "modelname":
+		return rModel
+	case "additionalsalt":
+		return rSalt
+	}
+	if d == dialectJSON {
 		switch string(key) {
 		case "model_name", "model":
 			return rModel
@@ -105,18 +119,24 @@ func DecodeRegistration(body []byte, json bool, opts DecodeOptions) (core.Regist
 		mr.init(body, true)
 		r = mr
 	}
-	reg, rerr := decodeRegistration(r, json, opts)
+	reg, rerr := decodeRegistration(r, dialectOf(json), opts)
 	if rerr != nil {
 		return core.Registration{}, rerr
 	}
 	return reg, nil
 }
 
-func decodeRegistration(r reader, json bool, opts DecodeOptions) (core.Registration, *RequestError) {
+// decodeRegistration is DecodeRegistration over a reader, in any dialect. The
+// RPC dialect (the Python register()) runs the same steps with its own key
+// names and the Python API's defaults: publisher_type defaults to "vLLM" and
+// takes only vLLM, SGLang or Mooncake; dp_rank defaults to 0; hash_profile is
+// required.
+func decodeRegistration(r reader, d dialect, opts DecodeOptions) (core.Registration, *RequestError) {
+	json, rpc := d.json(), d == dialectRPC
 	var slots [numRegKeys]regSlot
 	var seen [numRegKeys]bool
 	if fe := scanFields(r, "", seen[:], func(key []byte) (int, bool) {
-		id := regKey(key, json)
+		id := regKey(key, d)
 		return id, id < 0 && opts.IgnoreUnknown
 	}, func(id int, key []byte) {
 		slots[id] = regSlot{set: true, name: string(key), v: r.value()}
@@ -128,6 +148,9 @@ func decodeRegistration(r reader, json bool, opts DecodeOptions) (core.Registrat
 	canon := [numRegKeys]string{rEndpoint: "endpoint", rType: "type", rModel: "modelname", rInstance: "instance_id",
 		rBlockSize: "block_size", rReplay: "replay_endpoint", rLora: "lora_name", rTenant: "tenant_id",
 		rSalt: "additionalsalt", rCacheGroup: "cache_group", rProfile: "hash_profile", rDPRank: "dp_rank"}
+	if rpc {
+		canon[rType], canon[rModel] = "publisher_type", "model_name"
+	}
 	name := func(id int) string {
 		if slots[id].set {
 			return slots[id].name
@@ -154,9 +177,11 @@ func decodeRegistration(r reader, json bool, opts DecodeOptions) (core.Registrat
 	if reg.Endpoint, err = required(rEndpoint); err != nil {
 		return reg, err
 	}
-	typeName, err := required(rType)
-	if err != nil {
-		return reg, err
+	typeName := "vLLM" // the Python API's default
+	if slots[rType].set || !rpc {
+		if typeName, err = required(rType); err != nil {
+			return reg, err
+		}
 	}
 	if reg.ModelName, err = required(rModel); err != nil {
 		return reg, err
@@ -225,19 +250,27 @@ func decodeRegistration(r reader, json bool, opts DecodeOptions) (core.Registrat
 			return reg, perr
 		}
 		reg.Profile, reg.ProfileExplicit = p, true
+	} else if rpc {
+		return reg, reqErr(ErrMissing, "hash_profile", "hash_profile is required")
 	} else {
 		reg.Profile = hash.DefaultProfile()
 	}
 
 	// Step 12: the publisher type's value.
 	t, terr := core.ParsePublisherType(typeName)
-	if terr != nil {
+	switch {
+	case rpc && (terr != nil || t == core.PublisherStandard):
+		return reg, reqErr(ErrInvalidValue, name(rType), "publisher_type must be vLLM, SGLang or Mooncake")
+	case terr != nil:
 		return reg, reqErr(ErrInvalidValue, name(rType), "type must be vLLM, SGLang, Mooncake or standard")
 	}
 	reg.Type = t
 
-	// Step 13: dp_rank.
+	// Step 13: dp_rank (the Python API defaults it to 0).
 	if !slots[rDPRank].set {
+		if rpc {
+			return reg, nil
+		}
 		return reg, reqErr(ErrMissing, "dp_rank", "dp_rank is required")
 	}
 	dp := &slots[rDPRank].v
@@ -346,42 +379,18 @@ func (s *Server) handleRegister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
-	reg, rerr := decodeRegistration(st.reader(st.in, json), json, DecodeOptions{})
+	reg, rerr := decodeRegistration(st.reader(st.in, json), dialectOf(json), DecodeOptions{})
 	if rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
-	created, err := s.gate.Register(st.who, reg)
-	key := serviceKey(reg.InstanceID, reg.TenantID, reg.DPRank)
-	if err != nil {
-		switch {
-		case errors.Is(err, ErrForbidden):
-			var fe *core.FieldError
-			field := ""
-			if errors.As(err, &fe) {
-				field = fe.Field
-			}
-			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrForbidden, Field: field, Index: noIndex, Status: 403, Msg: err.Error()})
-		case errors.Is(err, ErrStateWrite):
-			s.opts.Logger.Error("register not saved", "service", key, "err", err)
-			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrStateWrite, Index: noIndex, Status: 500, Msg: err.Error()})
-		case errors.Is(err, core.ErrLimit):
-			s.writeError(ctx, ep, st, json, reqErr(ErrLimitExceeded, "", err.Error()))
-		case errors.As(err, new(*core.FieldError)) && !errors.Is(err, core.ErrConflict):
-			var fe *core.FieldError
-			errors.As(err, &fe)
-			s.writeError(ctx, ep, st, json, reqErr(ErrInvalidValue, fe.Field, err.Error()))
-		case errors.Is(err, core.ErrConflict), errors.Is(err, core.ErrInvalid):
-			s.writeError(ctx, ep, st, json, reqErr(ErrInvalidRegistration, "", err.Error()))
-		default:
-			s.opts.Logger.Error("register failed", "service", key, "endpoint", reg.Endpoint, "err", err)
-			s.writeOpError(ctx, ep, st, json, 500, "Failed to subscribe: "+err.Error())
-		}
+	if rerr, err := s.register(st.who, reg); rerr != nil {
+		s.writeError(ctx, ep, st, json, rerr)
+		return
+	} else if err != nil {
+		s.writeOpError(ctx, ep, st, json, 500, "Failed to subscribe: "+err.Error())
 		return
 	}
-	s.opts.Logger.Info("registered", "service", key, "endpoint", reg.Endpoint, "type", reg.Type.String(),
-		"model", reg.ModelName, "block_size", reg.BlockSize, "profile", reg.Profile.Spec.Strategy+"/"+reg.Profile.Spec.Algorithm,
-		"created", created)
 	e := &st.enc
 	e.reset(json)
 	e.mapHeader(2)
@@ -390,6 +399,42 @@ func (s *Server) handleRegister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 	e.str("instance_id")
 	e.str(reg.InstanceID)
 	s.writeBody(ctx, 200, json, e.buf)
+}
+
+// register subscribes a decoded registration through the Registrar (shared by
+// /register and the RPC Register). A refusal the client caused is a
+// *RequestError: core.ErrLimit → limit_exceeded, a core.FieldError →
+// invalid_value naming the field, core.ErrConflict or core.ErrInvalid →
+// invalid_registration. Any other failure is logged and returned as err.
+func (s *Server) register(who Principal, reg core.Registration) (*RequestError, error) {
+	created, err := s.gate.Register(who, reg)
+	key := serviceKey(reg.InstanceID, reg.TenantID, reg.DPRank)
+	if err != nil {
+		var fe *core.FieldError
+		switch {
+		case errors.Is(err, ErrForbidden):
+			field := ""
+			if errors.As(err, &fe) {
+				field = fe.Field
+			}
+			return &RequestError{Err: ErrForbidden, Field: field, Index: noIndex, Status: 403, Msg: err.Error()}, nil
+		case errors.Is(err, ErrStateWrite):
+			s.opts.Logger.Error("register not saved", "service", key, "err", err)
+			return &RequestError{Err: ErrStateWrite, Index: noIndex, Status: 500, Msg: err.Error()}, nil
+		case errors.Is(err, core.ErrLimit):
+			return reqErr(ErrLimitExceeded, "", err.Error()), nil
+		case errors.As(err, &fe) && !errors.Is(err, core.ErrConflict):
+			return reqErr(ErrInvalidValue, fe.Field, err.Error()), nil
+		case errors.Is(err, core.ErrConflict), errors.Is(err, core.ErrInvalid):
+			return reqErr(ErrInvalidRegistration, "", err.Error()), nil
+		}
+		s.opts.Logger.Error("register failed", "service", key, "endpoint", reg.Endpoint, "err", err)
+		return nil, err
+	}
+	s.opts.Logger.Info("registered", "service", key, "endpoint", reg.Endpoint, "type", reg.Type.String(),
+		"model", reg.ModelName, "block_size", reg.BlockSize, "profile", reg.Profile.Spec.Strategy+"/"+reg.Profile.Spec.Algorithm,
+		"owner", reg.Owner, "created", created)
+	return nil, nil
 }
 
 // serviceKey renders "instance|tenant|rank".
@@ -406,7 +451,7 @@ const (
 	numUnregKeys
 )
 
-func unregKey(key []byte, json bool) int {
+func unregKey(key []byte, d dialect) int {
 	switch string(key) {
 	case "instance_id":
 		return uInstance
@@ -415,7 +460,7 @@ func unregKey(key []byte, json bool) int {
 	case "dp_rank":
 		return uDPRank
 	}
-	if json {
+	if d == dialectJSON {
 		switch string(key) {
 		case "type", "modelname", "lora_name", "block_size":
 			return uIgnored
@@ -429,12 +474,14 @@ func unregKey(key []byte, json bool) int {
 // (required; a non-integer, negative or > 2^31-1 value is invalid_value, as
 // upstream). Unknown keys are unknown_field, except the Go-era type, modelname,
 // lora_name and block_size, which the JSON dialect ignores (the seed's example
-// sends them).
-func decodeUnregister(r reader, json bool) (core.ServiceKey, *RequestError) {
+// sends them). The RPC dialect (the Python unregister()) takes only the three
+// keys and defaults dp_rank to 0, as the Python signature does.
+func decodeUnregister(r reader, d dialect) (core.ServiceKey, *RequestError) {
+	json := d.json()
 	var vals [numUnregKeys]value
 	var set [numUnregKeys]bool
 	if fe := scanFields(r, "", set[:], func(key []byte) (int, bool) {
-		id := unregKey(key, json)
+		id := unregKey(key, d)
 		return id, id == uIgnored
 	}, func(id int, _ []byte) { vals[id] = r.value() }); fe != nil {
 		return core.ServiceKey{}, fe
@@ -458,6 +505,9 @@ func decodeUnregister(r reader, json bool) (core.ServiceKey, *RequestError) {
 		k.TenantID = "default"
 	}
 	if !set[uDPRank] {
+		if d == dialectRPC {
+			return k, nil
+		}
 		return k, reqErr(ErrMissing, "dp_rank", "dp_rank is required")
 	}
 	dp := &vals[uDPRank]
@@ -468,6 +518,20 @@ func decodeUnregister(r reader, json bool) (core.ServiceKey, *RequestError) {
 	return k, nil
 }
 
+// unregister stops subscription k (rendered as key) on behalf of who
+// through the Gate (shared by /unregister and the RPC Unregister). Errors wrap
+// core.ErrNotFound, ErrForbidden or ErrStateWrite; other failures are logged.
+func (s *Server) unregister(who Principal, k core.ServiceKey, key string) error {
+	if _, err := s.gate.Unregister(who, k); err != nil {
+		if !errors.Is(err, core.ErrNotFound) && !errors.Is(err, ErrForbidden) {
+			s.opts.Logger.Error("unregister failed", "service", key, "err", err)
+		}
+		return err
+	}
+	s.opts.Logger.Info("unregistered", "service", key)
+	return nil
+}
+
 // handleUnregister serves POST /unregister.
 func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) {
 	json, rerr := requestDialect(ctx, st.in)
@@ -475,13 +539,13 @@ func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
-	k, rerr := decodeUnregister(st.reader(st.in, json), json)
+	k, rerr := decodeUnregister(st.reader(st.in, json), dialectOf(json))
 	if rerr != nil {
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	}
 	key := serviceKey(k.InstanceID, k.TenantID, k.DPRank)
-	if _, err := s.gate.Unregister(st.who, k); err != nil {
+	if err := s.unregister(st.who, k, key); err != nil {
 		switch {
 		case errors.Is(err, core.ErrNotFound):
 			s.writeOpError(ctx, ep, st, json, 404, "service not found: "+key)
@@ -494,11 +558,9 @@ func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrStateWrite, Index: noIndex, Status: 500, Msg: err.Error()})
 			return
 		}
-		s.opts.Logger.Error("unregister failed", "service", key, "err", err)
 		s.writeOpError(ctx, ep, st, json, 500, "Failed to unregister: "+err.Error())
 		return
 	}
-	s.opts.Logger.Info("unregistered", "service", key)
 	e := &st.enc
 	e.reset(json)
 	e.mapHeader(2)

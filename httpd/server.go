@@ -41,11 +41,7 @@ type Server struct {
 	srv   *fasthttp.Server
 	lim   *Limiter
 	gate  *Gate
-
-	// lnMu guards lns, the guarded listeners Serve runs on (Shutdown closes
-	// their idle connections).
-	lnMu sync.Mutex
-	lns  []*guardedListener
+	lns   listeners
 
 	// pool holds *reqState: per-request scratch (readers, token buffers, the
 	// query result, the response encoder), so /query allocates nothing.
@@ -65,6 +61,7 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Server, error) {
 	if s.gate == nil {
 		s.gate = NewGate(reg, ix, nil)
 	}
+	s.lns.lim = s.lim
 	if s.lim == nil {
 		s.lim = NewLimiter(0, 0, opts.Logger)
 		s.opts.ExtraMetrics = append(append([]*metrics.Set(nil), opts.ExtraMetrics...), s.lim.Metrics())
@@ -99,36 +96,13 @@ func newFastServer(h fasthttp.RequestHandler, eh func(*fasthttp.RequestCtx, erro
 // Serve accepts connections on ln until Shutdown; it returns nil after
 // Shutdown. Connections are bounded and accept errors retried by the
 // server's Limiter (Options.Limiter).
-func (s *Server) Serve(ln net.Listener) error {
-	gl := s.lim.listen(ln)
-	s.lnMu.Lock()
-	s.lns = append(s.lns, gl)
-	s.lnMu.Unlock()
-	return s.srv.Serve(gl)
-}
+func (s *Server) Serve(ln net.Listener) error { return s.lns.serve(s.srv, ln) }
 
 // Shutdown stops accepting connections, closes every connection that is not
 // inside a request (idle keep-alive connections, and connections that have
 // not sent a complete request) and waits for in-flight requests to finish (or
 // ctx to expire, returning ctx.Err()). Proved by TestShutdownClosesPartialRequests.
-func (s *Server) Shutdown(ctx context.Context) error {
-	done := make(chan error, 1)
-	go func() { done <- s.srv.ShutdownWithContext(ctx) }()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		s.lnMu.Lock()
-		for _, l := range s.lns {
-			l.closeIdle()
-		}
-		s.lnMu.Unlock()
-		select {
-		case err := <-done:
-			return err
-		case <-tick.C:
-		}
-	}
-}
+func (s *Server) Shutdown(ctx context.Context) error { return s.lns.shutdown(s.srv, ctx) }
 
 // Metrics returns the server's metric set (request counts and latencies,
 // errors by reason, index gauges).
@@ -208,13 +182,11 @@ func route(path []byte) endpoint {
 // Handler is the fasthttp request handler (exported for embedding and tests).
 func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
-	if tc, ok := ctx.Conn().(*trackedConn); ok {
-		if !tc.begin() {
-			ctx.SetConnectionClose()
-			return
-		}
-		defer tc.end()
+	end, ok := track(ctx)
+	if !ok {
+		return
 	}
+	defer end()
 	ep := route(ctx.Path())
 	st := s.pool.Get().(*reqState)
 	defer s.putState(st)
@@ -296,6 +268,7 @@ type reqState struct {
 	reserved int64
 	tokBuf   []int32
 	hashBuf  []uint64
+	b64      []byte // decoded base64 token_ids (RPC)
 	q        core.QueryRequest
 	res      core.QueryResult
 	who      Principal // the caller (authorize)
@@ -331,6 +304,9 @@ func (s *Server) putState(st *reqState) {
 	if cap(st.enc.buf) > retainBytes {
 		s.lim.dropped(int64(cap(st.enc.buf)))
 		st.enc.buf = nil
+	}
+	if cap(st.b64) > retainBytes {
+		st.b64 = nil
 	}
 	if cap(st.tokBuf) > retainTokens {
 		st.tokBuf = nil

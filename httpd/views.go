@@ -7,6 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
@@ -38,10 +39,24 @@ func (s *Server) handleServices(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 	e.str("count")
 	e.uint(uint64(len(svcs)))
 	e.str("services")
+	appendServices(e, svcs, true)
+	s.writeBody(ctx, 200, json, e.buf)
+}
+
+// appendServices writes the registrations as [S...]: the 11 export keys of
+// reference §1.1 (Endpoint, ReplayEndpoint, Type, ModelName, LoraName,
+// TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), plus
+// AdditionalSalt when withSalt (the HTTP /services; the Python API has exactly
+// the 11).
+func appendServices(e *encoder, svcs []core.Registration, withSalt bool) {
 	e.arrayHeader(len(svcs))
 	for i := range svcs {
 		r := &svcs[i]
-		e.mapHeader(12)
+		if withSalt {
+			e.mapHeader(12)
+		} else {
+			e.mapHeader(11)
+		}
 		e.str("Endpoint")
 		e.str(r.Endpoint)
 		e.str("ReplayEndpoint")
@@ -68,10 +83,11 @@ func (s *Server) handleServices(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 		}
 		e.str("HashProfile")
 		appendProfile(e, &r.Profile)
-		e.str("AdditionalSalt")
-		e.str(r.AdditionalSalt)
+		if withSalt {
+			e.str("AdditionalSalt")
+			e.str(r.AdditionalSalt)
+		}
 	}
-	s.writeBody(ctx, 200, json, e.buf)
 }
 
 // handleGlobalView serves GET /global_view: {"context_count", "contexts": [C...]}
@@ -87,6 +103,13 @@ func (s *Server) handleGlobalView(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 	e.str("context_count")
 	e.uint(uint64(len(cs)))
 	e.str("contexts")
+	appendContexts(e, cs)
+	s.writeBody(ctx, 200, json, e.buf)
+}
+
+// appendContexts writes [C...] of handleGlobalView (shared with the RPC
+// GetGlobalView).
+func appendContexts(e *encoder, cs []core.ContextView) {
 	e.arrayHeader(len(cs))
 	var ids []string
 	for i := range cs {
@@ -120,7 +143,6 @@ func (s *Server) handleGlobalView(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 			}
 		}
 	}
-	s.writeBody(ctx, 200, json, e.buf)
 }
 
 // handleHealth serves GET /health: liveness, build info and the active hash

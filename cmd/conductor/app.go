@@ -52,6 +52,7 @@ func buildVersion() string {
 type settings struct {
 	configPath      string
 	httpPort        int // -1: from the file
+	rpcPort         int // -1: from the file
 	listen          string
 	logLevel        string
 	logFormat       string
@@ -81,6 +82,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&s.configPath, "config", "", "configuration file (default $CONDUCTOR_CONFIG_PATH, else ~/.mooncake/conductor_config.json)")
 	fs.IntVar(&s.httpPort, "http-port", -1, "HTTP port, overrides http_server_port (0 = ephemeral)")
+	fs.IntVar(&s.rpcPort, "rpc-port", -1, "Python client RPC port, overrides rpc_server_port (default 50052; 0 = off)")
 	fs.StringVar(&s.listen, "listen", "127.0.0.1", "bind address of every listener (loopback by default; 0.0.0.0 to serve other hosts)")
 	fs.StringVar(&s.logLevel, "log-level", "", "DEBUG, INFO, WARN or ERROR (default $CONDUCTOR_LOG_LEVEL, else INFO)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format: text or json")
@@ -116,6 +118,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if s.maxConns <= 0 || s.maxInflightBody <= 0 || s.maxRegistration <= 0 || s.maxBodyBytes < 0 || s.maxQueryTokens < 0 {
 		return s, fmt.Errorf("--max-connections, --max-inflight-body-bytes and --max-registrations must be > 0, " +
 			"--max-body-bytes and --max-query-tokens >= 0 (0 = default)")
+	}
+	if s.rpcPort > 65535 || s.rpcPort < -1 {
+		return s, fmt.Errorf("--rpc-port=%d: want 0..65535", s.rpcPort)
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
@@ -199,6 +204,8 @@ type app struct {
 	ln              net.Listener
 	gate            *httpd.Gate
 	state           *stateStore
+	rpc             *httpd.RPCServer // nil when the RPC port is 0
+	rpcLn           net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
 }
@@ -265,13 +272,13 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	for _, sk := range cfg.Skipped {
 		log.Warn("invalid static service skipped", "entry", sk.Source, "err", sk.Err)
 	}
-	if cfg.HasRPC {
-		log.Warn("rpc_server_port is not served: the coro_rpc protocol of the C++ conductor is not implemented; use the HTTP API",
-			"rpc_server_port", cfg.RPCPort)
-	}
 	port := cfg.HTTPPort
 	if s.httpPort >= 0 {
 		port = s.httpPort
+	}
+	rpcPort := cfg.RPCPort
+	if s.rpcPort >= 0 {
+		rpcPort = s.rpcPort
 	}
 
 	backend, backendSrc := s.sha256Backend, "--sha256-backend"
@@ -352,7 +359,20 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("cannot listen", "addr", addr, "err", err)
 		return nil, 1
 	}
+	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
+		shutdownTimeout: s.shutdownTimeout}
 	policy.DenyOwn(ln.Addr().(*net.TCPAddr).Port)
+	if rpcPort != 0 {
+		raddr := net.JoinHostPort(s.listen, strconv.Itoa(rpcPort))
+		if a.rpcLn, err = net.Listen("tcp", raddr); err != nil {
+			ln.Close()
+			ing.Close()
+			log.Error("cannot listen", "addr", raddr, "err", err)
+			return nil, 1
+		}
+		a.rpc = httpd.NewRPC(srv)
+		policy.DenyOwn(a.rpcLn.Addr().(*net.TCPAddr).Port)
+	}
 	log.Info("conductor starting", "version", ver, "config", path, "listen", s.listen,
 		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken+s.queryTokenFile != "",
 		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
@@ -362,8 +382,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Warn("listening beyond loopback with no --admin-token: anyone who reaches the port can register, unregister and read the registry",
 			"listen", s.listen)
 	}
-	return &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
-		shutdownTimeout: s.shutdownTimeout}, 0
+	return a, 0
 }
 
 // accessOf builds the token policy and the endpoint allowlist from the flags.
@@ -433,8 +452,14 @@ func (a *app) serve(ctx context.Context) int {
 	a.restoreState()
 	a.persist()
 	a.log.Info("HTTP server listening", "addr", a.Addr())
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- a.srv.Serve(a.ln) }()
+	if a.rpc != nil {
+		a.log.Info("RPC server listening", "addr", a.rpcLn.Addr().String())
+		go func() { serveErr <- a.rpc.Serve(a.rpcLn) }()
+	} else {
+		a.log.Info("RPC server disabled (rpc_server_port 0)")
+	}
 
 	staticCtx, cancelStatic := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -449,7 +474,7 @@ func (a *app) serve(ctx context.Context) int {
 	case <-ctx.Done():
 		a.log.Info("shutting down", "reason", context.Cause(ctx))
 	case err := <-serveErr:
-		a.log.Error("HTTP server failed", "err", err)
+		a.log.Error("HTTP or RPC server failed", "err", err)
 		code = 1
 	}
 	cancelStatic()
@@ -457,6 +482,11 @@ func (a *app) serve(ctx context.Context) int {
 	defer cancel()
 	if err := a.srv.Shutdown(sctx); err != nil {
 		a.log.Warn("HTTP shutdown did not drain in time", "err", err)
+	}
+	if a.rpc != nil {
+		if err := a.rpc.Shutdown(sctx); err != nil {
+			a.log.Warn("RPC shutdown did not drain in time", "err", err)
+		}
 	}
 	wg.Wait()
 	a.ing.Close()

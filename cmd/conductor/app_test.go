@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +59,7 @@ func startConductor(t *testing.T, config string, args ...string) *proc {
 		}
 	}
 	logs := &syncBuffer{}
-	all := append([]string{"--http-port", "0", "--listen", "127.0.0.1", "--log-level", "debug", "--shutdown-timeout", "5s",
+	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--log-level", "debug", "--shutdown-timeout", "5s",
 		"--state-dir", filepath.Join(dir, "state")}, args...)
 	a, code := newApp(all, envOf(map[string]string{"CONDUCTOR_CONFIG_PATH": path, "HOME": dir}), io.Discard, logs)
 	if a == nil {
@@ -145,7 +147,7 @@ func TestRunLifecycle(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() {
-		done <- run(ctx, []string{"--http-port", "0", "--listen", "127.0.0.1", "--log-format", "json"},
+		done <- run(ctx, []string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--log-format", "json"},
 			envOf(map[string]string{"CONDUCTOR_CONFIG_PATH": filepath.Join(dir, "none.json"), "CONDUCTOR_LOG_LEVEL": "loud"}), io.Discard, pw)
 		pw.Close()
 	}()
@@ -205,6 +207,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"malformed config", []string{"--config", bad}, 1, "cannot use configuration file"},
 		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
 		{"bad port", []string{"--http-port", "70000"}, 2, "want 0..65535"},
+		{"bad rpc port", []string{"--rpc-port", "-2"}, 2, "--rpc-port=-2: want 0..65535"},
 		{"bad log format", []string{"--log-format", "xml"}, 2, "want text or json"},
 		{"extra args", []string{"serve"}, 2, "unexpected arguments"},
 		{"version", []string{"--version"}, 0, "conductor "},
@@ -237,7 +240,7 @@ func TestStaticServicesDoNotBlockStartup(t *testing.T) {
 }`)
 	waitFor(t, "static registrations", func() bool { return strings.Contains(p.logs.String(), "Static KV Event Manager started") })
 	logs := p.logs.String()
-	for _, want := range []string{"success=2 failed=1", "rpc_server_port is not served", `invalid static service skipped" entry="kvevent_instance[\"skipped\"]"`} {
+	for _, want := range []string{"success=2 failed=1", "RPC server disabled", `invalid static service skipped" entry="kvevent_instance[\"skipped\"]"`} {
 		if !strings.Contains(logs, want) {
 			t.Errorf("logs lack %q", want)
 		}
@@ -250,5 +253,44 @@ func TestStaticServicesDoNotBlockStartup(t *testing.T) {
 	if code != 200 || !strings.Contains(string(body), `conductor_listeners{state="pending"}`) ||
 		!strings.Contains(string(body), `conductor_registrations{type="Mooncake"} 1`) {
 		t.Fatalf("metrics:\n%s", body)
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago (the RPC port
+// has no ephemeral form: 0 turns it off).
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// TestRPCPortServed: --rpc-port serves the Python client's surface over the
+// same index and registrar as the HTTP API; the HTTP port does not serve it.
+func TestRPCPortServed(t *testing.T) {
+	port := freePort(t)
+	p := startConductor(t, `{"rpc_server_port": 0}`, "--rpc-port", strconv.Itoa(port))
+	waitFor(t, "the RPC listening line", func() bool { return strings.Contains(p.logs.String(), "RPC server listening") })
+	rpc := "http://127.0.0.1:" + strconv.Itoa(port) + "/rpc/"
+	code, _, body := httpDo(t, "POST", rpc+"ListServices", "application/json", nil)
+	if code != 200 || string(body) != `{"ret":0,"count":0,"services":[]}` {
+		t.Fatalf("ListServices: %d %s", code, body)
+	}
+	reg := `{"instance_id":"vllm-0","endpoint":"tcp://127.0.0.1:1","model_name":"m","block_size":16,` +
+		`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`
+	code, _, body = httpDo(t, "POST", rpc+"Register", "application/json", []byte(reg))
+	if code != 200 || string(body) != `{"ret":0}` {
+		t.Fatalf("Register: %d %s", code, body)
+	}
+	m := getJSON(t, p.url("/services"))
+	svcs, _ := m["services"].([]any)
+	if len(svcs) != 1 || svcs[0].(map[string]any)["Type"] != "vLLM" || svcs[0].(map[string]any)["DPRank"] != json.Number("0") {
+		t.Fatalf("HTTP /services after RPC Register: %v", m)
+	}
+	if code, _, _ := httpDo(t, "POST", p.url("/rpc/ListServices"), "application/json", nil); code != 404 {
+		t.Fatalf("HTTP port serves /rpc/: %d", code)
 	}
 }

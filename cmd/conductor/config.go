@@ -16,6 +16,10 @@ import (
 // DefaultHTTPPort is the Mooncake conductor's port when no configuration names one.
 const DefaultHTTPPort = 13333
 
+// DefaultRPCPort is the Python client's RPC port when no configuration names
+// one (the seed's rpc_server_port).
+const DefaultRPCPort = 50052
+
 // ErrConfig is wrapped by every error that makes a configuration file unusable
 // (the process then exits 1 with the reason).
 var ErrConfig = errors.New("conductor: bad configuration file")
@@ -24,7 +28,7 @@ var ErrConfig = errors.New("conductor: bad configuration file")
 //
 //	{
 //	  "http_server_port": 13333,          // optional, 0..65535; 0 = an ephemeral port
-//	  "rpc_server_port": 50052,           // accepted; the coro_rpc protocol is C++-only and not served
+//	  "rpc_server_port": 50052,           // optional, 0..65535; the Python client's RPC surface; 0 = off
 //	  "kvevent_instance": {"name": E...}, // static registrations; instance_id defaults to the name
 //	  "services": [E...],                 // the same entries as a list (instance_id required)
 //	  "media": {"engine": {"tape": "disk"}, "pool": {"cxl": "cpu_share"}} // medium → tier overrides
@@ -62,7 +66,7 @@ type skippedEntry struct {
 func loadConfig(path string) (cfg fileConfig, readErr, err error) {
 	data, readErr := os.ReadFile(path)
 	if readErr != nil {
-		return fileConfig{HTTPPort: DefaultHTTPPort}, readErr, nil
+		return fileConfig{HTTPPort: DefaultHTTPPort, RPCPort: DefaultRPCPort}, readErr, nil
 	}
 	cfg, err = parseConfig(data)
 	return cfg, nil, err
@@ -70,7 +74,7 @@ func loadConfig(path string) (cfg fileConfig, readErr, err error) {
 
 // parseConfig parses the bytes of a configuration file.
 func parseConfig(data []byte) (fileConfig, error) {
-	cfg := fileConfig{HTTPPort: DefaultHTTPPort}
+	cfg := fileConfig{HTTPPort: DefaultHTTPPort, RPCPort: DefaultRPCPort}
 	var root map[string]json.RawMessage
 	if err := json.Unmarshal(data, &root); err != nil || root == nil {
 		if err == nil {

@@ -1,5 +1,6 @@
 // Command conductor is the KV-cache indexer process: it serves the Mooncake
-// indexer HTTP API (JSON and msgpack, package httpd) and consumes KV events from
+// indexer HTTP API (JSON and msgpack, package httpd), the Python client's RPC
+// surface on its own port (httpd.RPCServer) and consumes KV events from
 // the registered ZMQ publishers (package wire) into the prefix index (package
 // core).
 //
@@ -10,13 +11,14 @@
 //     $HOME/.mooncake/conductor_config.json. A missing or unreadable file starts
 //     an empty conductor with a warning; a malformed one exits 1 with the reason.
 //     Keys: http_server_port (default 13333; 0 = ephemeral), rpc_server_port
-//     (accepted and logged as not served: the coro_rpc protocol is C++-only),
+//     (the Python client's RPC port, default 50052; 0 = off),
 //     kvevent_instance (map name → /register entry; instance_id defaults to the
 //     name) and services (list of /register entries). Invalid entries are logged
 //     and skipped; unknown entry keys are ignored.
 //  2. the environment: CONDUCTOR_LOG_LEVEL (DEBUG | INFO | WARN | ERROR, any case;
 //     invalid → warning and INFO).
-//  3. flags: --http-port, --listen (bind address, default 127.0.0.1), --log-level,
+//  3. flags: --http-port, --rpc-port, --listen (bind address of every listener,
+//     default 127.0.0.1), --log-level,
 //     --log-format (text | json), the limits (--max-body-bytes,
 //     --max-inflight-body-bytes, --max-connections, --max-query-tokens,
 //     --max-registrations; fitted into the file descriptor budget at start),
