@@ -69,8 +69,6 @@ func regKey(key []byte, d dialect) int {
 		return rType
 	case "modelname":
 		return rModel
-	case "additionalsalt":
-		return rSalt
 	}
 	if d == dialectJSON {
 		switch string(key) {

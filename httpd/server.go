@@ -61,11 +61,11 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Server, error) {
 	if s.gate == nil {
 		s.gate = NewGate(reg, ix, nil)
 	}
-	s.lns.lim = s.lim
 	if s.lim == nil {
 		s.lim = NewLimiter(0, 0, opts.Logger)
 		s.opts.ExtraMetrics = append(append([]*metrics.Set(nil), opts.ExtraMetrics...), s.lim.Metrics())
 	}
+	s.lns.lim = s.lim
 	s.pool.New = func() any { return new(reqState) }
 	s.m = newServerMetrics(ix)
 	s.srv = newFastServer(s.Handler, s.errorHandler, &opts)

@@ -315,7 +315,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	ix := core.New(ixOpts)
 	// One listener per registration: the Ingester's limit follows the index's
 	// (wire.MaxListenersLimit caps both; above it NewIngester refuses to start).
-	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log, MaxListeners: s.maxRegistration})
+	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log, MaxListeners: fds.registrations})
 	if err != nil {
 		log.Error("cannot start the ingester", "err", err)
 		return nil, 1

@@ -87,7 +87,8 @@ func startSeedProcess(t *testing.T) *seedProc {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	p := &seedProc{base: "http://127.0.0.1:" + strconv.Itoa(port), logs: &lockedBuf{}}
-	p.cmd = exec.Command(bin, "--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "INFO")
+	p.cmd = exec.Command(bin, "--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "INFO",
+		"--rpc-port", "0", "--state-dir", filepath.Join(dir, "state"))
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
