@@ -72,7 +72,8 @@ func queryKey(key []byte, json, byHash bool) (int, string) {
 // body: st.q is valid for the request only.
 func (s *Server) parseQuery(r reader, json, byHash bool, st *reqState) *RequestError {
 	q := &st.q
-	*q = core.QueryRequest{ByHash: byHash}
+	// The JSON dialect reports the seed's per-medium GPU/CPU/DISK.
+	*q = core.QueryRequest{ByHash: byHash, PerMedium: json}
 	var seen int
 	var fe *RequestError
 	var loraID bool
