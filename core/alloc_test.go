@@ -51,8 +51,8 @@ func TestSaltedQueryAllocs(t *testing.T) {
 	res := &QueryResult{}
 	salt := []byte("w8a8")
 	for _, req := range []*QueryRequest{
-		{Model: "m", BlockSize: testBS, Tokens: tokens, CacheSalt: salt},
-		{Model: "m", BlockSize: testBS, Hashes: std, ByHash: true, CacheSalt: salt},
+		{Model: "m", BlockSize: testBS, Tokens: tokens, CacheSalt: salt, PerMedium: true},
+		{Model: "m", BlockSize: testBS, Hashes: std, ByHash: true, CacheSalt: salt, PerMedium: true},
 	} {
 		_ = ix.Query(req, res)
 		if r := row(res, "a"); r == nil || r.Device != 32*testBS {

@@ -23,16 +23,16 @@ const (
 	DropNoBlocks                           // stored event with nothing to index (no hashes, no locatable tokens)
 	DropUnknownKind                        // event kind not stored/removed/cleared
 	DropDecode                             // the decoder skipped a malformed event (see the error)
-	numDropReasons
+	NumDropReasons
 )
 
-var dropReasonNames = [numDropReasons]string{
+var dropReasonNames = [NumDropReasons]string{
 	"unknown_medium", "unknown_context", "wrong_lora", "not_full_attention", "block_size",
 	"unknown_parent", "dp_rank", "duplicate_event_id", "stream_limit", "no_blocks", "unknown_kind", "decode",
 }
 
 func (r DropReason) String() string {
-	if r < numDropReasons {
+	if r < NumDropReasons {
 		return dropReasonNames[r]
 	}
 	return "unknown"
@@ -43,8 +43,8 @@ func (r DropReason) String() string {
 // memory is fixed (one slot per reason), whatever publishers send.
 type dropLog struct {
 	mu         sync.Mutex
-	last       [numDropReasons]time.Time
-	suppressed [numDropReasons]uint64
+	last       [NumDropReasons]time.Time
+	suppressed [NumDropReasons]uint64
 }
 
 // DropLogInterval is the minimum time between two WARN lines of one drop
@@ -90,4 +90,4 @@ func clip(b []byte) string {
 }
 
 // dropCounts is the per-reason drop counters' type (Counters.DroppedBy).
-type dropCounts = [numDropReasons]atomic.Uint64
+type dropCounts = [NumDropReasons]atomic.Uint64

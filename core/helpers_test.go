@@ -82,7 +82,7 @@ func poolStored(medium, backend string, hashes ...uint64) *Batch {
 func queryHashes(t testing.TB, ix *Index, inst string, hashes ...uint64) *QueryResult {
 	t.Helper()
 	res := &QueryResult{}
-	req := &QueryRequest{Model: "m", BlockSize: testBS, Hashes: hashes, ByHash: true, Instance: inst}
+	req := &QueryRequest{Model: "m", BlockSize: testBS, Hashes: hashes, ByHash: true, Instance: inst, PerMedium: true}
 	if err := ix.Query(req, res); err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,17 @@ func TestQueryAgreesWithModel(t *testing.T) {
 		}
 		res := queryHashes(t, ix, "", keys...)
 		checkInvariants(t, res, int64(n*testBS))
+		// Without PerMedium: the same tier boundaries, no media.
+		plain := &QueryResult{}
+		if err := ix.Query(&QueryRequest{Model: "m", BlockSize: testBS, Hashes: keys, ByHash: true}, plain); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range plain.Instances {
+			w := res.Instances[i]
+			if r.Media != ([NumMedia]int64{}) || r.Device != w.Device || r.CPULocal != w.CPULocal || r.CPUShare != w.CPUShare || r.Disk != w.Disk {
+				t.Fatalf("iter %d: without PerMedium %+v, with %+v", iter, r, w)
+			}
+		}
 		for _, in := range insts {
 			r := row(res, in)
 			if r == nil || len(r.Ranks) != 2 {

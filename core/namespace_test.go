@@ -46,7 +46,7 @@ func stdReg(inst, lora, salt string) Registration {
 func nsQuery(t *testing.T, ix *Index, lora string, salt []byte, tokens []int32, hashes []uint64, inst string) int64 {
 	t.Helper()
 	res := &QueryResult{}
-	req := &QueryRequest{Model: "m", LoraName: lora, BlockSize: testBS, CacheSalt: salt, Instance: inst}
+	req := &QueryRequest{Model: "m", LoraName: lora, BlockSize: testBS, CacheSalt: salt, Instance: inst, PerMedium: true}
 	if hashes != nil {
 		req.ByHash, req.Hashes = true, hashes
 	} else {

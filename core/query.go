@@ -25,6 +25,10 @@ type QueryRequest struct {
 	CacheSalt []byte
 	// Instance filters to one instance when non-empty.
 	Instance string
+	// PerMedium also computes the per-medium prefixes (RankResult.Media,
+	// InstanceResult.Media); without it they are zero and the walk does a
+	// little less work per (block, rank). The JSON dialect sets it.
+	PerMedium bool
 }
 
 // RankResult is one dp rank's tier boundaries in tokens.
@@ -66,6 +70,18 @@ var mediumTiers = [NumMedia]uint8{
 	MediumHost:   1<<TierCPULocal | 1<<TierCPUShare,
 	MediumDisk:   1 << TierDisk,
 }
+
+// mediaHeld maps a set of tier bits to the set of medium-class bits it covers.
+var mediaHeld = func() (t [1 << NumTiers]uint8) {
+	for held := range t {
+		for m := range NumMedia {
+			if uint8(held)&mediumTiers[m] != 0 {
+				t[held] |= 1 << m
+			}
+		}
+	}
+	return t
+}()
 
 // QueryResult is written by Query. Reuse one per goroutine: Query truncates
 // and re-extends its slices, so steady-state queries do not allocate. The
@@ -190,8 +206,10 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 			CPUShare: tokens(cu.bound[TierCPUShare]),
 			Disk:     tokens(cu.bound[TierDisk]),
 		}
-		for k := range NumMedia {
-			ranks[i].Media[k] = tokens(cu.media[k])
+		if req.PerMedium {
+			for k := range NumMedia {
+				ranks[i].Media[k] = tokens(cu.media[k])
+			}
 		}
 	}
 	for _, sp := range spans {
@@ -228,6 +246,7 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 	active := len(cur)
 	hi := lo + len(cur)
 	owners := m.owners
+	perMedium := req.PerMedium
 	var i int
 	for i = 0; i < nBlocks && active > 0; i++ {
 		var key uint64
@@ -268,10 +287,10 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 			t := uint8(wordTier(w))
 			if o.shared {
 				if o.live {
-					sharedMask |= 1 << t
 					if t < shared {
 						shared = t
 					}
+					sharedMask |= 1 << t
 				}
 				continue
 			}
@@ -280,11 +299,15 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 			}
 			cu := &cur[o.slot-int32(lo)]
 			if cu.epoch != epoch {
-				cu.epoch, cu.min, cu.mask = epoch, t, 0
-			} else if t < cu.min {
-				cu.min = t
+				cu.epoch, cu.min, cu.mask = epoch, t, 1<<t
+			} else {
+				if t < cu.min {
+					cu.min = t
+				}
+				if perMedium {
+					cu.mask |= 1 << t
+				}
 			}
-			cu.mask |= 1 << t
 		}
 		for k := range cur {
 			cu := &cur[k]
@@ -292,19 +315,23 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 				continue
 			}
 			t := shared
-			held := sharedMask
-			if cu.epoch == epoch {
-				held |= cu.mask
-				if cu.min < t {
-					t = cu.min
-				}
+			if cu.epoch == epoch && cu.min < t {
+				t = cu.min
 			}
-			if cu.mdone != 1<<NumMedia-1 {
-				for m := range NumMedia {
-					if cu.mdone&(1<<m) == 0 && held&mediumTiers[m] == 0 {
-						cu.mdone |= 1 << m
-						cu.media[m] = int32(i)
+			if perMedium {
+				// Media runs end at the first block the rank cannot use in
+				// that medium: one table lookup per cursor and block.
+				held := sharedMask
+				if cu.epoch == epoch {
+					held |= cu.mask
+				}
+				if ended := ^mediaHeld[held&0xf] & ^cu.mdone & (1<<NumMedia - 1); ended != 0 {
+					for m := range NumMedia {
+						if ended&(1<<m) != 0 {
+							cu.media[m] = int32(i)
+						}
 					}
+					cu.mdone |= ended
 				}
 			}
 			if t == noTier {

@@ -157,8 +157,14 @@ func writeIndexMetrics(w io.Writer, ix *core.Index) {
 		{`conductor_index_unknown_parents_total`, &c.UnknownParents},
 		{`conductor_index_duplicate_event_ids_total`, &c.DuplicateIDs},
 		{`conductor_index_event_id_gaps_total`, &c.EventIDGaps},
+		{`conductor_index_stream_gap_clears_total`, &c.StreamGapClears},
+		{`conductor_index_stream_evictions_total`, &c.StreamEvictions},
+		{`conductor_index_rank_rejects_total`, &c.RankRejects},
 	} {
 		metrics.WriteCounterUint64(w, kv.name, kv.v.Load())
+	}
+	for r := core.DropReason(0); r < core.NumDropReasons; r++ {
+		metrics.WriteCounterUint64(w, fmt.Sprintf(`conductor_index_events_dropped_by_reason_total{reason=%q}`, r.String()), c.DroppedBy[r].Load())
 	}
 }
 

@@ -94,7 +94,8 @@ func queryKey(key []byte, d dialect, byHash bool) (int, string) {
 func (s *Server) parseQuery(r reader, d dialect, byHash bool, st *reqState) *RequestError {
 	json := d.json()
 	q := &st.q
-	*q = core.QueryRequest{ByHash: byHash}
+	// The JSON dialect reports the seed's per-medium GPU/CPU/DISK.
+	*q = core.QueryRequest{ByHash: byHash, PerMedium: json}
 	var seen int
 	var fe *RequestError
 	var loraID bool

@@ -723,6 +723,9 @@ func TestSeedConformance(t *testing.T) {
 		if !strings.Contains(p.logs.String(), "reason=unknown_medium") {
 			t.Fatalf("unknown medium not logged:\n%s", p.logs.String())
 		}
+		if p.metric(t, "conductor_index_events_dropped_by_reason_total", `reason="unknown_medium"`) < 1 {
+			t.Fatal("unknown_medium drop not on /metrics")
+		}
 	})
 
 	t.Run("Compatibility notes/Mooncake master publisher: three-frame batches, per-object events", func(t *testing.T) {
