@@ -43,6 +43,12 @@ type RunOptions struct {
 	VerifyEvery  int
 	VerifySample int
 
+	// SweepRates, after the query-only phase, runs an open-loop query load at
+	// each rate (q/s) for SweepTime (default 2s) each: the latency/throughput
+	// curve (Report.Sweep, PlotSVG).
+	SweepRates []float64
+	SweepTime  time.Duration
+
 	// ServerPID > 0 reads that local process's CPU time per phase.
 	ServerPID int
 	// Progress, when set, gets a status line every ProgressEvery (default 1s).
@@ -88,7 +94,16 @@ type Report struct {
 	Mixed      PhaseReport // query load while the workload is replayed
 	QueryOnly  PhaseReport // query load on a quiescent index
 	Verify     VerifyReport
+	Sweep      []SweepPoint `json:",omitempty"`
 	WallSecond float64
+}
+
+// SweepPoint is one open-loop rate of the sweep.
+type SweepPoint struct {
+	Rate, QPS                  float64
+	P50, P90, P99, P999, MaxUs float64
+	Errors                     int64
+	ServerCPUPerQueryUs        float64 `json:",omitempty"`
 }
 
 // GroupReport describes one group after the run.
@@ -479,6 +494,31 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 					rep.Verify.Examples = append(rep.Verify.Examples, m)
 				}
 			}
+		}
+	}
+	if len(history) > 0 {
+		if o.SweepTime <= 0 {
+			o.SweepTime = 2 * time.Second
+		}
+		for _, rate := range o.SweepRates {
+			progMu.Lock()
+			phase = fmt.Sprintf("sweep %.0f q/s", rate)
+			progMu.Unlock()
+			c0 := cpu()
+			res, err := RunLoad(ctx, LoadOptions{Factory: factory, Concurrency: o.Concurrency, Rate: rate, Duration: o.SweepTime,
+				Seed: o.Seed + 3, Next: func(w int, rng *rand.Rand) *Query {
+					g := o.Groups[rng.IntN(len(o.Groups))]
+					return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: history[rng.IntN(len(history))]}
+				}})
+			if err != nil {
+				return rep, err
+			}
+			l := res.Latency
+			pt := SweepPoint{Rate: rate, QPS: res.QPS, P50: l.P50, P90: l.P90, P99: l.P99, P999: l.P999, MaxUs: l.MaxUs, Errors: res.Errors}
+			if c := cpu() - c0; res.Queries > 0 && o.ServerPID > 0 {
+				pt.ServerCPUPerQueryUs = float64(c) / float64(res.Queries) / 1e3
+			}
+			rep.Sweep = append(rep.Sweep, pt)
 		}
 	}
 	for _, g := range o.Groups {
