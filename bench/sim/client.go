@@ -110,6 +110,54 @@ func appendJSONQuery(dst []byte, q *Query) []byte {
 	return append(dst, "]}"...)
 }
 
+// ParseAnswer decodes a /query response body of a surface ("msgpack" or
+// "json") into a.
+func ParseAnswer(surface string, body []byte, a *Answer) error {
+	a.Reset()
+	switch surface {
+	case "msgpack":
+		return parseMsgpackAnswer(body, a)
+	case "json":
+		return parseJSONAnswer(body, a)
+	}
+	return fmt.Errorf("sim: unknown query surface %q", surface)
+}
+
+// AppendMsgpackAnswer encodes a as the msgpack dialect's /query response
+// (the reference encoder for tests and fuzzing of ParseAnswer).
+func AppendMsgpackAnswer(dst []byte, a *Answer) []byte {
+	dst = msgp.AppendMapHeader(dst, 1)
+	dst = msgp.AppendString(dst, "instances")
+	dst = msgp.AppendMapHeader(dst, uint32(len(a.Rows)))
+	for _, r := range a.Rows {
+		dst = msgp.AppendString(dst, r.Instance)
+		dst = msgp.AppendMapHeader(dst, 7)
+		dst = msgp.AppendString(dst, "longest_matched")
+		dst = msgp.AppendInt64(dst, r.Longest)
+		dst = msgp.AppendString(dst, "dp")
+		dst = msgp.AppendMapHeader(dst, uint32(len(r.Ranks)))
+		for _, rr := range r.Ranks {
+			dst = msgp.AppendString(dst, strconv.Itoa(int(rr.Rank)))
+			dst = msgp.AppendInt64(dst, rr.Tiers[tierDevice])
+		}
+		dst = msgp.AppendString(dst, "rank_matches")
+		dst = msgp.AppendMapHeader(dst, uint32(len(r.Ranks)))
+		for _, rr := range r.Ranks {
+			dst = msgp.AppendString(dst, strconv.Itoa(int(rr.Rank)))
+			dst = msgp.AppendMapHeader(dst, numTiers)
+			for t, n := range TierNames {
+				dst = msgp.AppendString(dst, n)
+				dst = msgp.AppendInt64(dst, rr.Tiers[t])
+			}
+		}
+		for t, n := range TierNames {
+			dst = msgp.AppendString(dst, n)
+			dst = msgp.AppendInt64(dst, r.Tiers[t])
+		}
+	}
+	return dst
+}
+
 // tierKey maps a cumulative field name to its tier, or -1.
 func tierKey(k string) int {
 	for i, n := range TierNames {
