@@ -36,6 +36,8 @@ type LoadOptions struct {
 	// counts as a mismatch and the first few are kept.
 	Check func(q *Query, a *Answer) error
 	Seed  uint64
+	// Done, when set, is incremented after every query (live progress).
+	Done *atomic.Int64
 }
 
 // LoadResult summarises a load run. Latencies are in microseconds.
@@ -135,6 +137,9 @@ func RunLoad(ctx context.Context, o LoadOptions) (LoadResult, error) {
 				err := c.Query(q, &a)
 				_ = h.RecordValue(max(1, time.Since(t0).Microseconds()))
 				n++
+				if o.Done != nil {
+					o.Done.Add(1)
+				}
 				if err != nil {
 					errs++
 					if firstErr == "" {

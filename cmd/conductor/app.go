@@ -59,6 +59,7 @@ type settings struct {
 	maxRegistration int
 	contextSizeHint int
 	shutdownTimeout time.Duration
+	demo            bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -76,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.maxRegistration, "max-registrations", 0, "most registrations (default 4096)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fs.BoolVar(&s.demo, "demo", false, "run the embedded engine simulator against this server and print a live summary every second (package bench/sim)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -135,6 +137,7 @@ type app struct {
 	ln              net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
+	demo            io.Writer // non-nil: run the embedded simulator, summary here
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
@@ -240,7 +243,11 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		return nil, 1
 	}
 	log.Info("conductor starting", "version", ver, "config", path)
-	return &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, static: cfg.Static, shutdownTimeout: s.shutdownTimeout}, 0
+	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, static: cfg.Static, shutdownTimeout: s.shutdownTimeout}
+	if s.demo {
+		a.demo = stdout
+	}
+	return a, 0
 }
 
 // listenerMetrics exposes conductor_listeners{state=…}: subscriptions per
@@ -282,6 +289,7 @@ func (a *app) serve(ctx context.Context) int {
 		a.registerStatic(staticCtx)
 	}()
 
+	demo := a.startDemo(ctx)
 	code := 0
 	select {
 	case <-ctx.Done():
@@ -291,6 +299,7 @@ func (a *app) serve(ctx context.Context) int {
 		code = 1
 	}
 	cancelStatic()
+	demo.wait() // its queries need the server
 	sctx, cancel := context.WithTimeout(context.Background(), a.shutdownTimeout)
 	defer cancel()
 	if err := a.srv.Shutdown(sctx); err != nil {
@@ -298,6 +307,7 @@ func (a *app) serve(ctx context.Context) int {
 	}
 	wg.Wait()
 	a.ing.Close()
+	demo.close()
 	a.log.Info("conductor stopped")
 	return code
 }

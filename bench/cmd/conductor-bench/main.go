@@ -297,7 +297,7 @@ type server struct {
 	dir  string
 }
 
-// spawn starts bin on a free loopback port with an empty configuration and
+// spawn starts bin on a free loopback port with an empty configuration file and
 // waits until /health answers.
 func spawn(ctx context.Context, bin string, extra []string, stderr io.Writer) (*server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -310,9 +310,13 @@ func spawn(ctx context.Context, bin string, extra []string, stderr io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "WARN"}, extra...)
+	cfg := filepath.Join(dir, "conductor.json")
+	if err := os.WriteFile(cfg, []byte("{}\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	args := append([]string{"--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "WARN"}, extra...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "CONDUCTOR_CONFIG_PATH="+filepath.Join(dir, "none.json"))
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {
 		os.RemoveAll(dir)
