@@ -223,7 +223,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		addr, pid = srv.addr, srv.cmd.Process.Pid
 	}
 
-
 	o := sim.RunOptions{Addr: addr, Surface: f.surface, Groups: []*sim.Group{g}, Source: src, Requests: requests,
 		Duration: f.duration, IngestRate: f.ingestRate, Concurrency: f.concurrency, QueryRate: f.qps,
 		QueryOnly: f.queryOnly, Verify: f.verify, VerifyEvery: f.verifyEvery, VerifySample: f.verifyN,
