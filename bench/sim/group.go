@@ -18,8 +18,10 @@ const (
 	RoundRobin Policy = iota + 1
 	Random
 	// CacheAware asks the indexer (through the group's Client) and picks the
-	// rank with the longest device prefix, then cpu_local, cpu_share, disk;
-	// with no hit at all it falls back to round-robin (load spreading).
+	// rank with the longest device prefix, then cpu_local, cpu_share, disk,
+	// among the ranks not overloaded: a rank that got more than 1.5× its fair
+	// share of the last 4×ranks requests is skipped (a shared system prompt
+	// would otherwise send everything to one engine). Ties go round-robin.
 	CacheAware
 )
 
@@ -65,6 +67,9 @@ type Group struct {
 	store      *Store
 	rng        *rand.Rand
 	rr         int
+	recent     []int // CacheAware: the last targets chosen (a ring), and
+	recentN    []int // how many times each target appears in it
+	recentAt   int
 	keyScratch []uint64
 	ans        Answer
 
@@ -260,20 +265,41 @@ func (g *Group) awareTarget(tokens []int32, client Client, ts []target) target {
 		g.Stats.RouteErrors++
 		return ts[start]
 	}
-	best, bestScore := ts[start], [numTiers]int64{}
+	if g.recentN == nil {
+		g.recentN = make([]int, len(ts))
+	}
+	window := 4 * len(ts)
+	limit := (3*window/len(ts) + 1) / 2 // 1.5 × the fair share
+	best, bestJ, bestScore := -1, start, [numTiers]int64{-1}
 	for j := range ts {
-		t := ts[(start+j)%len(ts)]
-		row := g.ans.Row(g.engines[t.e].cfg.ID)
-		if row == nil {
+		i := (start + j) % len(ts)
+		if g.recentN[i] >= limit {
 			continue
 		}
-		for _, rr := range row.Ranks {
-			if int(rr.Rank) == g.engines[t.e].ranks[t.r].rank && slices.Compare(rr.Tiers[:], bestScore[:]) > 0 {
-				best, bestScore = t, rr.Tiers
+		score := [numTiers]int64{}
+		if row := g.ans.Row(g.engines[ts[i].e].cfg.ID); row != nil {
+			for _, rr := range row.Ranks {
+				if int(rr.Rank) == g.engines[ts[i].e].ranks[ts[i].r].rank {
+					score = rr.Tiers
+				}
 			}
 		}
+		if slices.Compare(score[:], bestScore[:]) > 0 {
+			best, bestJ, bestScore = i, i, score
+		}
 	}
-	return best
+	if best < 0 {
+		best = bestJ
+	}
+	if len(g.recent) < window {
+		g.recent = append(g.recent, best)
+	} else {
+		g.recentN[g.recent[g.recentAt]]--
+		g.recent[g.recentAt] = best
+		g.recentAt = (g.recentAt + 1) % window
+	}
+	g.recentN[best]++
+	return ts[best]
 }
 
 // Registration is one /register request (JSON field names).
