@@ -19,7 +19,9 @@
 //  3. flags: --http-port, --listen (bind address, default 0.0.0.0 like the C++
 //     conductor), --log-level, --log-format (text | json), --max-body-bytes,
 //     --max-query-tokens, --max-registrations, --context-size-hint,
-//     --shutdown-timeout, --version.
+//     --shutdown-timeout, --version, and --demo (the embedded engine simulator of
+//     package bench/sim publishing to this server, with a live summary on stdout;
+//     what `make run` starts).
 //
 // Static registrations start in the background after the HTTP server listens;
 // failures are logged and never block or abort startup. Logs are log/slog on
