@@ -79,7 +79,7 @@ bench-build: build
 # bench-smoke: a few seconds of the harness in separate processes, verify on
 # (part of `make test`): any answer that differs from the ground truth fails.
 bench-smoke: bench-build
-	./$(BENCH_BIN) -spawn $(BIN) -engines 4 -ranks 2 -requests 300 -device 512 -host 512 -disk 1024 -store 2048 \
+	./$(BENCH_BIN) -spawn $(BIN) -engines 4 -ranks 2 -requests 300 -device 512 -host 512 -disk 1024 -store 2048 -clear-every 40 \
 		-verify -verify-every 100 -verify-sample 32 -query-only 1s -concurrency 2 -quiet >/dev/null
 
 bench-e2e: bench-build

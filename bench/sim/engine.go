@@ -20,6 +20,11 @@ type EngineConfig struct {
 	// default 4096; Host and Disk 0 mean the tier is absent. Blocks evicted
 	// from the device are offloaded to host, then to disk.
 	Device, Host, Disk int
+	// ClearEvery > 0: before every ClearEvery-th request a rank serves, it
+	// resets its prefix cache and publishes AllBlocksCleared (vLLM's
+	// reset_prefix_cache, an SGLang flush); indexers drop everything that
+	// stream published, on every tier, and so does the simulator.
+	ClearEvery int
 }
 
 func (c *EngineConfig) ensureDefaults() {
@@ -48,6 +53,7 @@ type rankState struct {
 	buf   []byte
 	evict []uint64
 
+	served      int
 	sentinel    uint64 // key of the sentinel block now stored on device
 	hasSentinel bool
 	sentTokens  []int32
@@ -105,6 +111,7 @@ type ServeStats struct {
 	Removed     int // blocks removed (evictions)
 	Messages    int // ZMQ messages published
 	StoreStored int // blocks put into the shared store
+	Cleared     int // AllBlocksCleared events
 }
 
 // serve runs a prompt on rank r: blocks already on the device are reused,
@@ -116,6 +123,11 @@ type ServeStats struct {
 func (e *Engine) serve(r int, keys []uint64, tokens []int32, stepBlocks int) (ServeStats, error) {
 	rs := e.ranks[r]
 	st := ServeStats{Blocks: len(keys)}
+	rs.evs = rs.evs[:0]
+	if rs.served++; e.cfg.ClearEvery > 0 && rs.served%e.cfg.ClearEvery == 0 {
+		e.clear(rs)
+		st.Cleared++
+	}
 	for _, k := range keys {
 		if !rs.tiers[tierDevice].has(k) {
 			break
@@ -138,7 +150,6 @@ func (e *Engine) serve(r int, keys []uint64, tokens []int32, stepBlocks int) (Se
 		store.pool.startRequest()
 	}
 	bs := e.g.cfg.BlockSize
-	rs.evs = rs.evs[:0]
 	run := -1 // index in rs.evs of the pending device store (a contiguous run of new blocks)
 	for i, k := range keys {
 		if rs.tiers[tierDevice].touch(k) {
@@ -186,6 +197,18 @@ func (e *Engine) serve(r int, keys []uint64, tokens []int32, stepBlocks int) (Se
 		}
 	}
 	return st, e.flush(rs, &st)
+}
+
+// clear empties the rank's pools (and forgets its sentinel) and queues an
+// AllBlocksCleared.
+func (e *Engine) clear(rs *rankState) {
+	for t, l := range rs.tiers {
+		if l != nil {
+			rs.tiers[t] = newLRU(l.cap)
+		}
+	}
+	rs.hasSentinel = false
+	rs.evs = append(rs.evs, event{kind: evCleared, tier: tierDevice})
 }
 
 // reachable: the rank holds k on any rank-owned tier, or the shared store does.

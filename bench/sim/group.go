@@ -80,7 +80,7 @@ type Group struct {
 type GroupStats struct {
 	Requests, Blocks, DeviceHit, CachedHit int64
 	Stored, Removed, Messages, StoreStored int64
-	RouteErrors                            int64
+	Cleared, RouteErrors                   int64
 }
 
 // DeviceHitRatio is the fraction of prompt blocks already on the chosen rank's device.
@@ -250,6 +250,7 @@ func (g *Group) Serve(tokens []int32, client Client) (ServeStats, error) {
 	s.Removed += int64(st.Removed)
 	s.Messages += int64(st.Messages)
 	s.StoreStored += int64(st.StoreStored)
+	s.Cleared += int64(st.Cleared)
 	return st, err
 }
 

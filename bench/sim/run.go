@@ -118,6 +118,7 @@ type GroupReport struct {
 	DeviceHitRatio float64
 	CachedHitRatio float64
 	TierBlocks     [numTiers]int
+	Cleared        int64
 	RouteErrors    int64
 }
 
@@ -581,7 +582,7 @@ func (g *Group) report() GroupReport {
 	r := GroupReport{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Profile: g.profile.Spec.Strategy + "/" + g.profile.Spec.Algorithm,
 		Policy: g.cfg.Policy.String(), Store: g.store != nil, Requests: g.Stats.Requests,
 		DeviceHitRatio: g.Stats.DeviceHitRatio(), CachedHitRatio: g.Stats.CachedHitRatio(), TierBlocks: g.TierBlocks(),
-		RouteErrors: g.Stats.RouteErrors}
+		Cleared: g.Stats.Cleared, RouteErrors: g.Stats.RouteErrors}
 	for _, e := range g.engines {
 		r.Engines = append(r.Engines, fmt.Sprintf("%s:%s×%d", e.cfg.ID, e.cfg.Dialect, len(e.ranks)))
 	}

@@ -17,14 +17,14 @@ func smokeGroups(t *testing.T) []*Group {
 	cfgs := []GroupConfig{
 		{Model: "smoke-vllm", Policy: CacheAware, StoreBlocks: 600, StepTokens: 512, Engines: []EngineConfig{
 			{ID: "vllm-a", Dialect: VLLMMap, Ranks: 2, Device: 160, Host: 160, Disk: 320},
-			{ID: "vllm-b", Dialect: VLLMArray, Device: 200, Disk: 200},
+			{ID: "vllm-b", Dialect: VLLMArray, Device: 200, Disk: 200, ClearEvery: 25},
 		}},
 		{Model: "smoke-vllm-pickle", BlockSize: 64, Policy: Random, Profile: hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256", PythonHashSeed: "42", IndexProjection: "low64_be"},
 			Engines: []EngineConfig{{ID: "vllm-c", Dialect: VLLMMap, Device: 60, Host: 60}}},
 		{Model: "smoke-sglang", Policy: RoundRobin, Profile: hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"},
-			Engines: []EngineConfig{{ID: "sgl-a", Dialect: SGLangMap, Device: 200, Host: 200}, {ID: "sgl-b", Dialect: SGLangArray, Device: 200, Disk: 100}}},
+			Engines: []EngineConfig{{ID: "sgl-a", Dialect: SGLangMap, Device: 200, Host: 200}, {ID: "sgl-b", Dialect: SGLangArray, Device: 200, Disk: 100, ClearEvery: 20}}},
 		{Model: "smoke-std", Policy: CacheAware, Profile: hash.Spec{Strategy: "xxh3"},
-			Engines: []EngineConfig{{ID: "std-a", Dialect: Standard, Ranks: 2, Device: 200, Host: 100, Disk: 100}}},
+			Engines: []EngineConfig{{ID: "std-a", Dialect: Standard, Ranks: 2, Device: 200, Host: 100, Disk: 100, ClearEvery: 15}}},
 	}
 	var gs []*Group
 	for i, c := range cfgs {
@@ -69,12 +69,16 @@ func TestRunVerifySmoke(t *testing.T) {
 	}
 	// The workload exercised every tier: something was evicted and offloaded.
 	var tiers [numTiers]int
-	var removed int64
+	var removed, cleared int64
 	for _, g := range groups {
 		for i, n := range g.TierBlocks() {
 			tiers[i] += n
 		}
 		removed += g.Stats.Removed
+		cleared += g.Stats.Cleared
+	}
+	if cleared == 0 {
+		t.Error("no AllBlocksCleared: the smoke run does not exercise clears")
 	}
 	for i, n := range tiers {
 		if n == 0 {

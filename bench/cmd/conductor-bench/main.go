@@ -57,7 +57,7 @@ type flags struct {
 	blockSize              int
 	profile, seedText      string
 	device, host, disk     int
-	store                  int
+	store, clearEvery      int
 	policy                 string
 	trace                  string
 	traceLimit, requests   int
@@ -95,6 +95,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.host, "host", 0, "host (cpu_local) blocks per rank; 0 = no host tier")
 	fs.IntVar(&f.disk, "disk", 0, "disk blocks per rank; 0 = no disk tier")
 	fs.IntVar(&f.store, "store", 0, "shared Mooncake store blocks (cpu_share); 0 = none")
+	fs.IntVar(&f.clearEvery, "clear-every", 0, "each rank resets its cache (AllBlocksCleared) every N requests it serves; 0 = never")
 	fs.StringVar(&f.policy, "policy", "cache-aware", "routing: cache-aware, round-robin, random")
 	fs.StringVar(&f.trace, "trace", "", "Mooncake-format JSONL trace to replay (default: the built-in synthetic workload)")
 	fs.IntVar(&f.traceLimit, "trace-limit", 0, "read at most this many trace records (0 = all)")
@@ -204,7 +205,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	for i := range engines {
 		d := dialects[i%len(dialects)]
 		engines[i] = sim.EngineConfig{ID: fmt.Sprintf("%s-%02d", strings.SplitN(d.String(), "-", 2)[0], i), Dialect: d,
-			Ranks: f.ranks, Device: f.device, Host: f.host, Disk: f.disk}
+			Ranks: f.ranks, Device: f.device, Host: f.host, Disk: f.disk, ClearEvery: f.clearEvery}
 	}
 	g, err := sim.NewGroup(sim.GroupConfig{Model: f.model, BlockSize: f.blockSize, Profile: spec, Engines: engines,
 		StoreBlocks: f.store, Policy: policy, Seed: f.seed})
