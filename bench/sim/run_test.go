@@ -137,3 +137,27 @@ func (s *tamperSource) Next() ([]int32, bool) {
 	}
 	return s.inner.Next()
 }
+
+// TestRunVerifyJSONSurface: the same check through the JSON dialect (its
+// cumulative lowercase fields), with the load in open loop.
+func TestRunVerifyJSONSurface(t *testing.T) {
+	addr := startConductor(t)
+	g, err := NewGroup(GroupConfig{Model: "smoke-json", Policy: CacheAware, StoreBlocks: 300, Engines: []EngineConfig{
+		{ID: "j-a", Dialect: SGLangArray, Ranks: 2, Device: 120, Host: 120}, {ID: "j-b", Dialect: SGLangMap, Device: 100, Disk: 100}},
+		Profile: hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, RunOptions{Addr: addr, Surface: "json", Groups: []*Group{g}, Source: smokeSource(), Requests: 60,
+		Concurrency: 2, QueryRate: 500, QueryOnly: 300 * time.Millisecond, Verify: true, VerifyEvery: 30, VerifySample: 16,
+		QuiesceTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
+		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
+	}
+}
