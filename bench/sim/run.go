@@ -85,17 +85,17 @@ func (o *RunOptions) ensureDefaults() {
 
 // Report is a run's result (JSON-encodable).
 type Report struct {
-	Date       string
-	Machine    Machine
-	Addr       string
-	Surface    string
-	Groups     []GroupReport
-	Ingest     IngestReport
-	Mixed      PhaseReport // query load while the workload is replayed
-	QueryOnly  PhaseReport // query load on a quiescent index
-	Verify     VerifyReport
-	Sweep      []SweepPoint `json:",omitempty"`
-	WallSecond float64
+	Date        string
+	Machine     Machine
+	Addr        string
+	Surface     string
+	Groups      []GroupReport
+	Ingest      IngestReport
+	Mixed       PhaseReport // query load while the workload is replayed
+	QueryOnly   PhaseReport // query load on a quiescent index
+	Verify      VerifyReport
+	Sweep       []SweepPoint `json:",omitempty"`
+	WallSeconds float64
 }
 
 // SweepPoint is one open-loop rate of the sweep.
@@ -362,8 +362,10 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 			if runErr = quiesce(); runErr != nil {
 				break
 			}
-			st, rm, _ := counts()
-			ingestOnlyBlocks, ingestOnlyCPU = st+rm, cpu()-cpuIngest0
+			if ingestOnly > 0 { // a duration-bounded run has no ingest-only part
+				st, rm, _ := counts()
+				ingestOnlyBlocks, ingestOnlyCPU = st+rm, cpu()-cpuIngest0
+			}
 			startLoad()
 		}
 		p, ok := o.Source.Next()
@@ -456,7 +458,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		if o.Verify {
 			want := make([]truthCache, len(o.Groups))
 			for i := range want {
-				want[i] = truthCache{g: o.Groups[i], m: map[*int32]*Answer{}}
+				want[i] = truthCache{g: o.Groups[i], m: map[promptID]*Answer{}}
 			}
 			var mu sync.Mutex
 			qo.Check = func(q *Query, a *Answer) error {
@@ -525,33 +527,39 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	for _, g := range o.Groups {
 		rep.Groups = append(rep.Groups, g.report())
 	}
-	rep.WallSecond = time.Since(wallStart).Seconds()
+	rep.WallSeconds = time.Since(wallStart).Seconds()
 	if o.Verify && rep.Verify.Mismatches > 0 {
 		return rep, fmt.Errorf("%w: %d of %d", ErrMismatch, rep.Verify.Mismatches, rep.Verify.Checked)
 	}
 	return rep, nil
 }
 
-// truthCache memoises Expect per prompt (the index is quiescent).
+// truthCache memoises Expect per prompt while the index is quiescent. A
+// prompt is identified by its backing array and length (history prompts are
+// never modified).
 type truthCache struct {
 	g *Group
-	m map[*int32]*Answer
+	m map[promptID]*Answer
+}
+
+type promptID struct {
+	p *int32
+	n int
 }
 
 func (c *truthCache) get(p []int32) (*Answer, error) {
+	a := &Answer{}
 	if len(p) == 0 {
-		return &Answer{}, c.g.Expect(p, &Answer{})
+		return a, c.g.Expect(p, a)
 	}
-	if a, ok := c.m[&p[0]]; ok {
+	id := promptID{&p[0], len(p)}
+	if a, ok := c.m[id]; ok {
 		return a, nil
 	}
-	a := &Answer{}
 	if err := c.g.Expect(p, a); err != nil {
 		return nil, err
 	}
-	// Expect's rows are copied: Answer slices are reused by the next Expect
-	// only through the same Answer, and each entry has its own.
-	c.m[&p[0]] = a
+	c.m[id] = a
 	return a, nil
 }
 
