@@ -9,6 +9,94 @@ import (
 	"strings"
 )
 
+// Report is a run's result (JSON-encodable).
+type Report struct {
+	Date        string
+	Machine     Machine
+	Addr        string
+	Surface     string
+	Groups      []GroupReport
+	Ingest      IngestReport
+	Mixed       PhaseReport // query load while the workload is replayed
+	QueryOnly   PhaseReport // query load on a quiescent index
+	Verify      VerifyReport
+	Sweep       []SweepPoint `json:",omitempty"`
+	WallSeconds float64
+}
+
+// SweepPoint is one open-loop rate of the sweep.
+type SweepPoint struct {
+	Rate, QPS                  float64
+	P50, P90, P99, P999, MaxUs float64
+	Errors                     int64
+	ServerCPUPerQueryUs        float64 `json:",omitempty"`
+}
+
+// GroupReport describes one group after the run.
+type GroupReport struct {
+	Model          string
+	BlockSize      int
+	Profile        string
+	Policy         string
+	Engines        []string // id:dialect×ranks
+	Store          bool
+	Requests       int64
+	DeviceHitRatio float64
+	CachedHitRatio float64
+	TierBlocks     [numTiers]int
+	Cleared        int64
+	RouteErrors    int64
+}
+
+// IngestReport: blocks are (block, tier) stores and removals the engines
+// published; Seconds runs from the first request to the indexer showing the
+// last event (final quiesce), excluding verification pauses.
+type IngestReport struct {
+	Requests, Messages, BlocksStored, BlocksRemoved int64
+	Seconds                                         float64
+	BlocksPerSecond                                 float64 // stored + removed
+	// ServerCPUPerBlockNs is measured over the ingest-only phase (no queries).
+	ServerCPUPerBlockNs float64 `json:",omitempty"`
+}
+
+// PhaseReport is one query phase.
+type PhaseReport struct {
+	LoadResult
+	// ServerCPUPerQueryUs: query-only phase: server CPU / queries. Mixed
+	// phase: (server CPU − ingested blocks × the ingest-only CPU per block) /
+	// queries, an estimate of what a query costs under concurrent ingest.
+	ServerCPUPerQueryUs float64 `json:",omitempty"`
+	ServerCPUSeconds    float64 `json:",omitempty"`
+}
+
+// VerifyReport counts answers compared with the ground truth.
+type VerifyReport struct {
+	Enabled    bool
+	Points     int   // quiescent points
+	Checked    int64 // answers compared (quiescent points + query-only phase)
+	Mismatches int64
+	Examples   []string `json:",omitempty"`
+}
+
+// Agreement is the fraction of checked answers equal to the ground truth.
+func (v *VerifyReport) Agreement() float64 {
+	if v.Checked == 0 {
+		return 0
+	}
+	return float64(v.Checked-v.Mismatches) / float64(v.Checked)
+}
+
+func (g *Group) report() GroupReport {
+	r := GroupReport{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Profile: g.profile.Spec.Strategy + "/" + g.profile.Spec.Algorithm,
+		Policy: g.cfg.Policy.String(), Store: g.store != nil, Requests: g.Stats.Requests,
+		DeviceHitRatio: g.Stats.DeviceHitRatio(), CachedHitRatio: g.Stats.CachedHitRatio(), TierBlocks: g.TierBlocks(),
+		Cleared: g.Stats.Cleared, RouteErrors: g.Stats.RouteErrors}
+	for _, e := range g.engines {
+		r.Engines = append(r.Engines, fmt.Sprintf("%s:%s×%d", e.cfg.ID, e.cfg.Dialect, len(e.ranks)))
+	}
+	return r
+}
+
 // Machine describes where a run happened.
 type Machine struct {
 	CPU       string
