@@ -277,7 +277,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		interval = time.Duration(float64(time.Second) / o.IngestRate)
 	}
 	segStart := time.Now()
-	nextAt := segStart
+	ingestStart, nextAt := segStart, segStart
 	var runErr error
 	for ctx.Err() == nil && (o.Requests <= 0 || requests < o.Requests) && (deadline.IsZero() || time.Now().Before(deadline)) {
 		if loadDone == nil && requests >= ingestOnly && requests > 0 {
@@ -338,6 +338,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		runErr = quiesce()
 	}
 	ingestTime += time.Since(segStart)
+	ingestCPU, ingestWall := cpu()-cpuIngest0, time.Since(ingestStart)
 	if loadCancel != nil {
 		cpuMixed := cpu() - cpuMixed0
 		loadCancel()
@@ -356,6 +357,9 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	st, rm, msgs := counts()
 	rep.Ingest = IngestReport{Requests: int64(requests), Messages: msgs, BlocksStored: st, BlocksRemoved: rm,
 		Seconds: ingestTime.Seconds()}
+	if o.ServerPID > 0 && ingestWall > 0 {
+		rep.Ingest.ServerCPUUtilization = ingestCPU.Seconds() / ingestWall.Seconds()
+	}
 	if ingestTime > 0 {
 		rep.Ingest.BlocksPerSecond = float64(st+rm) / ingestTime.Seconds()
 	}
