@@ -152,7 +152,7 @@ func (d *Demo) Run(ctx context.Context) error {
 			recent[rng.IntN(len(recent))] = p
 		}
 		mu.Unlock()
-		if n%(5*int(d.o.Rate)) == 0 { // every ~5s: quiescent ground-truth check
+		if n%max(1, int(5*d.o.Rate)) == 0 { // every ~5s: quiescent ground-truth check
 			v, m, err := d.check(ctl, recent, rng, &mu)
 			if err != nil && ctx.Err() == nil {
 				return err

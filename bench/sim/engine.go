@@ -240,7 +240,7 @@ func (e *Engine) evictTo(rs *rankState, t int, v uint64, st *ServeStats) {
 	if !ok {
 		return
 	}
-	// An offloaded block carries no tokens, as vLLM's offload events do not.
+	// Offloaded blocks are published without tokens (indexers key them by hash).
 	rs.evs = append(rs.evs, event{kind: evStored, tier: next, hashes: []uint64{v}})
 	st.Stored++
 	for _, w := range evicted {
