@@ -63,7 +63,7 @@ func newEngine(g *Group, cfg EngineConfig) (*Engine, error) {
 	cfg.ensureDefaults()
 	e := &Engine{cfg: cfg, g: g}
 	for r := 0; r < cfg.Ranks; r++ {
-		pub, err := bench.NewPublisher(bench.PublisherOptions{ReplyFrames: replyFrames(cfg.Dialect)})
+		pub, err := bench.NewPublisher(bench.PublisherOptions{ReplyFrames: replyFrames(cfg.Dialect), Ring: g.cfg.ReplayRing})
 		if err != nil {
 			e.close()
 			return nil, fmt.Errorf("sim: engine %s rank %d: %w", cfg.ID, r, err)

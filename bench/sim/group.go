@@ -55,6 +55,10 @@ type GroupConfig struct {
 	// StepTokens is the prefill chunk: events are published per step of this
 	// many tokens (vLLM's max_num_batched_tokens; default 8192).
 	StepTokens int
+	// ReplayRing is how many messages each publisher keeps for replay
+	// (vLLM's buffer_steps; default 256: the harness's messages are whole
+	// prefill steps, tens of KiB each, and every publisher keeps its own).
+	ReplayRing int
 	Seed       uint64
 }
 
@@ -112,6 +116,9 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	if cfg.StepTokens <= 0 {
 		cfg.StepTokens = 8192
+	}
+	if cfg.ReplayRing <= 0 {
+		cfg.ReplayRing = 256
 	}
 	p, err := hash.Resolve(cfg.Profile)
 	if err != nil {
