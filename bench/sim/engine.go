@@ -53,7 +53,10 @@ type rankState struct {
 	buf   []byte
 	evict []uint64
 
-	served      int
+	served int
+	// native maps a block's context key to the hash the engine publishes for
+	// it, when the group's engines hash differently (re-hash mode); nil else.
+	native      map[uint64]uint64
 	sentinel    uint64 // key of the sentinel block now stored on device
 	hasSentinel bool
 	sentTokens  []int32
@@ -76,6 +79,9 @@ func newEngine(g *Group, cfg EngineConfig) (*Engine, error) {
 		}
 		if cfg.Disk > 0 {
 			rs.tiers[tierDisk] = newLRU(cfg.Disk)
+		}
+		if g.native != nil {
+			rs.native = make(map[uint64]uint64)
 		}
 		e.ranks = append(e.ranks, rs)
 	}
@@ -120,7 +126,9 @@ type ServeStats struct {
 // and offloaded down the chain. keys are the prompt's complete-block keys.
 // Events are published in steps of stepBlocks blocks (one ZMQ message per
 // scheduler step, as chunked prefill does).
-func (e *Engine) serve(r int, keys []uint64, tokens []int32, stepBlocks int) (ServeStats, error) {
+// native holds the engine's own hashes of the same blocks (== keys unless the
+// group is in re-hash mode).
+func (e *Engine) serve(r int, keys, native []uint64, tokens []int32, stepBlocks int) (ServeStats, error) {
 	rs := e.ranks[r]
 	st := ServeStats{Blocks: len(keys)}
 	rs.evs = rs.evs[:0]
@@ -173,11 +181,14 @@ func (e *Engine) serve(r int, keys []uint64, tokens []int32, stepBlocks int) (Se
 			run = len(rs.evs)
 			rs.evs = append(rs.evs, event{kind: evStored, tier: tierDevice})
 			if i > 0 {
-				rs.evs[run].parent, rs.evs[run].hasPar = keys[i-1], true
+				rs.evs[run].parent, rs.evs[run].hasPar = native[i-1], true
 			}
 		}
 		ev := &rs.evs[run]
-		ev.hashes = append(ev.hashes, k)
+		ev.hashes = append(ev.hashes, native[i])
+		if rs.native != nil {
+			rs.native[k] = native[i]
+		}
 		ev.tokens = append(ev.tokens, tokens[i*bs:(i+1)*bs]...)
 		st.Stored++
 		if store != nil && !store.pool.touch(k) {
@@ -208,6 +219,9 @@ func (e *Engine) clear(rs *rankState) {
 		}
 	}
 	rs.hasSentinel = false
+	if rs.native != nil {
+		rs.native = make(map[uint64]uint64)
+	}
 	rs.evs = append(rs.evs, event{kind: evCleared, tier: tierDevice})
 }
 
@@ -221,11 +235,25 @@ func (e *Engine) reachable(rs *rankState, k uint64) bool {
 	return e.g.store != nil && e.g.store.pool.has(k)
 }
 
-// evictTo removes v from tier t (already done in the pool) and offloads it to
-// the next rank-owned tier below, cascading evictions there.
+// evictTo publishes v's eviction from tier t (already done in the pool),
+// offloading it first to the next rank-owned tier below, cascading evictions
+// there. The offload store precedes the removal, as an offloading engine
+// copies a block out before it frees it: an indexer that re-hashes (no tokens
+// in offload events) can then still resolve the engine hash.
 func (e *Engine) evictTo(rs *rankState, t int, v uint64, st *ServeStats) {
-	rs.evs = append(rs.evs, event{kind: evRemoved, tier: t, hashes: []uint64{v}})
-	st.Removed++
+	h := v
+	if rs.native != nil {
+		h = rs.native[v]
+		defer func() {
+			if !e.holds(rs, v) {
+				delete(rs.native, v)
+			}
+		}()
+	}
+	defer func() {
+		rs.evs = append(rs.evs, event{kind: evRemoved, tier: t, hashes: []uint64{h}})
+		st.Removed++
+	}()
 	next := -1
 	for n := t + 1; n < numTiers; n++ {
 		if n != tierShare && rs.tiers[n] != nil {
@@ -241,11 +269,21 @@ func (e *Engine) evictTo(rs *rankState, t int, v uint64, st *ServeStats) {
 		return
 	}
 	// Offloaded blocks are published without tokens (indexers key them by hash).
-	rs.evs = append(rs.evs, event{kind: evStored, tier: next, hashes: []uint64{v}})
+	rs.evs = append(rs.evs, event{kind: evStored, tier: next, hashes: []uint64{h}})
 	st.Stored++
 	for _, w := range evicted {
 		e.evictTo(rs, next, w, st)
 	}
+}
+
+// holds reports whether any of the rank's own tiers holds k.
+func (e *Engine) holds(rs *rankState, k uint64) bool {
+	for _, l := range rs.tiers {
+		if l != nil && l.has(k) {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *Engine) flush(rs *rankState, st *ServeStats) error {
@@ -273,6 +311,9 @@ func (e *Engine) publishSentinel(rs *rankState, rng *rand.Rand) error {
 		rs.evs = append(rs.evs, event{kind: evRemoved, tier: tierDevice, hashes: []uint64{rs.sentinel}})
 	}
 	rs.sentTokens = randomTokens(rs.sentTokens[:0], bs, rng)
+	if e.g.native != nil {
+		p = e.g.native // the engine publishes its own hash; the indexer re-hashes the tokens
+	}
 	keys, err := hash.AppendChain(nil, p, rs.sentTokens, bs, nil, nil)
 	if err != nil || len(keys) != 1 {
 		return fmt.Errorf("sim: sentinel hash: %v", err)

@@ -55,6 +55,12 @@ type GroupConfig struct {
 	// StepTokens is the prefill chunk: events are published per step of this
 	// many tokens (vLLM's max_num_batched_tokens; default 8192).
 	StepTokens int
+	// EngineProfile, when set, is the hash the engines compute and publish
+	// while the context uses Profile (which must then be xxh3): the indexer
+	// re-hashes stored blocks from their token_ids and resolves later
+	// removals and parents through the engine hashes (what a vLLM or SGLang
+	// engine registered without a hash_profile gets). Engine dialects only.
+	EngineProfile hash.Spec
 	// ReplayRing is how many messages each publisher keeps for replay
 	// (vLLM's buffer_steps; default 256: the harness's messages are whole
 	// prefill steps, tens of KiB each, and every publisher keeps its own).
@@ -65,17 +71,19 @@ type GroupConfig struct {
 // Group is a running context: its engines, store and router. One driver
 // goroutine calls Serve, Quiesce and Expect.
 type Group struct {
-	cfg        GroupConfig
-	profile    hash.Profile
-	engines    []*Engine // ascending by ID (the indexer's row order)
-	store      *Store
-	rng        *rand.Rand
-	rr         int
-	recent     []int // CacheAware: the last targets chosen (a ring), and
-	recentN    []int // how many times each target appears in it
-	recentAt   int
-	keyScratch []uint64
-	ans        Answer
+	cfg           GroupConfig
+	profile       hash.Profile
+	native        *hash.Profile // EngineProfile, resolved; nil when engines hash with profile
+	engines       []*Engine     // ascending by ID (the indexer's row order)
+	store         *Store
+	rng           *rand.Rand
+	rr            int
+	recent        []int // CacheAware: the last targets chosen (a ring), and
+	recentN       []int // how many times each target appears in it
+	recentAt      int
+	keyScratch    []uint64
+	nativeScratch []uint64
+	ans           Answer
 
 	Stats GroupStats
 }
@@ -128,6 +136,21 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 		return nil, errors.New("sim: the sglang_bigram strategy is not simulated")
 	}
 	g := &Group{cfg: cfg, profile: p, rng: rand.New(rand.NewPCG(cfg.Seed, 0x67726f7570))}
+	if cfg.EngineProfile != (hash.Spec{}) {
+		np, err := hash.Resolve(cfg.EngineProfile)
+		if err != nil {
+			return nil, err
+		}
+		if p.Strategy != hash.StrategyXXH3 || np.Strategy == hash.StrategySGLangBigram {
+			return nil, errors.New("sim: EngineProfile needs an xxh3 context (re-hash mode) and a vllm_v1 or sglang engine profile")
+		}
+		for _, ec := range cfg.Engines {
+			if ec.Dialect == Standard {
+				return nil, errors.New("sim: EngineProfile applies to vLLM and SGLang engines, not standard publishers")
+			}
+		}
+		g.native = &np
+	}
 	for _, ec := range cfg.Engines {
 		e, err := newEngine(g, ec)
 		if err != nil {
@@ -247,7 +270,16 @@ func (g *Group) Serve(tokens []int32, client Client) (ServeStats, error) {
 		t = ts[g.rr%len(ts)]
 		g.rr++
 	}
-	st, err := g.engines[t.e].serve(t.r, keys, tokens, max(1, g.cfg.StepTokens/g.cfg.BlockSize))
+	native := keys
+	if g.native != nil {
+		native, err = hash.AppendChain(g.nativeScratch[:0], g.native, tokens, g.cfg.BlockSize, nil, nil)
+		if err != nil {
+			return ServeStats{}, err
+		}
+		g.nativeScratch = native
+		native = native[:len(keys)]
+	}
+	st, err := g.engines[t.e].serve(t.r, keys, native, tokens, max(1, g.cfg.StepTokens/g.cfg.BlockSize))
 	s := &g.Stats
 	s.Requests++
 	s.Blocks += int64(st.Blocks)

@@ -23,6 +23,11 @@ func smokeGroups(t *testing.T) []*Group {
 			Engines: []EngineConfig{{ID: "vllm-c", Dialect: VLLMMap, Device: 60, Host: 60}}},
 		{Model: "smoke-sglang", Policy: RoundRobin, Profile: hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"},
 			Engines: []EngineConfig{{ID: "sgl-a", Dialect: SGLangMap, Device: 200, Host: 200}, {ID: "sgl-b", Dialect: SGLangArray, Device: 200, Disk: 100, ClearEvery: 20}}},
+		// Re-hash mode: vLLM engines registered without a hash_profile (xxh3
+		// context) publish their sha256_cbor hashes; conductor re-hashes.
+		{Model: "smoke-rehash", Policy: CacheAware, StoreBlocks: 400, Profile: hash.Spec{Strategy: "xxh3"}, EngineProfile: cborSpec,
+			Engines: []EngineConfig{{ID: "rh-a", Dialect: VLLMMap, Ranks: 2, Device: 150, Host: 150, Disk: 200, ClearEvery: 30},
+				{ID: "rh-b", Dialect: VLLMArray, Device: 200, Disk: 150}}},
 		{Model: "smoke-std", Policy: CacheAware, Profile: hash.Spec{Strategy: "xxh3"},
 			Engines: []EngineConfig{{ID: "std-a", Dialect: Standard, Ranks: 2, Device: 200, Host: 100, Disk: 100, ClearEvery: 15}}},
 	}
@@ -61,7 +66,7 @@ func TestRunVerifySmoke(t *testing.T) {
 		}
 		t.Fatal(err)
 	}
-	if rep.Verify.Checked < 4*24*4 || rep.Verify.Mismatches != 0 || rep.Verify.Points != 4 {
+	if rep.Verify.Checked < 4*24*5 || rep.Verify.Mismatches != 0 || rep.Verify.Points != 4 {
 		t.Fatalf("verify = %+v", rep.Verify)
 	}
 	if rep.Mixed.Queries == 0 || rep.Mixed.Errors != 0 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {

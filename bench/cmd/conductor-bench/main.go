@@ -56,6 +56,7 @@ type flags struct {
 	model                  string
 	blockSize              int
 	profile, seedText      string
+	engineHash             string
 	device, host, disk     int
 	store, clearEvery      int
 	policy                 string
@@ -91,6 +92,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.IntVar(&f.blockSize, "block-size", 16, "tokens per block (the trace's 512-token blocks are re-blocked to it)")
 	fs.StringVar(&f.profile, "profile", "sha256_cbor", "hash scheme: sha256_cbor | sha256 (vLLM, seed -python-hash-seed), sglang (sha256_raw), xxh3 (RFC #1527)")
 	fs.StringVar(&f.seedText, "python-hash-seed", "0", "vLLM PYTHONHASHSEED text")
+	fs.StringVar(&f.engineHash, "engine-hash", "", "with -profile xxh3: the hash vLLM/SGLang engines publish (sha256_cbor, sha256, sglang); conductor re-hashes their token_ids, as for engines registered without a hash_profile")
 	fs.IntVar(&f.device, "device", 16384, "device blocks per rank")
 	fs.IntVar(&f.host, "host", 0, "host (cpu_local) blocks per rank; 0 = no host tier")
 	fs.IntVar(&f.disk, "disk", 0, "disk blocks per rank; 0 = no disk tier")
@@ -154,6 +156,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(2, err)
 	}
+	var engineSpec hash.Spec
+	if f.engineHash != "" {
+		if engineSpec, err = profileSpec(f.engineHash, f.seedText); err != nil {
+			return fail(2, fmt.Errorf("-engine-hash: %w", err))
+		}
+	}
 	policy, err := sim.ParsePolicy(f.policy)
 	if err != nil {
 		return fail(2, err)
@@ -208,7 +216,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			Ranks: f.ranks, Device: f.device, Host: f.host, Disk: f.disk, ClearEvery: f.clearEvery}
 	}
 	g, err := sim.NewGroup(sim.GroupConfig{Model: f.model, BlockSize: f.blockSize, Profile: spec, Engines: engines,
-		StoreBlocks: f.store, Policy: policy, Seed: f.seed})
+		StoreBlocks: f.store, Policy: policy, Seed: f.seed, EngineProfile: engineSpec})
 	if err != nil {
 		return fail(2, err)
 	}
