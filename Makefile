@@ -6,9 +6,18 @@ FUZZTIME ?= 30s
 FUZZ_SMOKE_TIME ?= 3s
 BENCH ?= .
 BENCHTIME ?= 1s
-RUN_ARGS ?=
+# `make run` starts the live demo by default; RUN_ARGS= (empty) or any flags
+# (RUN_ARGS="--config /etc/conductor.json") run a plain server instead.
+RUN_ARGS ?= --demo
+BENCH_BIN := bin/conductor-bench
+# make bench-e2e: the Mooncake conversation trace (first BENCH_E2E_LIMIT
+# records; 0 = all 12,031, about 4 minutes on 2 cores) through 8 simulated vLLM
+# engines into a spawned conductor process.
+BENCH_E2E_TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
+BENCH_E2E_LIMIT ?= 4000
+BENCH_E2E_OUT ?= bench/results
 
-.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench clean
+.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-build bench-smoke bench-e2e clean
 
 all: build
 
@@ -72,7 +81,7 @@ python-test: deps
 	cd python && CONDUCTOR_BIN=$(CURDIR)/bin/conductor FAKE_ENGINE_BIN=$(CURDIR)/bin/fake-engine \
 		python3 -m unittest discover -s tests -t . -v
 
-test: deps vet fmt-check race unit fuzz-smoke python-test
+test: deps vet fmt-check race unit fuzz-smoke python-test bench-smoke
 	@echo "make test: all checks passed"
 
 # test-faults runs the fault suite at full size (its short form is part of
@@ -83,6 +92,23 @@ test-faults: deps
 
 bench: deps
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...
+
+bench-build: build
+	$(GO) build -o $(BENCH_BIN) ./bench/cmd/conductor-bench
+
+# bench-smoke: a few seconds of the harness in separate processes, verify on
+# (part of `make test`): any answer that differs from the ground truth fails.
+bench-smoke: bench-build
+	./$(BENCH_BIN) -spawn $(BIN) -engines 4 -ranks 2 -requests 300 -device 512 -host 512 -disk 1024 -store 2048 -clear-every 40 \
+		-verify -verify-every 100 -verify-sample 32 -query-only 1s -concurrency 2 -quiet >/dev/null
+
+bench-e2e: bench-build
+	@test -r $(BENCH_E2E_TRACE) || { echo "trace $(BENCH_E2E_TRACE) not found (set BENCH_E2E_TRACE)" >&2; exit 1; }
+	@mkdir -p $(BENCH_E2E_OUT)
+	./$(BENCH_BIN) -spawn $(BIN) -engines 8 -dialects vllm-map,vllm-array -trace $(BENCH_E2E_TRACE) -trace-limit $(BENCH_E2E_LIMIT) \
+		-host 32768 -disk 65536 -store 131072 -verify -verify-every 1000 -query-only 5s \
+		-sweep 1000,2000,4000,6000,8000,10000 -sweep-time 2s \
+		-json $(BENCH_E2E_OUT)/e2e.json -md $(BENCH_E2E_OUT)/e2e.md -svg $(BENCH_E2E_OUT)/e2e-latency.svg
 
 clean:
 	rm -rf bin

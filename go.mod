@@ -3,6 +3,7 @@ module github.com/seed-c7a81618/conductor
 go 1.26.0
 
 require (
+	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/VictoriaMetrics/metrics v1.45.0
 	github.com/klauspost/cpuid/v2 v2.4.2
 	github.com/minio/sha256-simd v1.0.1

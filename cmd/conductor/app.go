@@ -74,6 +74,7 @@ type settings struct {
 	protectMetrics bool
 	allowEndpoints string
 	sha256Backend  string
+	demo           bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -106,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
 	fs.StringVar(&s.allowEndpoints, "allow-endpoints", httpd.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
+	fs.BoolVar(&s.demo, "demo", false, "run the embedded engine simulator against this server and print a live summary every second (package bench/sim)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -208,6 +210,7 @@ type app struct {
 	rpcLn           net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
+	demo            io.Writer // non-nil: run the embedded simulator, summary here
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
@@ -328,6 +331,11 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	}
 	gate := httpd.NewGate(ing, ix, policy)
 	var state *stateStore
+	if s.demo {
+		// The demo's simulated engines live at fresh ports each run: restoring
+		// their registrations would only conflict with the next run's.
+		s.stateDir = ""
+	}
 	if s.stateDir != "" {
 		if state, err = newStateStore(s.stateDir); err != nil {
 			ing.Close()
@@ -381,6 +389,9 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	} else if ip := net.ParseIP(s.listen); ip == nil || !ip.IsLoopback() {
 		log.Warn("listening beyond loopback with no --admin-token: anyone who reaches the port can register, unregister and read the registry",
 			"listen", s.listen)
+	}
+	if s.demo {
+		a.demo = stdout
 	}
 	return a, 0
 }
@@ -469,6 +480,7 @@ func (a *app) serve(ctx context.Context) int {
 		a.registerStatic(staticCtx)
 	}()
 
+	demo := a.startDemo(ctx)
 	code := 0
 	select {
 	case <-ctx.Done():
@@ -478,6 +490,7 @@ func (a *app) serve(ctx context.Context) int {
 		code = 1
 	}
 	cancelStatic()
+	demo.wait() // its queries need the server
 	sctx, cancel := context.WithTimeout(context.Background(), a.shutdownTimeout)
 	defer cancel()
 	if err := a.srv.Shutdown(sctx); err != nil {
@@ -490,6 +503,7 @@ func (a *app) serve(ctx context.Context) int {
 	}
 	wg.Wait()
 	a.ing.Close()
+	demo.close()
 	a.log.Info("conductor stopped")
 	return code
 }

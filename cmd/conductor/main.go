@@ -26,7 +26,9 @@
 //     registrations), the access flags (--admin-token[-file],
 //     --query-token[-file], --client-tokens-file, --protect-metrics,
 //     --allow-endpoints; tokens also from CONDUCTOR_ADMIN_TOKEN and
-//     CONDUCTOR_QUERY_TOKEN), --version.
+//     CONDUCTOR_QUERY_TOKEN), --version, and --demo (the embedded engine
+//     simulator of package bench/sim publishing to this server, with a live
+//     summary on stdout; what `make run` starts; no durable state).
 //
 // Static registrations start in the background after the HTTP server listens;
 // failures are logged and never block or abort startup. Logs are log/slog on

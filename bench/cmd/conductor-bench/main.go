@@ -1,0 +1,373 @@
+// Command conductor-bench is conductor's load harness: it starts simulated
+// inference engines (real ZMQ publishers speaking vLLM, SGLang or RFC #1527
+// events, with DP ranks, device/host/disk pools and an optional shared
+// Mooncake store), registers them with an indexer, replays a workload (a
+// Mooncake-format trace or the built-in synthetic chat workload) routed by a
+// policy, runs a query load during and after ingest, and reports ingest
+// blocks/s, query latency percentiles, server CPU per query and, in verify
+// mode, whether every checked answer equals the simulator's ground truth.
+//
+// Point it at any indexer that speaks the Mooncake indexer API (-addr), or let
+// it start a conductor binary on a free loopback port (-spawn), which also
+// lets it read the server's CPU time from /proc. Running the same command
+// against two servers gives a side-by-side comparison.
+//
+//	conductor-bench -spawn bin/conductor -engines 8 -trace trace.jsonl -verify
+//	conductor-bench -addr 10.0.0.7:13333 -surface json -policy random -requests 2000
+//
+// Exit status: 0 on success, 1 on a failed run or a ground-truth mismatch, 2
+// on bad flags.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/bench/sim"
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+type flags struct {
+	addr, spawn, spawnArgs string
+	serverPID              int
+	engines, ranks         int
+	dialects               string
+	model                  string
+	blockSize              int
+	profile, seedText      string
+	engineHash             string
+	device, host, disk     int
+	store, clearEvery      int
+	policy                 string
+	trace                  string
+	traceLimit, requests   int
+	duration               time.Duration
+	ingestRate             float64
+	surface                string
+	concurrency            int
+	qps                    float64
+	queryOnly              time.Duration
+	verify                 bool
+	verifyEvery, verifyN   int
+	sweep                  string
+	sweepTime              time.Duration
+	jsonOut, mdOut, svgOut string
+	quiet                  bool
+	seed                   uint64
+}
+
+func parse(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("conductor-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.addr, "addr", "127.0.0.1:13333", "indexer HTTP address (host:port)")
+	fs.StringVar(&f.spawn, "spawn", "", "start this conductor binary on a free loopback port instead of using -addr (its CPU is measured)")
+	fs.StringVar(&f.spawnArgs, "spawn-args", "", "extra arguments for the spawned conductor (space-separated)")
+	fs.IntVar(&f.serverPID, "server-pid", 0, "pid of a local server whose CPU time to read from /proc (with -addr)")
+	fs.IntVar(&f.engines, "engines", 8, "simulated engine instances")
+	fs.IntVar(&f.ranks, "ranks", 1, "dp ranks per engine (one publisher each)")
+	fs.StringVar(&f.dialects, "dialects", "vllm-map,vllm-array", "engine dialects, cycled over the engines: vllm-map, vllm-array, sglang-map, sglang-array, standard")
+	fs.StringVar(&f.model, "model", "bench", "model name of the context")
+	fs.IntVar(&f.blockSize, "block-size", 16, "tokens per block (the trace's 512-token blocks are re-blocked to it)")
+	fs.StringVar(&f.profile, "profile", "sha256_cbor", "hash scheme: sha256_cbor | sha256 (vLLM, seed -python-hash-seed), sglang (sha256_raw), xxh3 (RFC #1527)")
+	fs.StringVar(&f.seedText, "python-hash-seed", "0", "vLLM PYTHONHASHSEED text")
+	fs.StringVar(&f.engineHash, "engine-hash", "", "with -profile xxh3: the hash vLLM/SGLang engines publish (sha256_cbor, sha256, sglang); conductor re-hashes their token_ids, as for engines registered without a hash_profile")
+	fs.IntVar(&f.device, "device", 16384, "device blocks per rank")
+	fs.IntVar(&f.host, "host", 0, "host (cpu_local) blocks per rank; 0 = no host tier")
+	fs.IntVar(&f.disk, "disk", 0, "disk blocks per rank; 0 = no disk tier")
+	fs.IntVar(&f.store, "store", 0, "shared Mooncake store blocks (cpu_share); 0 = none")
+	fs.IntVar(&f.clearEvery, "clear-every", 0, "each rank resets its cache (AllBlocksCleared) every N requests it serves; 0 = never")
+	fs.StringVar(&f.policy, "policy", "cache-aware", "routing: cache-aware, round-robin, random")
+	fs.StringVar(&f.trace, "trace", "", "Mooncake-format JSONL trace to replay (default: the built-in synthetic workload)")
+	fs.IntVar(&f.traceLimit, "trace-limit", 0, "read at most this many trace records (0 = all)")
+	fs.IntVar(&f.requests, "requests", 0, "requests to replay (default: the whole trace, or 2000 synthetic)")
+	fs.DurationVar(&f.duration, "duration", 0, "stop replaying after this long (0 = no limit)")
+	fs.Float64Var(&f.ingestRate, "ingest-rate", 0, "requests per second (0 = as fast as possible)")
+	fs.StringVar(&f.surface, "surface", "msgpack", "query surface: "+strings.Join(sim.Surfaces, ", "))
+	fs.IntVar(&f.concurrency, "concurrency", 4, "query connections")
+	fs.Float64Var(&f.qps, "qps", 0, "open-loop query rate in total (0 = closed loop)")
+	fs.DurationVar(&f.queryOnly, "query-only", 3*time.Second, "query-only phase on the quiescent index (0 = skip)")
+	fs.BoolVar(&f.verify, "verify", false, "compare answers with the simulator's ground truth; any mismatch fails the run")
+	fs.IntVar(&f.verifyEvery, "verify-every", 0, "also verify at a quiescent point every N requests")
+	fs.IntVar(&f.verifyN, "verify-sample", 64, "prompts checked per quiescent point")
+	fs.StringVar(&f.sweep, "sweep", "", "comma-separated open-loop q/s rates for the latency/throughput curve")
+	fs.DurationVar(&f.sweepTime, "sweep-time", 2*time.Second, "duration of each sweep rate")
+	fs.StringVar(&f.jsonOut, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&f.mdOut, "md", "", "write the report as Markdown to this file (always printed to stdout)")
+	fs.StringVar(&f.svgOut, "svg", "", "write the sweep's latency/throughput plot (SVG) to this file")
+	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed (routing, synthetic workload, query choice)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return f, nil
+}
+
+func profileSpec(name, seed string) (hash.Spec, error) {
+	switch name {
+	case "sha256_cbor", "sha256":
+		return hash.Spec{Strategy: "vllm_v1", Algorithm: name, PythonHashSeed: seed, IndexProjection: "low64_be"}, nil
+	case "sglang":
+		return hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"}, nil
+	case "xxh3":
+		return hash.Spec{Strategy: "xxh3"}, nil
+	}
+	return hash.Spec{}, fmt.Errorf("-profile %q: want sha256_cbor, sha256, sglang or xxh3", name)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parse(args, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "conductor-bench:", err)
+		return 2
+	}
+	fail := func(code int, err error) int {
+		fmt.Fprintln(stderr, "conductor-bench:", err)
+		return code
+	}
+	spec, err := profileSpec(f.profile, f.seedText)
+	if err != nil {
+		return fail(2, err)
+	}
+	var engineSpec hash.Spec
+	if f.engineHash != "" {
+		if engineSpec, err = profileSpec(f.engineHash, f.seedText); err != nil {
+			return fail(2, fmt.Errorf("-engine-hash: %w", err))
+		}
+	}
+	policy, err := sim.ParsePolicy(f.policy)
+	if err != nil {
+		return fail(2, err)
+	}
+	var dialects []sim.Dialect
+	for _, d := range strings.Split(f.dialects, ",") {
+		dd, err := sim.ParseDialect(strings.TrimSpace(d))
+		if err != nil {
+			return fail(2, err)
+		}
+		dialects = append(dialects, dd)
+	}
+	var rates []float64
+	for _, r := range strings.Split(f.sweep, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(r, 64)
+		if err != nil || v <= 0 {
+			return fail(2, fmt.Errorf("-sweep: bad rate %q", r))
+		}
+		rates = append(rates, v)
+	}
+
+	var src sim.Source
+	requests := f.requests
+	if f.trace != "" {
+		fh, err := os.Open(f.trace)
+		if err != nil {
+			return fail(1, err)
+		}
+		recs, err := sim.ReadTrace(fh, f.traceLimit)
+		fh.Close()
+		if err != nil {
+			return fail(1, err)
+		}
+		src = &sim.TraceSource{Records: recs}
+		if requests <= 0 || requests > len(recs) {
+			requests = len(recs)
+		}
+	} else {
+		src = sim.SyntheticSource{Synthetic: sim.NewSynthetic(sim.SyntheticOptions{Seed: f.seed})}
+		if requests <= 0 && f.duration <= 0 {
+			requests = 2000
+		}
+	}
+
+	engines := make([]sim.EngineConfig, f.engines)
+	for i := range engines {
+		d := dialects[i%len(dialects)]
+		engines[i] = sim.EngineConfig{ID: fmt.Sprintf("%s-%02d", strings.SplitN(d.String(), "-", 2)[0], i), Dialect: d,
+			Ranks: f.ranks, Device: f.device, Host: f.host, Disk: f.disk, ClearEvery: f.clearEvery}
+	}
+	g, err := sim.NewGroup(sim.GroupConfig{Model: f.model, BlockSize: f.blockSize, Profile: spec, Engines: engines,
+		StoreBlocks: f.store, Policy: policy, Seed: f.seed, EngineProfile: engineSpec})
+	if err != nil {
+		return fail(2, err)
+	}
+	defer g.Close()
+
+	addr, pid := f.addr, f.serverPID
+	if f.spawn != "" {
+		srv, err := spawn(ctx, f.spawn, strings.Fields(f.spawnArgs), stderr)
+		if err != nil {
+			return fail(1, err)
+		}
+		defer srv.stop() // before g.Close: the server stops before its publishers vanish
+		addr, pid = srv.addr, srv.cmd.Process.Pid
+	}
+
+	o := sim.RunOptions{Addr: addr, Surface: f.surface, Groups: []*sim.Group{g}, Source: src, Requests: requests,
+		Duration: f.duration, IngestRate: f.ingestRate, Concurrency: f.concurrency, QueryRate: f.qps,
+		QueryOnly: f.queryOnly, Verify: f.verify, VerifyEvery: f.verifyEvery, VerifySample: f.verifyN,
+		SweepRates: rates, SweepTime: f.sweepTime, ServerPID: pid, Seed: f.seed}
+	if o.QueryOnly == 0 {
+		o.QueryOnly = -1
+	}
+	if !f.quiet {
+		o.Progress = stderr
+	}
+	fmt.Fprintf(stderr, "conductor-bench: %d engines (%s) × %d ranks into %s, %d requests, policy %s, surface %s, verify %v\n",
+		f.engines, f.dialects, f.ranks, addr, requests, policy, f.surface, f.verify)
+	rep, runErr := sim.Run(ctx, o)
+	if rep != nil {
+		if err := writeReport(rep, f, stdout); err != nil {
+			return fail(1, err)
+		}
+	}
+	if runErr != nil {
+		return fail(1, runErr)
+	}
+	return 0
+}
+
+func writeReport(rep *sim.Report, f *flags, stdout io.Writer) error {
+	if err := rep.WriteMarkdown(stdout); err != nil {
+		return err
+	}
+	if f.mdOut != "" {
+		fh, err := os.Create(f.mdOut)
+		if err != nil {
+			return err
+		}
+		err = rep.WriteMarkdown(fh)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if f.jsonOut != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(f.jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if f.svgOut != "" && len(rep.Sweep) > 0 {
+		fh, err := os.Create(f.svgOut)
+		if err != nil {
+			return err
+		}
+		title := fmt.Sprintf("conductor /query (%s), %d engines, %s, %d CPUs", rep.Surface, len(rep.Groups[0].Engines), rep.Date[:10], rep.Machine.NumCPU)
+		err = rep.PlotSVG(fh, title)
+		if cerr := fh.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
+	return nil
+}
+
+// server is a spawned conductor.
+type server struct {
+	cmd  *exec.Cmd
+	addr string
+	done chan struct{}
+	dir  string
+}
+
+// spawn starts bin on a free loopback port with an empty configuration file and
+// waits until /health answers.
+func spawn(ctx context.Context, bin string, extra []string, stderr io.Writer) (*server, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir, err := os.MkdirTemp("", "conductor-bench")
+	if err != nil {
+		return nil, err
+	}
+	cfg := filepath.Join(dir, "conductor.json")
+	if err := os.WriteFile(cfg, []byte("{}\n"), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	// RPC off unless extra turns it on (no fixed port shared between runs);
+	// durable state in the run's own directory.
+	args := append([]string{"--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "WARN",
+		"--rpc-port", "0", "--state-dir", filepath.Join(dir, "state")}, extra...)
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &server{cmd: cmd, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{}), dir: dir}
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get("http://" + s.addr + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s, nil
+			}
+		}
+		select {
+		case <-s.done:
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("spawned %s exited before serving", bin)
+		case <-ctx.Done():
+			s.stop()
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, fmt.Errorf("spawned %s did not answer /health within 15s", bin)
+		}
+	}
+}
+
+// stop sends SIGTERM (conductor drains and exits) and kills after 10s.
+func (s *server) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	os.RemoveAll(s.dir)
+}

@@ -1,0 +1,172 @@
+package sim
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeClient answers every query with one fixed row; odd-length prompts fail.
+type fakeClient struct{}
+
+func (fakeClient) Query(q *Query, a *Answer) error {
+	a.Reset()
+	if len(q.Tokens)%2 == 1 {
+		return errors.New("odd")
+	}
+	a.Rows = append(a.Rows, Row{Instance: "x", Longest: int64(len(q.Tokens))})
+	return nil
+}
+func (fakeClient) Close() {}
+
+// TestRunLoadCountsAndChecks: a Count-bounded open-loop run issues exactly
+// Count queries, counts transport errors apart from Check mismatches, and
+// keeps at most maxKept mismatch reports.
+func TestRunLoadCountsAndChecks(t *testing.T) {
+	var done atomic.Int64
+	var checked atomic.Int64
+	res, err := RunLoad(context.Background(), LoadOptions{
+		Factory:     func() (Client, error) { return fakeClient{}, nil },
+		Concurrency: 3, Rate: 20000, Count: 90, Done: &done,
+		Next: func(w int, rng *rand.Rand) *Query { return &Query{Tokens: make([]int32, rng.IntN(6))} },
+		Check: func(q *Query, a *Answer) error {
+			checked.Add(1)
+			if a.Rows[0].Longest != int64(len(q.Tokens)) {
+				t.Errorf("answer %+v for %d tokens", a.Rows[0], len(q.Tokens))
+			}
+			if len(q.Tokens) == 4 {
+				return errors.New("four")
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Queries != 90 || done.Load() != 90 || res.Latency.Count != 90 {
+		t.Fatalf("queries %d, done %d, histogram %d; want 90", res.Queries, done.Load(), res.Latency.Count)
+	}
+	if res.Errors == 0 || res.Errors+checked.Load() != 90 || res.FirstError != "odd" {
+		t.Fatalf("errors %d + checked %d != 90 (first %q)", res.Errors, checked.Load(), res.FirstError)
+	}
+	if res.Mismatches == 0 || len(res.Mismatch) > maxKept {
+		t.Fatalf("mismatches %d, kept %d", res.Mismatches, len(res.Mismatch))
+	}
+	if l := res.Latency; !(l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.MaxUs) {
+		t.Fatalf("percentiles out of order: %+v", l)
+	}
+}
+
+// TestProcCPU cross-checks /proc/self/stat parsing with getrusage(2).
+func TestProcCPU(t *testing.T) {
+	deadline := time.Now().Add(50 * time.Millisecond)
+	for x := 0; time.Now().Before(deadline); x++ {
+		_ = x * x
+	}
+	got, err := ProcCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		t.Fatal(err)
+	}
+	want := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	// /proc counts in 10 ms ticks and the two reads are not simultaneous.
+	if d := want - got; d < -30*time.Millisecond || d > 30*time.Millisecond {
+		t.Fatalf("ProcCPU = %v, getrusage = %v", got, want)
+	}
+	if _, err := ProcCPU(-1); err == nil {
+		t.Fatal("ProcCPU(-1) succeeded")
+	}
+}
+
+// TestPlotSVG: the plot is well-formed XML with one line per percentile and
+// a point per sweep rate.
+func TestPlotSVG(t *testing.T) {
+	r := &Report{Sweep: []SweepPoint{
+		{Rate: 1000, QPS: 1000, P50: 100, P90: 200, P99: 400, P999: 900},
+		{Rate: 2000, QPS: 1990, P50: 120, P90: 260, P99: 800, P999: 3000},
+		{Rate: 4000, QPS: 3100, P50: 9000, P90: 20000, P99: 50000, P999: 80000},
+	}}
+	var b strings.Builder
+	if err := r.PlotSVG(&b, "t <&>"); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Polylines []struct {
+			Points string `xml:"points,attr"`
+		} `xml:"polyline"`
+		Circles []struct{} `xml:"circle"`
+	}
+	if err := xml.Unmarshal([]byte(b.String()), &doc); err != nil {
+		t.Fatalf("not XML: %v", err)
+	}
+	if len(doc.Polylines) != 4 || len(doc.Circles) != 12 {
+		t.Fatalf("%d lines, %d points; want 4 and 12", len(doc.Polylines), len(doc.Circles))
+	}
+	for _, p := range doc.Polylines {
+		if len(strings.Fields(p.Points)) != 3 {
+			t.Fatalf("line %q", p.Points)
+		}
+	}
+	if err := (&Report{}).PlotSVG(&b, ""); err == nil {
+		t.Fatal("empty sweep plotted")
+	}
+}
+
+// hitClient reports a full device hit on instance "b" only.
+type hitClient struct{ ids []string }
+
+func (c hitClient) Query(q *Query, a *Answer) error {
+	a.Reset()
+	for _, id := range c.ids {
+		r := Row{Instance: id, Ranks: []RankRow{{Rank: 0}}}
+		if id == "b" {
+			r.Ranks[0].Tiers = [numTiers]int64{16, 16, 16, 16}
+		}
+		a.Rows = append(a.Rows, r)
+	}
+	return nil
+}
+func (hitClient) Close() {}
+
+// TestCacheAwareRouting: the rank the indexer reports a hit on gets the
+// requests, but never more than 1.5× its fair share of the recent window
+// (4 targets → 6 of the last 16), so the others still get load.
+func TestCacheAwareRouting(t *testing.T) {
+	var engines []EngineConfig
+	ids := []string{"a", "b", "c", "d"}
+	for _, id := range ids {
+		engines = append(engines, EngineConfig{ID: id, Dialect: VLLMMap, Device: 64})
+	}
+	g, err := NewGroup(GroupConfig{Model: "m", Policy: CacheAware, Engines: engines})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	prompt := make([]int32, 32)
+	for i := 0; i < 160; i++ {
+		if _, err := g.Serve(prompt, hitClient{ids}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if g.recentN[1] != 6 {
+		t.Fatalf("b got %d of the last 16 requests, want 6 (counts %v)", g.recentN[1], g.recentN)
+	}
+	for i, n := range g.recentN {
+		if n == 0 {
+			t.Fatalf("target %s got nothing in the last window: %v", ids[i], g.recentN)
+		}
+	}
+	if g.Stats.RouteErrors != 0 {
+		t.Fatalf("route errors %d", g.Stats.RouteErrors)
+	}
+}

@@ -1,0 +1,44 @@
+package sim
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/wire"
+)
+
+// startConductor runs conductor's index, ZMQ ingester and HTTP server in this
+// process (wired as cmd/conductor wires them) on 127.0.0.1:0.
+func startConductor(tb testing.TB) string {
+	tb.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ix := core.New(core.Options{Logger: log})
+	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err := httpd.New(ix, ing, httpd.Options{Logger: log, ExtraMetrics: []*metrics.Set{ing.Metrics()}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		ing.Close()
+	})
+	return ln.Addr().String()
+}
