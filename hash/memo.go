@@ -203,12 +203,12 @@ func (m *Memo) put(k xxh3.Uint128, d *[32]byte, hint uint32) (evicted bool) {
 	if seq&1 != 0 || !s.seq.CompareAndSwap(seq, seq+1) {
 		return false
 	}
-	s.k[0].Store(k.Lo)
-	s.k[1].Store(k.Hi)
-	s.d[0].Store(binary.LittleEndian.Uint64(d[0:]))
-	s.d[1].Store(binary.LittleEndian.Uint64(d[8:]))
-	s.d[2].Store(binary.LittleEndian.Uint64(d[16:]))
-	s.d[3].Store(binary.LittleEndian.Uint64(d[24:]))
+	storeInSlot(&s.k[0], k.Lo)
+	storeInSlot(&s.k[1], k.Hi)
+	storeInSlot(&s.d[0], binary.LittleEndian.Uint64(d[0:]))
+	storeInSlot(&s.d[1], binary.LittleEndian.Uint64(d[8:]))
+	storeInSlot(&s.d[2], binary.LittleEndian.Uint64(d[16:]))
+	storeInSlot(&s.d[3], binary.LittleEndian.Uint64(d[24:]))
 	s.seq.Store(seq + 2)
 	return seq != 0
 }
