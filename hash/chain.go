@@ -52,6 +52,8 @@ type Chain struct {
 	memo                  *Memo
 	mOn                   bool
 	mKey                  xxh3.Uint128
+	mAhead                xxh3.Uint128 // key of block next, when mHasAhead
+	mHasAhead             bool
 	mHits, mMiss, mEvicts uint32
 }
 
@@ -224,8 +226,11 @@ func (c *Chain) step() uint64 {
 
 	case StrategyVLLMv1:
 		tok := c.tokens[i*c.bs : (i+1)*c.bs]
-		if c.mOn && c.memoGet(tok) {
-			return binary.BigEndian.Uint64(c.parent[24:])
+		if c.mOn {
+			if c.memoGet(tok) {
+				return binary.BigEndian.Uint64(c.parent[24:])
+			}
+			c.memoAhead()
 		}
 		ex := c.extras[:c.nExtras]
 		if i == 0 {
@@ -253,6 +258,7 @@ func (c *Chain) step() uint64 {
 			if c.memoGet(tok) {
 				return binary.BigEndian.Uint64(c.parent[:8])
 			}
+			c.memoAhead()
 		}
 		b := c.buf[:0]
 		if i > 0 {
@@ -281,14 +287,37 @@ func (c *Chain) step() uint64 {
 // memoGet advances the rolling memo key over the next block's tokens and, on a
 // hit, sets c.parent to the memoised digest.
 func (c *Chain) memoGet(tok []int32) bool {
-	c.buf = appendMemoRoll(c.buf[:0], c.mKey, tok)
-	c.mKey = xxh3.Hash128Seed(c.buf, c.memo.seed)
+	if c.mHasAhead {
+		c.mKey, c.mHasAhead = c.mAhead, false
+	} else {
+		c.buf = appendMemoRoll(c.buf[:0], c.mKey, tok)
+		c.mKey = xxh3.Hash128Seed(c.buf, c.memo.seed)
+	}
 	d, ok := c.memo.get(c.mKey)
 	if ok {
 		c.parent = d
 		c.mHits++
 	}
 	return ok
+}
+
+// memoAhead computes the key of block next (the one after the block being
+// hashed) and prefetches its bucket, so that on a run of misses the probe's
+// memory latency overlaps this block's SHA-256 instead of following it.
+func (c *Chain) memoAhead() {
+	i := c.next
+	if i >= c.blocks {
+		return
+	}
+	start := i * c.bs
+	end := start + min(c.bs, c.logical-start)
+	tok := c.tokens[start:end]
+	if c.strategy == StrategySGLangBigram {
+		tok = c.tokens[start : end+1]
+	}
+	c.buf = appendMemoRoll(c.buf[:0], c.mKey, tok)
+	c.mAhead, c.mHasAhead = xxh3.Hash128Seed(c.buf, c.memo.seed), true
+	prefetch(&c.memo.bucket(c.mAhead)[0])
 }
 
 // memoPut stores the digest just computed under the current key.

@@ -116,11 +116,13 @@ func NewMemo(maxBytes int) *Memo {
 func newMemoSeed(maxBytes int, seed uint64) *Memo {
 	buckets := max(maxBytes/(memoWays*memoSlotSize), 1)
 	buckets = 1 << (bits.Len(uint(buckets)) - 1) // round down to a power of two
-	return &Memo{
+	m := &Memo{
 		seed:  seed,
 		mask:  uint64(buckets - 1),
 		slots: make([]memoSlot, buckets*memoWays),
 	}
+	adviseHuge(m.slots)
+	return m
 }
 
 // Stats returns the counters. Counts of queries in flight are added when they end.
