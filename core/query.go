@@ -104,6 +104,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 
 	nBlocks := len(req.Hashes)
 	if !req.ByHash {
+		res.chain.SetMemo(ix.opts.HashMemo)
 		if err := res.chain.Reset(c.profile(), req.Tokens, c.key.BlockSize, c.lora, req.CacheSalt); err != nil {
 			return fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
 		}
@@ -113,6 +114,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	cur := growCursors(res.cursors, hi-lo)
 	res.cursors = cur
 	end := walk(c, m, lo, cur, nBlocks, req, &res.chain)
+	res.chain.FlushMemoStats()
 
 	// Convert block boundaries to tokens and assemble rows.
 	bs := int64(c.key.BlockSize)
