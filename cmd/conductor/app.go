@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -19,6 +20,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/httpd"
 	"github.com/seed-c7a81618/conductor/wire"
 )
@@ -71,6 +73,9 @@ type settings struct {
 	clientTokens   string
 	protectMetrics bool
 	allowEndpoints string
+
+	hashMemoBytes int
+	pprofAddr     string
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -101,6 +106,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
 	fs.StringVar(&s.allowEndpoints, "allow-endpoints", httpd.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
+	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
+		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
+	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -113,6 +121,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if s.maxConns <= 0 || s.maxInflightBody <= 0 || s.maxRegistration <= 0 || s.maxBodyBytes < 0 || s.maxQueryTokens < 0 {
 		return s, fmt.Errorf("--max-connections, --max-inflight-body-bytes and --max-registrations must be > 0, " +
 			"--max-body-bytes and --max-query-tokens >= 0 (0 = default)")
+	}
+	if s.hashMemoBytes < 0 {
+		return s, fmt.Errorf("--hash-memo-bytes=%d: want >= 0 (0 = off)", s.hashMemoBytes)
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
@@ -198,6 +209,7 @@ type app struct {
 	state           *stateStore
 	static          []staticEntry
 	shutdownTimeout time.Duration
+	pprof           *http.Server // nil unless --pprof-addr
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
@@ -284,7 +296,9 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		"http_connections", fds.conns, "registrations", fds.registrations,
 		"fds_per_registration", fdsPerRegistration, "reserve", fdReserve)
 
-	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log}
+	memo := hash.NewMemo(s.hashMemoBytes)
+	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots)
+	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2
@@ -320,7 +334,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		Limiter:        lim,
 		Access:         access,
 		Gate:           gate,
-		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics()},
+		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)},
 	})
 	if err != nil {
 		ing.Close()
@@ -334,6 +348,17 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("cannot listen", "addr", addr, "err", err)
 		return nil, 1
 	}
+	var pprofSrv *http.Server
+	if s.pprofAddr != "" {
+		var pln net.Listener
+		if pprofSrv, pln, err = startPprof(s.pprofAddr, log); err != nil {
+			ln.Close()
+			ing.Close()
+			log.Error("cannot serve pprof", "addr", s.pprofAddr, "err", err)
+			return nil, 2
+		}
+		policy.DenyOwn(pln.Addr().(*net.TCPAddr).Port)
+	}
 	policy.DenyOwn(ln.Addr().(*net.TCPAddr).Port)
 	log.Info("conductor starting", "version", ver, "config", path, "listen", s.listen,
 		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken+s.queryTokenFile != "",
@@ -345,7 +370,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 			"listen", s.listen)
 	}
 	return &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
-		shutdownTimeout: s.shutdownTimeout}, 0
+		shutdownTimeout: s.shutdownTimeout, pprof: pprofSrv}, 0
 }
 
 // accessOf builds the token policy and the endpoint allowlist from the flags.
@@ -441,6 +466,9 @@ func (a *app) serve(ctx context.Context) int {
 		a.log.Warn("HTTP shutdown did not drain in time", "err", err)
 	}
 	wg.Wait()
+	if a.pprof != nil {
+		a.pprof.Close()
+	}
 	a.ing.Close()
 	a.log.Info("conductor stopped")
 	return code
