@@ -230,7 +230,6 @@ func (c *Chain) step() uint64 {
 			if c.memoGet(tok) {
 				return binary.BigEndian.Uint64(c.parent[24:])
 			}
-			c.memoAhead()
 		}
 		ex := c.extras[:c.nExtras]
 		if i == 0 {
@@ -258,7 +257,6 @@ func (c *Chain) step() uint64 {
 			if c.memoGet(tok) {
 				return binary.BigEndian.Uint64(c.parent[:8])
 			}
-			c.memoAhead()
 		}
 		b := c.buf[:0]
 		if i > 0 {
@@ -285,7 +283,10 @@ func (c *Chain) step() uint64 {
 }
 
 // memoGet advances the rolling memo key over the next block's tokens and, on a
-// hit, sets c.parent to the memoised digest.
+// hit, sets c.parent to the memoised digest. Either way it then computes the
+// following block's key and prefetches its bucket (memoAhead), so the probe's
+// memory latency overlaps this block's SHA-256 on a miss, or the next key's
+// computation on a hit.
 func (c *Chain) memoGet(tok []int32) bool {
 	if c.mHasAhead {
 		c.mKey, c.mHasAhead = c.mAhead, false
@@ -298,12 +299,12 @@ func (c *Chain) memoGet(tok []int32) bool {
 		c.parent = d
 		c.mHits++
 	}
+	c.memoAhead()
 	return ok
 }
 
 // memoAhead computes the key of block next (the one after the block being
-// hashed) and prefetches its bucket, so that on a run of misses the probe's
-// memory latency overlaps this block's SHA-256 instead of following it.
+// looked up) and prefetches its bucket.
 func (c *Chain) memoAhead() {
 	i := c.next
 	if i >= c.blocks {

@@ -102,8 +102,8 @@ type MemoStats struct {
 
 // NewMemo returns a memo whose table takes at most maxBytes (rounded down to a
 // power-of-two number of buckets, at least MinMemoBytes), or nil when maxBytes
-// <= 0 (memo off). The table is allocated at once; pages are touched as slots
-// fill. The per-process key comes from crypto/rand.
+// <= 0 (memo off). The table is allocated and committed at once (huge pages
+// where Linux grants them). The per-process key comes from crypto/rand.
 func NewMemo(maxBytes int) *Memo {
 	if maxBytes <= 0 {
 		return nil
@@ -122,6 +122,12 @@ func newMemoSeed(maxBytes int, seed uint64) *Memo {
 		slots: make([]memoSlot, buckets*memoWays),
 	}
 	adviseHuge(m.slots)
+	// Commit the table now, one store per 4 KiB page, so that the first
+	// queries do not pay a page fault per new bucket (the bound is the
+	// resident size from the start, not a ceiling reached later).
+	for i := 0; i < len(m.slots); i += 4096 / memoSlotSize {
+		m.slots[i].seq.Store(0)
+	}
 	return m
 }
 
