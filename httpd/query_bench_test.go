@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
+
+	"github.com/seed-c7a81618/conductor/hash"
 )
 
 // BenchmarkQueryHandler measures the /query handler (routing, parse,
@@ -13,11 +15,23 @@ import (
 // JSON. Run:
 //
 //	go test -run '^$' -bench BenchmarkQueryHandler -benchmem ./httpd/
+//
+// memo=on runs the same requests with a hash digest memo: the prompt repeats, so
+// every block after the first request is a memo hit.
 func BenchmarkQueryHandler(b *testing.B) {
-	f := newFixture(b)
+	for _, memo := range []string{"off", "on"} {
+		f := newFixture(b)
+		if memo == "on" {
+			f = newFixtureMemo(b, hash.NewMemo(hash.DefaultMemoBytes))
+		}
+		benchQueryHandler(b, f, "memo="+memo+"/")
+	}
+}
+
+func benchQueryHandler(b *testing.B, f *fixture, prefix string) {
 	for _, form := range []string{"msgpack", "bin", "json"} {
 		for _, n := range []int{1024, 8192, fixtureMax} {
-			b.Run(fmt.Sprintf("%s/tokens=%d", form, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s%s/tokens=%d", prefix, form, n), func(b *testing.B) {
 				path, ct := ctOf(form)
 				body := f.body(form, n)
 				ctx := requestCtx(path, ct, body)
