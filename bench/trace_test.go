@@ -196,17 +196,23 @@ func tracePath() string {
 // child process with the memo off and on (64 MiB default), reporting the
 // server's CPU per query and the memo's hit ratio (hits = SHA-256 block
 // computations saved). The replay runs once whatever b.N is; run with
-// -benchtime 1x. $CONDUCTOR_TRACE_LIMIT caps the requests replayed.
+// -benchtime 1x. $CONDUCTOR_TRACE_LIMIT caps the requests replayed;
+// $CONDUCTOR_TRACE_MEMO_BYTES lists the --hash-memo-bytes values to run
+// (default "0,67108864").
 //
 //	CONDUCTOR_TRACE=/work/shared/traces/mooncake_conversation_trace.jsonl CONDUCTOR_TRACE_LIMIT=3000 \
 //	  go test -run '^$' -bench BenchmarkServerTrace -benchtime 1x ./bench/
 func BenchmarkServerTrace(b *testing.B) {
 	limit, _ := strconv.Atoi(os.Getenv("CONDUCTOR_TRACE_LIMIT"))
 	reqs := loadTrace(b, tracePath(), limit)
-	for _, memo := range []string{"0", strconv.Itoa(hash.DefaultMemoBytes)} {
+	sizes := []string{"0", strconv.Itoa(hash.DefaultMemoBytes)}
+	if v := os.Getenv("CONDUCTOR_TRACE_MEMO_BYTES"); v != "" {
+		sizes = strings.Split(v, ",")
+	}
+	for _, memo := range sizes {
 		name := "memo=off"
 		if memo != "0" {
-			name = "memo=on"
+			name = "memo=" + memo
 		}
 		b.Run(name, func(b *testing.B) {
 			r := replayTrace(b, reqs, "--hash-memo-bytes", memo)
