@@ -217,7 +217,7 @@ func (m *Memo) put(k xxh3.Uint128, d *[32]byte, hint uint32) (evicted bool) {
 	storeInSlot(&s.d[1], binary.LittleEndian.Uint64(d[8:]))
 	storeInSlot(&s.d[2], binary.LittleEndian.Uint64(d[16:]))
 	storeInSlot(&s.d[3], binary.LittleEndian.Uint64(d[24:]))
-	s.seq.Store(seq + 2)
+	storeInSlot(&s.seq, seq+2) // publish: after the data in store order
 	return seq != 0
 }
 
