@@ -38,8 +38,17 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the conductor build (if a test made one) after the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildPath != "" {
+		_ = os.RemoveAll(filepath.Dir(buildPath))
+	}
+	os.Exit(code)
+}
+
 // conductorBinary builds cmd/conductor once per test binary into a temporary
-// directory (removed by the OS's tmp cleaning; tests share the one build).
+// directory that TestMain removes; every test and benchmark shares the build.
 func conductorBinary(tb testing.TB) string {
 	tb.Helper()
 	buildOnce.Do(func() {

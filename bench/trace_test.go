@@ -84,6 +84,14 @@ type traceRun struct {
 func replayTrace(tb testing.TB, reqs [][]uint64, args ...string) traceRun {
 	tb.Helper()
 	s := startServer(tb, args...)
+	run := storeTrace(tb, s, reqs)
+	replayStored(tb, s, reqs, &run)
+	return run
+}
+
+// storeTrace registers the engine and stores every block of reqs.
+func storeTrace(tb testing.TB, s *serverProc, reqs [][]uint64) traceRun {
+	tb.Helper()
 	e := registerEngine(tb, s)
 
 	// Store: each request's blocks past those already stored (chain keys
@@ -117,8 +125,14 @@ func replayTrace(tb testing.TB, reqs [][]uint64, args ...string) traceRun {
 	}
 	run.UniqueBlocks = len(stored)
 	waitMatchedByHash(tb, s, last)
+	return run
+}
 
-	// Replay over one connection, in trace order.
+// replayStored replays reqs over one connection, in trace order, and fills in
+// the server's CPU, memo counters and latency of the replay alone.
+func replayStored(tb testing.TB, s *serverProc, reqs [][]uint64, run *traceRun) {
+	tb.Helper()
+	var tokens []int32
 	c, err := net.Dial("tcp", s.addr)
 	if err != nil {
 		tb.Fatal(err)
@@ -150,7 +164,6 @@ func replayTrace(tb testing.TB, reqs [][]uint64, args ...string) traceRun {
 	run.Elapsed = busy
 	slices.Sort(lat)
 	run.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
-	return run
 }
 
 // waitMatchedByHash polls /query_by_hash (which hashes nothing, so the memo
