@@ -291,12 +291,10 @@ func (c *Chain) memoGet(tok []int32) bool {
 	if c.mHasAhead {
 		c.mKey, c.mHasAhead = c.mAhead, false
 	} else {
-		c.buf = appendMemoRoll(c.buf[:0], c.mKey, tok)
-		c.mKey = xxh3.Hash128Seed(c.buf, c.memo.seed)
+		c.mKey = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok)
 	}
-	d, ok := c.memo.get(c.mKey)
+	ok := c.memo.get(c.mKey, &c.parent)
 	if ok {
-		c.parent = d
 		c.mHits++
 	}
 	c.memoAhead()
@@ -316,8 +314,7 @@ func (c *Chain) memoAhead() {
 	if c.strategy == StrategySGLangBigram {
 		tok = c.tokens[start : end+1]
 	}
-	c.buf = appendMemoRoll(c.buf[:0], c.mKey, tok)
-	c.mAhead, c.mHasAhead = xxh3.Hash128Seed(c.buf, c.memo.seed), true
+	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok), true
 	prefetch(&c.memo.bucket(c.mAhead)[0])
 }
 

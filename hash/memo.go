@@ -163,8 +163,9 @@ func (m *Memo) bucket(k xxh3.Uint128) []memoSlot {
 	return m.slots[i : i+memoWays : i+memoWays]
 }
 
-// get returns the digest stored under k.
-func (m *Memo) get(k xxh3.Uint128) (d [32]byte, ok bool) {
+// get copies the digest stored under k into *dst and reports whether it was
+// there; on a miss *dst is unchanged.
+func (m *Memo) get(k xxh3.Uint128, dst *[32]byte) bool {
 	b := m.bucket(k)
 	for w := range b {
 		s := &b[w]
@@ -174,15 +175,15 @@ func (m *Memo) get(k xxh3.Uint128) (d [32]byte, ok bool) {
 		}
 		d0, d1, d2, d3 := s.d[0].Load(), s.d[1].Load(), s.d[2].Load(), s.d[3].Load()
 		if s.seq.Load() != seq {
-			return d, false // overwritten while we read: treat as a miss
+			return false // overwritten while we read: treat as a miss
 		}
-		binary.LittleEndian.PutUint64(d[0:], d0)
-		binary.LittleEndian.PutUint64(d[8:], d1)
-		binary.LittleEndian.PutUint64(d[16:], d2)
-		binary.LittleEndian.PutUint64(d[24:], d3)
-		return d, true
+		binary.LittleEndian.PutUint64(dst[0:], d0)
+		binary.LittleEndian.PutUint64(dst[8:], d1)
+		binary.LittleEndian.PutUint64(dst[16:], d2)
+		binary.LittleEndian.PutUint64(dst[24:], d3)
+		return true
 	}
-	return d, false
+	return false
 }
 
 // put stores d under k, replacing an empty slot or the way hint selects. It
@@ -236,13 +237,18 @@ func appendMemoTag(dst []byte, p *Profile, blockSize int, lora, salt []byte) []b
 	return append(dst, salt...)
 }
 
-// appendMemoRoll appends the roll input of a block: the previous key, then the
-// block's tokens as u32le.
-func appendMemoRoll(dst []byte, prev xxh3.Uint128, tokens []int32) []byte {
-	dst = binary.LittleEndian.AppendUint64(dst, prev.Lo)
-	dst = binary.LittleEndian.AppendUint64(dst, prev.Hi)
+// memoRoll returns the key after prev for a block of tokens: XXH3-128 of the
+// previous key (16 bytes LE) and the tokens as u32le, built in scratch (which
+// must have room for 16+4*len(tokens) bytes; Reset sizes the chain's buffer).
+func memoRoll(scratch []byte, seed uint64, prev xxh3.Uint128, tokens []int32) xxh3.Uint128 {
+	n := 16 + 4*len(tokens)
+	b := scratch[:n:n]
+	binary.LittleEndian.PutUint64(b[0:], prev.Lo)
+	binary.LittleEndian.PutUint64(b[8:], prev.Hi)
 	if nativeLE {
-		return append(dst, tokenBytes(tokens)...)
+		copy(b[16:], tokenBytes(tokens))
+	} else {
+		appendU32LE(b[16:16], tokens)
 	}
-	return appendU32LE(dst, tokens)
+	return xxh3.Hash128Seed(b, seed)
 }

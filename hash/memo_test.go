@@ -278,10 +278,18 @@ func TestMemoSlotProtocol(t *testing.T) {
 		return &v
 	}
 	k := func(i uint64) xxh3.Uint128 { return xxh3.Uint128{Lo: i << 8, Hi: i} } // all in bucket 0
-	if _, ok := m.get(k(1)); ok {
+	get := func(k xxh3.Uint128) ([32]byte, bool) {
+		dst := *d(200) // a miss must leave it untouched
+		ok := m.get(k, &dst)
+		if !ok && dst != *d(200) {
+			t.Fatalf("miss on %v wrote the destination", k)
+		}
+		return dst, ok
+	}
+	if _, ok := get(k(1)); ok {
 		t.Fatal("empty memo hit")
 	}
-	if _, ok := m.get(xxh3.Uint128{}); ok {
+	if _, ok := get(xxh3.Uint128{}); ok {
 		t.Fatal("zero key matched an empty slot")
 	}
 	for i := uint64(1); i <= memoWays; i++ {
@@ -290,7 +298,7 @@ func TestMemoSlotProtocol(t *testing.T) {
 		}
 	}
 	for i := uint64(1); i <= memoWays; i++ {
-		got, ok := m.get(k(i))
+		got, ok := get(k(i))
 		if !ok || got != *d(byte(i)) {
 			t.Fatalf("get %d: %v %x", i, ok, got)
 		}
@@ -298,31 +306,31 @@ func TestMemoSlotProtocol(t *testing.T) {
 	if m.put(k(2), d(99), 0) {
 		t.Fatal("re-put of a present key evicted")
 	}
-	if got, _ := m.get(k(2)); got != *d(2) {
+	if got, _ := get(k(2)); got != *d(2) {
 		t.Fatal("re-put replaced the value")
 	}
 	// Way 2 holds k(3); hint 2 evicts it.
 	if !m.put(k(9), d(9), 2) {
 		t.Fatal("full bucket did not evict")
 	}
-	if _, ok := m.get(k(3)); ok {
+	if _, ok := get(k(3)); ok {
 		t.Fatal("evicted key still present")
 	}
-	if got, ok := m.get(k(9)); !ok || got != *d(9) {
+	if got, ok := get(k(9)); !ok || got != *d(9) {
 		t.Fatal("new key missing")
 	}
 	// A slot mid-write is invisible, and put leaves it alone.
 	s := &m.slots[0]
 	seq := s.seq.Load()
 	s.seq.Store(seq + 1)
-	if _, ok := m.get(k(1)); ok {
+	if _, ok := get(k(1)); ok {
 		t.Fatal("hit on a slot being written")
 	}
 	if m.put(k(10), d(10), 0); s.k[0].Load() != k(1).Lo {
 		t.Fatal("put overwrote a slot being written")
 	}
 	s.seq.Store(seq + 2)
-	if got, ok := m.get(k(1)); !ok || got != *d(1) {
+	if got, ok := get(k(1)); !ok || got != *d(1) {
 		t.Fatal("slot not readable after the write completed")
 	}
 }
