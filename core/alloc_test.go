@@ -12,7 +12,12 @@ import (
 // state, by tokens (lazy sha256_cbor chain) and by hashes, over several
 // instances and ranks.
 func TestQueryAllocs(t *testing.T) {
-	ix := New(Options{})
+	t.Run("memo=off", func(t *testing.T) { testQueryAllocs(t, nil) })
+	t.Run("memo=on", func(t *testing.T) { testQueryAllocs(t, hash.NewMemo(1<<20)) })
+}
+
+func testQueryAllocs(t *testing.T, memo *hash.Memo) {
+	ix := New(Options{HashMemo: memo})
 	p := cborProfile(t)
 	tokens := make([]int32, 64*testBS)
 	for i := range tokens {

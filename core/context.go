@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math/bits"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -93,7 +94,7 @@ func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *conte
 	if sizeHint > 0 {
 		opts = append(opts, xsync.WithPresize(sizeHint))
 	}
-	blocks := xsync.NewMapOf[uint64, blockVal](opts...)
+	blocks := xsync.NewMapOfWithHasher[uint64, blockVal](hashBlockKey, opts...)
 	c := &context{
 		key:      key,
 		lora:     []byte(key.LoraName),
@@ -267,4 +268,14 @@ func (c *context) dropOwnerKeys(id uint32, keys *keySet, holdings *[NumTiers]ato
 		})
 	})
 	return blocks
+}
+
+// hashBlockKey is the block map's hasher: a 64×64→128-bit multiply of the key
+// with the map's random per-table seed folded in, hi^lo (the wyhash mix). It is
+// several ns cheaper per probe than xsync's default (runtime typehash through
+// an indirect call), and a query probes once per block. Keys are hash outputs
+// already; the seed keeps a crafted /query_by_hash key set from clustering.
+func hashBlockKey(k, seed uint64) uint64 {
+	hi, lo := bits.Mul64(k^seed, 0x9e3779b97f4a7c15^seed<<1|1)
+	return hi ^ lo
 }

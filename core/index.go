@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v3"
+
+	"github.com/seed-c7a81618/conductor/hash"
 )
 
 // Sentinel errors; wrap with context and test with errors.Is.
@@ -70,6 +72,10 @@ type Options struct {
 	ContextSizeHint int
 	// Logger receives rare, noteworthy events (drops, gaps). Default slog.Default().
 	Logger *slog.Logger
+	// HashMemo memoises block digests of vllm_v1 and sglang prompt chains for
+	// queries (see hash.Memo); shared by every context, safe for concurrent use.
+	// Default nil: off, every query hashes every block it walks.
+	HashMemo *hash.Memo
 }
 
 // EnsureDefaults fills zero fields with their defaults.

@@ -157,6 +157,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	if !req.ByHash {
 		// Under xxh3 the chain is the plain standard formula (no LoRA, no
 		// salt: the LoRA is in the context key, the salt picks ns).
+		res.chain.SetMemo(ix.opts.HashMemo)
 		lora, salt := c.lora, req.CacheSalt
 		if prof.Strategy == hash.StrategyXXH3 {
 			lora, salt = nil, nil
@@ -170,6 +171,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	cur := growCursors(res.cursors, hi-lo)
 	res.cursors = cur
 	end := walk(c, m, lo, cur, nBlocks, req, &res.chain, ns)
+	res.chain.FlushMemoStats()
 
 	// Convert block boundaries to tokens and assemble rows.
 	bs := int64(c.key.BlockSize)

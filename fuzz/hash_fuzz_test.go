@@ -668,3 +668,52 @@ func sameErr(a, b error) bool {
 	}
 	return a.Error() == b.Error()
 }
+
+// fuzzMemo is shared by every FuzzMemoChain input: one small memo (4 KiB, 64
+// digests) that keeps evicting, so inputs meet entries of earlier inputs under
+// other profiles, LoRAs, salts and block sizes.
+var fuzzMemo = hash.NewMemo(4096)
+
+// FuzzMemoChain: a chain reading and filling a shared memo returns the keys
+// and errors of a chain without one, for every memo-served profile, walked
+// twice (cold, then mostly from the memo) and on a one-token-longer prompt.
+func FuzzMemoChain(f *testing.F) {
+	addSeeds(f)
+	profiles := []hash.Spec{
+		{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"},
+		{Strategy: "vllm_v1", Algorithm: "sha256", PythonHashSeed: "00", IndexProjection: "low64_be"},
+		{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"},
+		{Strategy: "sglang_bigram", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"},
+	}
+	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora, salt string) {
+		tokens, blockSize, l, s := fuzzInput(raw, bs, lora, salt)
+		var on hash.Chain
+		on.SetMemo(fuzzMemo)
+		for _, sp := range profiles {
+			p, err := hash.Resolve(sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, toks := range [][]int32{tokens, append(tokens[:len(tokens):len(tokens)], 42)} {
+				want, werr := hash.AppendChain(nil, &p, toks, blockSize, l, s)
+				for pass := 0; pass < 2; pass++ {
+					err := on.Reset(&p, toks, blockSize, l, s)
+					if (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
+						t.Fatalf("%v: memo chain error %v, plain %v", sp, err, werr)
+					}
+					if err != nil {
+						continue
+					}
+					for i := 0; i < on.Blocks(); i++ {
+						if k := on.At(i); i >= len(want) || k != want[i] {
+							t.Fatalf("%v pass %d: block %d differs with the memo", sp, pass, i)
+						}
+					}
+					if on.Blocks() != len(want) {
+						t.Fatalf("%v: %d blocks with the memo, %d without", sp, on.Blocks(), len(want))
+					}
+				}
+			}
+		}
+	})
+}

@@ -27,6 +27,11 @@ func TestZeroAllocs(t *testing.T) {
 			if n := testing.AllocsPerRun(50, walk); n != 0 {
 				t.Errorf("%v: Chain.Reset+At allocates %.1f per walk", p.Spec, n)
 			}
+			c.SetMemo(NewMemo(1 << 16)) // misses (put) then hits (get)
+			walk()
+			if n := testing.AllocsPerRun(50, walk); n != 0 {
+				t.Errorf("%v: Chain.Reset+At with memo allocates %.1f per walk", p.Spec, n)
+			}
 			if n := testing.AllocsPerRun(50, func() {
 				var err error
 				dst, err = AppendChain(dst[:0], &p, tokens, 16, lora, salt)

@@ -45,6 +45,32 @@ type Chain struct {
 	xxSeq    uint64   // xxh3: base seed for the sequence step
 	xxParent uint64   // xxh3: seq hash of block next-1
 	buf      []byte   // encode scratch, reused across blocks and Resets
+
+	// Digest memo (vllm_v1 and sglang only). memo survives Reset; mOn says it
+	// applies to the current prompt; mKey is the rolling key of block next-1
+	// (the tag before block 0); the counts are flushed to memo by FlushMemoStats.
+	memo                  *Memo
+	mOn                   bool
+	mKey                  xxh3.Uint128
+	mAhead                xxh3.Uint128 // key of block next, when mHasAhead
+	mHasAhead             bool
+	mHits, mMiss, mEvicts uint32
+}
+
+// SetMemo makes the chain look block digests up in m (and store the ones it
+// computes) from the next Reset on; nil turns the memo off. Only the vllm_v1 and
+// sglang strategies use it; keys and Computed are unchanged by it (a memo hit
+// still counts as a computed block).
+func (c *Chain) SetMemo(m *Memo) { c.memo = m }
+
+// FlushMemoStats adds the chain's memo hit, miss and eviction counts to its memo
+// and zeroes them. Reset flushes too; call it when a query ends so that the memo's
+// Stats are current.
+func (c *Chain) FlushMemoStats() {
+	if c.memo != nil && c.mHits|c.mMiss|c.mEvicts != 0 {
+		c.memo.addStats(c.mHits, c.mMiss, c.mEvicts)
+	}
+	c.mHits, c.mMiss, c.mEvicts = 0, 0, 0
 }
 
 // Reset points the chain at a new prompt under profile p. lora is the context's
@@ -117,6 +143,12 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 	c.strategy, c.algo, c.be = p.Strategy, p.Algorithm, activeBackend()
 	c.bs, c.blocks, c.logical = blockSize, blocks, logical
 	c.tokens, c.salt = tokens, salt
+	if blocks > 0 && c.memo != nil && p.Strategy != StrategyXXH3 {
+		c.mOn = true
+		need = max(need, 16+4*(blockSize+1), len(memoTagDomain)+3+32+8*4+len(p.Spec.PythonHashSeed)+len(lora)+len(salt))
+		c.buf = appendMemoTag(c.buf[:0], p, blockSize, lora, salt)
+		c.mKey = xxh3.Hash128Seed(c.buf, c.memo.seed)
+	}
 	if blocks > 0 {
 		c.buf = slices.Grow(c.buf[:0], need)
 	}
@@ -125,8 +157,9 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 
 // clear empties the chain and drops borrowed slices, keeping scratch capacity.
 func (c *Chain) clear() {
-	keys, buf := c.keys[:0], c.buf[:0]
-	*c = Chain{keys: keys, buf: buf}
+	c.FlushMemoStats()
+	keys, buf, memo := c.keys[:0], c.buf[:0], c.memo
+	*c = Chain{keys: keys, buf: buf, memo: memo}
 }
 
 // Blocks returns the number of blocks: floor(len/B) for vllm_v1 and xxh3 (complete
@@ -193,6 +226,11 @@ func (c *Chain) step() uint64 {
 
 	case StrategyVLLMv1:
 		tok := c.tokens[i*c.bs : (i+1)*c.bs]
+		if c.mOn {
+			if c.memoGet(tok) {
+				return binary.BigEndian.Uint64(c.parent[24:])
+			}
+		}
 		ex := c.extras[:c.nExtras]
 		if i == 0 {
 			ex = c.extras[:c.nExtras0]
@@ -203,9 +241,23 @@ func (c *Chain) step() uint64 {
 			c.buf = AppendPickleBlock(c.buf[:0], c.parent[:], tok, ex)
 		}
 		c.parent = sum256(c.be, c.buf)
+		if c.mOn {
+			c.memoPut()
+		}
 		return binary.BigEndian.Uint64(c.parent[24:])
 
 	default: // sglang, sglang_bigram
+		start := i * c.bs
+		end := start + min(c.bs, c.logical-start)
+		if c.mOn {
+			tok := c.tokens[start:end]
+			if c.strategy == StrategySGLangBigram {
+				tok = c.tokens[start : end+1] // the pairs' tokens
+			}
+			if c.memoGet(tok) {
+				return binary.BigEndian.Uint64(c.parent[:8])
+			}
+		}
 		b := c.buf[:0]
 		if i > 0 {
 			b = append(b, c.parent[:]...)
@@ -214,8 +266,6 @@ func (c *Chain) step() uint64 {
 			root := sum256(c.be, b)
 			b = append(b[:0], root[:]...)
 		}
-		start := i * c.bs
-		end := start + min(c.bs, c.logical-start)
 		if c.strategy == StrategySGLang {
 			b = appendU32LE(b, c.tokens[start:end])
 		} else {
@@ -225,7 +275,54 @@ func (c *Chain) step() uint64 {
 		}
 		c.buf = b
 		c.parent = sum256(c.be, b)
+		if c.mOn {
+			c.memoPut()
+		}
 		return binary.BigEndian.Uint64(c.parent[:8])
+	}
+}
+
+// memoGet advances the rolling memo key over the next block's tokens and, on a
+// hit, sets c.parent to the memoised digest. Either way it then computes the
+// following block's key and prefetches its bucket (memoAhead), so the probe's
+// memory latency overlaps this block's SHA-256 on a miss, or the next key's
+// computation on a hit.
+func (c *Chain) memoGet(tok []int32) bool {
+	if c.mHasAhead {
+		c.mKey, c.mHasAhead = c.mAhead, false
+	} else {
+		c.mKey = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok)
+	}
+	ok := c.memo.get(c.mKey, &c.parent)
+	if ok {
+		c.mHits++
+	}
+	c.memoAhead()
+	return ok
+}
+
+// memoAhead computes the key of block next (the one after the block being
+// looked up) and prefetches its bucket.
+func (c *Chain) memoAhead() {
+	i := c.next
+	if i >= c.blocks {
+		return
+	}
+	start := i * c.bs
+	end := start + min(c.bs, c.logical-start)
+	tok := c.tokens[start:end]
+	if c.strategy == StrategySGLangBigram {
+		tok = c.tokens[start : end+1]
+	}
+	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok), true
+	prefetch(&c.memo.bucket(c.mAhead)[0])
+}
+
+// memoPut stores the digest just computed under the current key.
+func (c *Chain) memoPut() {
+	c.mMiss++
+	if c.memo.put(c.mKey, &c.parent, c.mMiss+uint32(c.next)) {
+		c.mEvicts++
 	}
 }
 

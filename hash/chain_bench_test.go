@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -187,4 +188,39 @@ func BenchmarkEncode(b *testing.B) {
 			buf = AppendPickleBlock(buf[:0], parent, tokens, extras)
 		}
 	})
+}
+
+// BenchmarkMemoChain: a full lazy walk of a prompt under each memo-served
+// profile, without the memo, with it on a repeated prompt (every block a hit),
+// and with it on always-new prompts (every block a miss: the memo's overhead).
+// memoBenchBytes sizes the benchmark memo (the production default).
+var memoBenchBytes = DefaultMemoBytes
+
+func BenchmarkMemoChain(b *testing.B) {
+	const bs = 16
+	for _, sp := range []Spec{{"vllm_v1", "sha256_cbor", "0", "low64_be"}, {"sglang", "sha256_raw", "0", "first64_be"}} {
+		p := mustResolve(b, sp)
+		tokens := benchTokens(benchBlocks * bs)
+		for _, mode := range []string{"off", "hit", "miss"} {
+			b.Run(fmt.Sprintf("%s/B=%d/%s", sp.Algorithm, bs, mode), func(b *testing.B) {
+				var c Chain
+				if mode != "off" {
+					c.SetMemo(NewMemo(memoBenchBytes))
+				}
+				toks := slices.Clone(tokens)
+				b.ReportAllocs()
+				b.SetBytes(int64(4 * len(tokens)))
+				for b.Loop() {
+					if mode == "miss" {
+						toks[0]++ // a new first block makes every key new
+					}
+					_ = c.Reset(&p, toks, bs, nil, nil)
+					for i := 0; i < benchBlocks; i++ {
+						c.At(i)
+					}
+				}
+				reportPerBlock(b, benchBlocks)
+			})
+		}
+	}
 }

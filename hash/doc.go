@@ -30,4 +30,11 @@
 // SHA-256 is dispatched to crypto/sha256 or github.com/minio/sha256-simd through a
 // switch on a small enum captured per chain (no interface call per block); see
 // Backend for how the default is picked.
+//
+// # Digest memo
+//
+// A Chain given a Memo (SetMemo) looks each vllm_v1 / sglang block digest up by a
+// keyed rolling XXH3-128 of the whole prefix before hashing it, and stores the
+// digests it computes. The memo is bounded, shared, lock-free and exact; see Memo
+// for the key, the table and its concurrency protocol.
 package hash

@@ -2,14 +2,22 @@
 
 package httpd
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/seed-c7a81618/conductor/hash"
+)
 
 // TestQueryHandlerAllocs proves the /query and /query_by_hash handler path
 // allocates nothing in steady state, in both dialects, through the real
 // handler on a reused fasthttp.RequestCtx (routing, pooled state, parsing,
 // core.Index.Query, response encoding, metrics).
 func TestQueryHandlerAllocs(t *testing.T) {
-	f := newFixture(t)
+	t.Run("memo=off", func(t *testing.T) { testQueryHandlerAllocs(t, newFixture(t)) })
+	t.Run("memo=on", func(t *testing.T) { testQueryHandlerAllocs(t, newFixtureMemo(t, hash.NewMemo(1<<20))) })
+}
+
+func testQueryHandlerAllocs(t *testing.T, f *fixture) {
 	for _, form := range []string{"msgpack", "bin", "json", "msgpack_hash", "json_hash"} {
 		for _, n := range []int{1024, 8192} {
 			path, ct := ctOf(form)

@@ -35,3 +35,18 @@ func int32View(b []byte) (v []int32, ok bool) {
 	}
 	return unsafe.Slice((*int32)(unsafe.Pointer(p)), len(b)/4), true
 }
+
+// int32Bytes views v as its in-memory bytes (4*len(v)), so that an unaligned
+// little-endian token bin is decoded by one copy (memmove) into v instead of a
+// per-element loop.
+//
+// Safety: a byte view of int32 memory needs no alignment; it aliases v and is
+// only written through by copy during the call that made it. Callers use it
+// only where littleEndian holds (the bytes then are the u32le encoding).
+// Tested by TestInt32Bytes.
+func int32Bytes(v []int32) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+}

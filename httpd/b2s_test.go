@@ -35,3 +35,24 @@ func TestInt32View(t *testing.T) {
 		t.Fatal("empty")
 	}
 }
+
+// TestInt32Bytes: the view aliases v and, on little-endian hosts, copying an
+// unaligned u32le bin through it decodes the tokens.
+func TestInt32Bytes(t *testing.T) {
+	v := make([]int32, 3)
+	b := int32Bytes(v)
+	if len(b) != 12 || unsafe.Pointer(&b[0]) != unsafe.Pointer(&v[0]) {
+		t.Fatal("not a view")
+	}
+	if littleEndian {
+		buf := make([]byte, 13)
+		copy(buf[1:], leBin(7, -1, 1<<30))
+		copy(b, buf[1:])
+		if v[0] != 7 || v[1] != -1 || v[2] != 1<<30 {
+			t.Fatalf("%v", v)
+		}
+	}
+	if int32Bytes(nil) != nil {
+		t.Fatal("empty")
+	}
+}

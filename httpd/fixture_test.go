@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
 )
 
 // Benchmark fixture: one vLLM sha256_cbor (seed "0") instance, B=16, holding the
@@ -24,9 +25,12 @@ type fixture struct {
 	hashes []uint64
 }
 
-func newFixture(tb testing.TB) *fixture {
+func newFixture(tb testing.TB) *fixture { return newFixtureMemo(tb, nil) }
+
+// newFixtureMemo is newFixture with a hash digest memo (nil: off).
+func newFixtureMemo(tb testing.TB, memo *hash.Memo) *fixture {
 	tb.Helper()
-	ix := core.New(core.Options{Logger: quietLogger()})
+	ix := core.New(core.Options{Logger: quietLogger(), HashMemo: memo})
 	reg := newCoreRegistrar(ix)
 	s, err := New(ix, reg, Options{Logger: quietLogger()})
 	if err != nil {

@@ -615,6 +615,14 @@ func (r *jsonReader) int32s(buf *[]int32, field string, max int) ([]int32, *Requ
 	var fe *RequestError
 	b := r.b
 	for i := 0; ; i++ {
+		if fe == nil {
+			var done bool
+			dst, r.pos, done = scanUint31s(dst, b, r.pos, max)
+			i = len(dst) // every element so far was appended
+			if done {
+				break
+			}
+		}
 		if fe != nil {
 			r.skipValue(1)
 		} else if c := r.peek(); c == '-' || isDigit(c) {
@@ -652,6 +660,49 @@ func (r *jsonReader) int32s(buf *[]int32, field string, max int) ([]int32, *Requ
 	}
 	*buf = dst[:0]
 	return dst, fe
+}
+
+// scanUint31s is int32s' fast path over the dominant shape of token arrays:
+// elements of 1 to 9 ASCII digits without a leading zero (so below 10^9, well
+// inside int32), each followed directly by ',' (then optional whitespace, as in
+// Python's ", ") or ']'. It appends elements from b[p:] while they have that
+// shape and len(dst) < max, and returns the position after the last ',' and
+// whitespace consumed, or after ']' with done=true. Anything
+// else (a sign, whitespace, a fraction, a long or zero-led number, the element
+// limit, the end of input) stops it at the start of that element, unconsumed,
+// for the general path to accept or report. Keeping the loop state in locals
+// (no method calls, no writes through r) is what makes it fast; FuzzJSONInt32s
+// checks it against encoding/json.
+func scanUint31s(dst []int32, b []byte, p, max int) ([]int32, int, bool) {
+	for len(dst) < max {
+		start := p
+		var u uint32
+		for p < len(b) && p-start < 10 {
+			d := b[p] - '0'
+			if d > 9 {
+				break
+			}
+			u = u*10 + uint32(d)
+			p++
+		}
+		n := p - start
+		if n == 0 || n > 9 || p >= len(b) || (n > 1 && b[start] == '0') {
+			return dst, start, false
+		}
+		switch b[p] {
+		case ',':
+			dst = append(dst, int32(u))
+			p++
+			for p < len(b) && (b[p] == ' ' || b[p] == '\n' || b[p] == '\t' || b[p] == '\r') {
+				p++ // the general path expects elements to start after whitespace
+			}
+		case ']':
+			return append(dst, int32(u)), p + 1, true
+		default:
+			return dst, start, false
+		}
+	}
+	return dst, p, false
 }
 
 // int32Elem scans one number for int32s. It returns the value saturated

@@ -383,8 +383,12 @@ func (r *mpReader) int32s(buf *[]int32, field string, max int) ([]int32, *Reques
 			dst = make([]int32, n)
 		}
 		dst = dst[:n]
-		for i := range dst {
-			dst[i] = int32(binary.LittleEndian.Uint32(bin[4*i:]))
+		if littleEndian {
+			copy(int32Bytes(dst), bin) // unaligned bin: one memmove
+		} else {
+			for i := range dst {
+				dst[i] = int32(binary.LittleEndian.Uint32(bin[4*i:]))
+			}
 		}
 		*buf = dst[:0]
 		return dst, nil

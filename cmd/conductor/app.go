@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -75,6 +76,8 @@ type settings struct {
 	allowEndpoints string
 	sha256Backend  string
 	demo           bool
+	hashMemoBytes  int
+	pprofAddr      string
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -108,6 +111,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.StringVar(&s.allowEndpoints, "allow-endpoints", httpd.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
 	fs.BoolVar(&s.demo, "demo", false, "run the embedded engine simulator against this server and print a live summary every second (package bench/sim)")
+	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
+		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
+	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -123,6 +129,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	if s.rpcPort > 65535 || s.rpcPort < -1 {
 		return s, fmt.Errorf("--rpc-port=%d: want 0..65535", s.rpcPort)
+	}
+	if s.hashMemoBytes < 0 {
+		return s, fmt.Errorf("--hash-memo-bytes=%d: want >= 0 (0 = off)", s.hashMemoBytes)
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
@@ -211,6 +220,7 @@ type app struct {
 	static          []staticEntry
 	shutdownTimeout time.Duration
 	demo            io.Writer // non-nil: run the embedded simulator, summary here
+	pprof           *http.Server // nil unless --pprof-addr
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
@@ -309,8 +319,10 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		"http_connections", fds.conns, "registrations", fds.registrations,
 		"fds_per_registration", fdsPerRegistration, "reserve", fdReserve)
 
+	memo := hash.NewMemo(s.hashMemoBytes)
+	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots)
 	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log,
-		EngineMedia: cfg.EngineMedia, PoolMedia: cfg.PoolMedia}
+		EngineMedia: cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2
@@ -353,7 +365,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		Limiter:        lim,
 		Access:         access,
 		Gate:           gate,
-		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics()},
+		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)},
 	})
 	if err != nil {
 		ing.Close()
@@ -369,6 +381,18 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	}
 	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
 		shutdownTimeout: s.shutdownTimeout}
+	var pprofSrv *http.Server
+	if s.pprofAddr != "" {
+		var pln net.Listener
+		if pprofSrv, pln, err = startPprof(s.pprofAddr, log); err != nil {
+			ln.Close()
+			ing.Close()
+			log.Error("cannot serve pprof", "addr", s.pprofAddr, "err", err)
+			return nil, 2
+		}
+		policy.DenyOwn(pln.Addr().(*net.TCPAddr).Port)
+	}
+	a.pprof = pprofSrv
 	policy.DenyOwn(ln.Addr().(*net.TCPAddr).Port)
 	if rpcPort != 0 {
 		raddr := net.JoinHostPort(s.listen, strconv.Itoa(rpcPort))
@@ -502,6 +526,9 @@ func (a *app) serve(ctx context.Context) int {
 		}
 	}
 	wg.Wait()
+	if a.pprof != nil {
+		a.pprof.Close()
+	}
 	a.ing.Close()
 	demo.close()
 	a.log.Info("conductor stopped")

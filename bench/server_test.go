@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// The user's way: conductor built from cmd/conductor and run as a child
+// process, a fake vLLM publisher over real ZMQ, and this process as the HTTP
+// client on loopback. The server's own CPU time comes from /proc/<pid>/stat
+// (utime + stime of every thread, in clock ticks), so client, publisher and
+// test framework costs are excluded.
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times. Linux fixes it at
+// 100 on every architecture Go supports (sysconf(_SC_CLK_TCK)).
+const clockTicks = 100
+
+var (
+	buildOnce sync.Once
+	buildPath string
+	buildErr  error
+)
+
+// TestMain removes the conductor build (if a test made one) after the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildPath != "" {
+		_ = os.RemoveAll(filepath.Dir(buildPath))
+	}
+	os.Exit(code)
+}
+
+// conductorBinary builds cmd/conductor once per test binary into a temporary
+// directory that TestMain removes; every test and benchmark shares the build.
+func conductorBinary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "conductor-bench-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildPath = filepath.Join(dir, "conductor")
+		cmd := exec.Command("go", "build", "-o", buildPath, "github.com/seed-c7a81618/conductor/cmd/conductor")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return buildPath
+}
+
+// serverProc is a conductor child process.
+type serverProc struct {
+	cmd  *exec.Cmd
+	addr string // HTTP host:port
+	logs *lockedBuffer
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+var listeningRE = regexp.MustCompile(`HTTP server listening.*addr=(\S+)`)
+
+// startServer runs conductor on a free loopback port with args and waits for
+// its address. It is killed at cleanup.
+func startServer(tb testing.TB, args ...string) *serverProc {
+	tb.Helper()
+	all := append([]string{"--http-port", "0", "--listen", "127.0.0.1", "--config", "/nonexistent/conductor.json",
+		"--state-dir", "", "--log-level", "info"}, args...)
+	cmd := exec.Command(conductorBinary(tb), all...)
+	logs := &lockedBuffer{}
+	pr, pw := io.Pipe()
+	cmd.Stderr = io.MultiWriter(logs, pw)
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); pw.Close(); close(done) }()
+	tb.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+	})
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
+				found <- m[1]
+				break
+			}
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	s := &serverProc{cmd: cmd, logs: logs}
+	select {
+	case s.addr = <-found:
+	case <-done:
+		tb.Fatalf("conductor exited before listening:\n%s", logs)
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("conductor did not start:\n%s", logs)
+	}
+	return s
+}
+
+// cpu returns the server's user+system CPU time so far.
+func (s *serverProc) cpu(tb testing.TB) time.Duration {
+	tb.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	// Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		tb.Fatalf("short /proc stat: %q", b)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks
+}
+
+func (s *serverProc) url(path string) string { return "http://" + s.addr + path }
+
+func (s *serverProc) post(tb testing.TB, path, ct string, body []byte) (int, []byte) {
+	tb.Helper()
+	resp, err := http.Post(s.url(path), ct, bytes.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp.StatusCode, b
+}
+
+// metric returns an unlabelled metric's value from /metrics.
+func (s *serverProc) metric(tb testing.TB, name string) float64 {
+	tb.Helper()
+	resp, err := http.Get(s.url("/metrics"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(page)
+	if m == nil {
+		tb.Fatalf("metric %s missing", name)
+	}
+	v, err := strconv.ParseFloat(string(m[1]), 64)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return v
+}
+
+// engine is a registered fake vLLM sha256_cbor engine (seed "0", B=16,
+// instance "engine-a", model "m") publishing over ZMQ to s.
+type engine struct {
+	pub  *Publisher
+	p    hash.Profile
+	seq  float64
+	keys []uint64
+}
+
+func registerEngine(tb testing.TB, s *serverProc) *engine {
+	tb.Helper()
+	pub, err := NewPublisher(PublisherOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { pub.Close() })
+	p, err := hash.Resolve(hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	code, body := s.post(tb, "/register", "application/json", fmt.Appendf(nil,
+		`{"endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"engine-a","block_size":16,"dp_rank":0,`+
+			`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
+		pub.Endpoint(), pub.ReplayEndpoint()))
+	if code != 200 {
+		tb.Fatalf("register: %d %s", code, body)
+	}
+	e := &engine{pub: pub, p: p}
+	// Prime past ZMQ's slow-joiner window: publish empty batches until one lands.
+	deadline := time.Now().Add(20 * time.Second)
+	for s.batches(tb) == 0 {
+		e.publish(tb)
+		if time.Now().After(deadline) {
+			tb.Fatalf("publisher never reached conductor:\n%s", s.logs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return e
+}
+
+var batchesRE = regexp.MustCompile(`(?m)^conductor_ingest_batches_total\{instance="engine-a"[^}]*\} (\d+)$`)
+
+func (s *serverProc) batches(tb testing.TB) int {
+	resp, err := http.Get(s.url("/metrics"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	m := batchesRE.FindSubmatch(page)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	return n
+}
+
+// publish sends one batch with the given events.
+func (e *engine) publish(tb testing.TB, events ...any) {
+	tb.Helper()
+	e.seq++
+	if _, err := e.pub.Publish(AppendVLLMBatch(nil, EraMap, e.seq, 0, events...)); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// store publishes tokens' complete blocks as stored on GPU, from block `from`
+// on (earlier blocks were stored before), in events of at most 512 blocks.
+func (e *engine) store(tb testing.TB, tokens []int32, from int) {
+	tb.Helper()
+	keys, err := hash.AppendChain(e.keys[:0], &e.p, tokens, 16, nil, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e.keys = keys
+	for lo := from; lo < len(keys); lo += 512 {
+		hi := min(lo+512, len(keys))
+		ev := EngineStored{Hashes: keys[lo:hi], Tokens: tokens[lo*16 : hi*16], BlockSize: 16, Medium: "GPU"}
+		if lo > 0 {
+			ev.Parent, ev.HasParent = keys[lo-1], true
+		}
+		e.publish(tb, ev)
+	}
+}
+
+// waitMatched polls a JSON query of tokens until engine-a matches want tokens.
+func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
+	tb.Helper()
+	body, ct := queryBody("json", tokens)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, resp := s.post(tb, "/query", ct, body)
+		var r map[string]map[string]struct {
+			LongestMatched int `json:"longest_matched"`
+		}
+		if json.Unmarshal(resp, &r) == nil && r["default"]["engine-a"].LongestMatched == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("engine-a never matched %d tokens: %s", want, resp)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// serverRun is one measured load: the server's CPU per request beside the
+// client-side rate and latency.
+type serverRun struct {
+	Load       LoadResult
+	CPUPerReq  time.Duration
+	MemoHits   float64 // blocks, during the run
+	MemoMisses float64
+}
+
+// measure runs a warm-up, then n requests of body over conns connections, and
+// reads the server's CPU and memo counters around the measured part only.
+func measure(tb testing.TB, s *serverProc, ct string, body []byte, conns, n int) serverRun {
+	tb.Helper()
+	if _, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
+		Connections: conns, Requests: min(n/10+conns, 500), Warmup: -1}); err != nil {
+		tb.Fatal(err)
+	}
+	h0, m0 := s.metric(tb, "conductor_hash_memo_hits_total"), s.metric(tb, "conductor_hash_memo_misses_total")
+	c0 := s.cpu(tb)
+	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
+		Connections: conns, Requests: n, Warmup: -1})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c1 := s.cpu(tb)
+	return serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n),
+		MemoHits:   s.metric(tb, "conductor_hash_memo_hits_total") - h0,
+		MemoMisses: s.metric(tb, "conductor_hash_memo_misses_total") - m0}
+}
+
+// startLoadChild starts conductor with args and loads the DESIGN.md budget
+// fixture: engine-a holds the first 512 blocks of the load prompt on GPU.
+func startLoadChild(tb testing.TB, args ...string) (*serverProc, []int32) {
+	s := startServer(tb, args...)
+	e := registerEngine(tb, s)
+	prompt := make([]int32, loadMax)
+	for i := range prompt {
+		prompt[i] = int32(1000 + i%120000)
+	}
+	e.store(tb, prompt[:loadBlocks*loadBS], 0)
+	waitMatched(tb, s, prompt[:loadBlocks*loadBS], loadBlocks*loadBS)
+	return s, prompt
+}
+
+// BenchmarkServerCPU measures /query the user's way: conductor as a child
+// process, 4 keep-alive connections from this process, b.N requests per case,
+// the same prompt repeated (so with the memo on every block after the first
+// request is a memo hit). It reports the server's CPU per request from /proc
+// next to req/s and p99. Run:
+//
+//	go test -run '^$' -bench BenchmarkServerCPU -benchtime 4000x -count 3 ./bench/
+func BenchmarkServerCPU(b *testing.B) {
+	for _, memo := range []string{"off", "on"} {
+		mb := "0"
+		if memo == "on" {
+			mb = strconv.Itoa(hash.DefaultMemoBytes)
+		}
+		s, prompt := startLoadChild(b, "--hash-memo-bytes", mb)
+		for _, form := range []string{"bin", "msgpack", "json"} {
+			for _, n := range []int{1024, 8192, loadMax} {
+				b.Run(fmt.Sprintf("memo=%s/%s/tokens=%d", memo, form, n), func(b *testing.B) {
+					body, ct := queryBody(form, prompt[:n])
+					r := measure(b, s, ct, body, 4, b.N)
+					b.ReportMetric(float64(r.CPUPerReq.Nanoseconds())/1e3, "server-µs/req")
+					b.ReportMetric(r.Load.RPS, "req/s")
+					b.ReportMetric(float64(r.Load.P99.Microseconds()), "p99-µs")
+					if memo == "on" && r.MemoHits+r.MemoMisses > 0 {
+						b.ReportMetric(r.MemoHits/(r.MemoHits+r.MemoMisses), "memo-hit-ratio")
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestServerCPUHarness runs the child-process harness briefly: the fixture
+// matches 512 blocks, the server's CPU clock advances under load, and a
+// repeated prompt is served from the memo when it is on and never when off.
+func TestServerCPUHarness(t *testing.T) {
+	for _, memo := range []string{"0", "1048576"} {
+		s, prompt := startLoadChild(t, "--hash-memo-bytes", memo)
+		body, ct := queryBody("bin", prompt[:8192])
+		r := measure(t, s, ct, body, 4, 300)
+		if r.Load.Requests != 300 || r.CPUPerReq < 0 {
+			t.Fatalf("memo=%s: %+v", memo, r)
+		}
+		if memo == "0" && r.MemoHits+r.MemoMisses != 0 {
+			t.Fatalf("memo off but counted: %+v", r)
+		}
+		if memo != "0" && (r.MemoHits != 300*512 || r.MemoMisses != 0) {
+			t.Fatalf("memo on: %v hits %v misses, want every block of 300 queries a hit", r.MemoHits, r.MemoMisses)
+		}
+		t.Logf("memo=%s: %v server CPU/req, %v", memo, r.CPUPerReq, r.Load)
+	}
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/seed-c7a81618/conductor/bench"
+)
+
+var pprofRE = regexp.MustCompile(`pprof listening.*addr=(\S+)`)
+
+// metricValue returns the value of an unlabelled metric in a /metrics page.
+func metricValue(t *testing.T, page []byte, name string) uint64 {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\d+)$`).FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("metric %s missing:\n%s", name, page)
+	}
+	v, err := strconv.ParseUint(string(m[1]), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestPprofAndMemoMetrics: --pprof-addr serves the profiles on its own
+// loopback listener, the memo's size follows --hash-memo-bytes, and a repeated
+// vllm_v1 query shows up as memo hits on /metrics.
+func TestPprofAndMemoMetrics(t *testing.T) {
+	pub, err := bench.NewPublisher(bench.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	p := startConductor(t, "", "--pprof-addr", "127.0.0.1:0", "--hash-memo-bytes", "1048576")
+	m := pprofRE.FindStringSubmatch(p.logs.String())
+	if m == nil {
+		t.Fatalf("no pprof address logged:\n%s", p.logs)
+	}
+	if code, _, body := httpDo(t, "GET", "http://"+m[1]+"/debug/pprof/", "", nil); code != 200 || !bytes.Contains(body, []byte("goroutine")) {
+		t.Fatalf("pprof index: %d %.200s", code, body)
+	}
+	if code, _, _ := httpDo(t, "GET", p.url("/debug/pprof/"), "", nil); code == 200 {
+		t.Fatal("pprof is served on the API listener")
+	}
+
+	code, _, body := httpDo(t, "POST", p.url("/register"), "application/json", []byte(fmt.Sprintf(
+		`{"endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"e","block_size":16,"dp_rank":0,`+
+			`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
+		pub.Endpoint())))
+	if code != 200 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	_, _, page := httpDo(t, "GET", p.url("/metrics"), "", nil)
+	if got := metricValue(t, page, "conductor_hash_memo_bytes"); got != 1<<20 {
+		t.Fatalf("memo bytes %d", got)
+	}
+	h0 := metricValue(t, page, "conductor_hash_memo_hits_total")
+	// Nothing is stored, so each query hashes block 0 only: a miss, then hits.
+	q := []byte(`{"model":"m","block_size":16,"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`)
+	for i := 0; i < 3; i++ {
+		if code, _, body := httpDo(t, "POST", p.url("/query"), "application/json", q); code != 200 {
+			t.Fatalf("query: %d %s", code, body)
+		}
+	}
+	_, _, page = httpDo(t, "GET", p.url("/metrics"), "", nil)
+	hits, misses := metricValue(t, page, "conductor_hash_memo_hits_total")-h0, metricValue(t, page, "conductor_hash_memo_misses_total")
+	if hits != 2 || misses != 1 {
+		t.Fatalf("memo hits %d misses %d, want 2 and 1", hits, misses)
+	}
+}

@@ -1,0 +1,254 @@
+package hash
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"math/bits"
+	"sync/atomic"
+
+	"github.com/zeebo/xxh3"
+)
+
+// DefaultMemoBytes is the memory bound of a Memo when the caller has no better
+// figure: 64 MiB, about one million block digests (16 M prompt tokens at B = 16).
+const DefaultMemoBytes = 64 << 20
+
+// Memo geometry: a slot is one 64-byte cache line; a bucket is memoWays slots.
+const (
+	memoWays     = 4
+	memoSlotSize = 64
+	// MinMemoBytes is the smallest useful bound: one bucket.
+	MinMemoBytes = memoWays * memoSlotSize
+)
+
+// memoTagDomain separates memo tag inputs from anything else the seed hashes.
+const memoTagDomain = "conductor.hash.memo.v1\x00"
+
+// Memo is a bounded, shared cache of SHA-256 block digests for the vllm_v1 and
+// sglang strategies. A repeated prompt prefix then costs one XXH3-128 and a table
+// probe per block instead of an encode and a SHA-256.
+//
+// # Keys
+//
+// The key of block i of a prompt is a rolling, keyed 128-bit hash of the whole
+// prefix up to and including block i:
+//
+//	k_tag = XXH3-128_s(domain, strategy, algorithm, root digest, seed text, B, lora, salt)
+//	k_i   = XXH3-128_s(k_{i-1} || u32le tokens of block i)      (k_{-1} = k_tag)
+//
+// where s is a per-process random seed from crypto/rand, so nobody can search for
+// colliding prompts offline. The tag covers everything a digest depends on
+// besides the tokens (the context's namespace: profile, root digest and its seed
+// text, block size, LoRA, salt), the token bytes are hashed verbatim (a partial
+// final block is shorter, and XXH3 mixes the length), and the chain makes k_i
+// depend on every earlier block, exactly as digest_i does. Keys never depend on
+// memoised values, so a wrong digest can only come from a 128-bit collision of
+// the keyed hash, not from a torn or stale entry.
+//
+// # Table and concurrency protocol
+//
+// The table is set-associative: 2^n buckets of memoWays slots, one cache line
+// each, bucket = low bits of the key. Each slot holds the full 128-bit key and
+// the 32-byte digest as typed atomics, guarded by a per-slot sequence number
+// (a seqlock without a lock: nobody ever waits):
+//
+//   - seq == 0: empty; odd: a writer is filling it; even > 0: valid.
+//   - put: CAS seq even→odd (on failure give up: another writer owns the slot, a
+//     memo may drop an insert), store key and digest, then store seq+2.
+//   - get: load seq (skip if 0 or odd), load key (skip if not ours), load the
+//     digest, load seq again; equal means no writer touched the slot in between,
+//     so key and digest belong together. Otherwise it reports a miss.
+//
+// All loads and stores are sequentially consistent atomics, which makes the
+// protocol race-free under the Go memory model (TestMemoConcurrentExact runs it
+// under -race). Replacement is random within the bucket: an empty slot if any,
+// else the way a caller-supplied hint picks; replacing a valid entry counts as an
+// eviction. The bound is exact: the table is allocated once and never grows.
+//
+// Counters (hits, misses, evictions) are batched per Chain and added once per
+// query, so the hot path touches no shared counter line.
+//
+// A Memo is safe for concurrent use. A nil *Memo means "off".
+type Memo struct {
+	seed  uint64
+	mask  uint64 // buckets - 1
+	slots []memoSlot
+
+	hits      paddedCounter
+	misses    paddedCounter
+	evictions paddedCounter
+}
+
+// memoSlot is one cache line: seq, key, digest (7 words) and padding.
+type memoSlot struct {
+	seq atomic.Uint64
+	k   [2]atomic.Uint64
+	d   [4]atomic.Uint64
+	_   [8]byte
+}
+
+// paddedCounter keeps each counter on its own cache line.
+type paddedCounter struct {
+	atomic.Uint64
+	_ [56]byte
+}
+
+// MemoStats is a snapshot of a Memo's counters (monotonic since NewMemo).
+type MemoStats struct {
+	Hits, Misses, Evictions uint64
+	Slots                   int // capacity in block digests
+	Bytes                   int // table memory
+}
+
+// NewMemo returns a memo whose table takes at most maxBytes (rounded down to a
+// power-of-two number of buckets, at least MinMemoBytes), or nil when maxBytes
+// <= 0 (memo off). The table is allocated and committed at once (huge pages
+// where Linux grants them). The per-process key comes from crypto/rand.
+func NewMemo(maxBytes int) *Memo {
+	if maxBytes <= 0 {
+		return nil
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails on supported platforms (Go 1.24+ crashes instead)
+	return newMemoSeed(maxBytes, binary.LittleEndian.Uint64(b[:]))
+}
+
+func newMemoSeed(maxBytes int, seed uint64) *Memo {
+	buckets := max(maxBytes/(memoWays*memoSlotSize), 1)
+	buckets = 1 << (bits.Len(uint(buckets)) - 1) // round down to a power of two
+	m := &Memo{
+		seed:  seed,
+		mask:  uint64(buckets - 1),
+		slots: make([]memoSlot, buckets*memoWays),
+	}
+	adviseHuge(m.slots)
+	// Commit the table now, one store per 4 KiB page, so that the first
+	// queries do not pay a page fault per new bucket (the bound is the
+	// resident size from the start, not a ceiling reached later).
+	for i := 0; i < len(m.slots); i += 4096 / memoSlotSize {
+		m.slots[i].seq.Store(0)
+	}
+	return m
+}
+
+// Stats returns the counters. Counts of queries in flight are added when they end.
+func (m *Memo) Stats() MemoStats {
+	if m == nil {
+		return MemoStats{}
+	}
+	return MemoStats{
+		Hits:      m.hits.Load(),
+		Misses:    m.misses.Load(),
+		Evictions: m.evictions.Load(),
+		Slots:     len(m.slots),
+		Bytes:     len(m.slots) * memoSlotSize,
+	}
+}
+
+func (m *Memo) addStats(hits, misses, evictions uint32) {
+	if hits != 0 {
+		m.hits.Add(uint64(hits))
+	}
+	if misses != 0 {
+		m.misses.Add(uint64(misses))
+	}
+	if evictions != 0 {
+		m.evictions.Add(uint64(evictions))
+	}
+}
+
+// bucket returns the memoWays slots key k maps to.
+func (m *Memo) bucket(k xxh3.Uint128) []memoSlot {
+	i := (k.Lo & m.mask) * memoWays
+	return m.slots[i : i+memoWays : i+memoWays]
+}
+
+// get copies the digest stored under k into *dst and reports whether it was
+// there; on a miss *dst is unchanged.
+func (m *Memo) get(k xxh3.Uint128, dst *[32]byte) bool {
+	b := m.bucket(k)
+	for w := range b {
+		s := &b[w]
+		seq := s.seq.Load()
+		if seq == 0 || seq&1 != 0 || s.k[0].Load() != k.Lo || s.k[1].Load() != k.Hi {
+			continue
+		}
+		d0, d1, d2, d3 := s.d[0].Load(), s.d[1].Load(), s.d[2].Load(), s.d[3].Load()
+		if s.seq.Load() != seq {
+			return false // overwritten while we read: treat as a miss
+		}
+		binary.LittleEndian.PutUint64(dst[0:], d0)
+		binary.LittleEndian.PutUint64(dst[8:], d1)
+		binary.LittleEndian.PutUint64(dst[16:], d2)
+		binary.LittleEndian.PutUint64(dst[24:], d3)
+		return true
+	}
+	return false
+}
+
+// put stores d under k, replacing an empty slot or the way hint selects. It
+// reports whether a valid entry was evicted. A slot being written by another
+// goroutine is left alone (the insert is dropped).
+func (m *Memo) put(k xxh3.Uint128, d *[32]byte, hint uint32) (evicted bool) {
+	b := m.bucket(k)
+	victim := -1
+	for w := range b {
+		seq := b[w].seq.Load()
+		if seq == 0 {
+			if victim < 0 {
+				victim = w
+			}
+			continue
+		}
+		if seq&1 == 0 && b[w].k[0].Load() == k.Lo && b[w].k[1].Load() == k.Hi {
+			return false // a concurrent query stored it already
+		}
+	}
+	if victim < 0 {
+		victim = int(hint % memoWays)
+	}
+	s := &b[victim]
+	seq := s.seq.Load()
+	if seq&1 != 0 || !s.seq.CompareAndSwap(seq, seq+1) {
+		return false
+	}
+	storeInSlot(&s.k[0], k.Lo)
+	storeInSlot(&s.k[1], k.Hi)
+	storeInSlot(&s.d[0], binary.LittleEndian.Uint64(d[0:]))
+	storeInSlot(&s.d[1], binary.LittleEndian.Uint64(d[8:]))
+	storeInSlot(&s.d[2], binary.LittleEndian.Uint64(d[16:]))
+	storeInSlot(&s.d[3], binary.LittleEndian.Uint64(d[24:]))
+	storeInSlot(&s.seq, seq+2) // publish: after the data in store order
+	return seq != 0
+}
+
+// appendMemoTag appends the tag input of a chain: everything a block digest
+// depends on besides the prompt's tokens. Variable fields are length-prefixed.
+func appendMemoTag(dst []byte, p *Profile, blockSize int, lora, salt []byte) []byte {
+	dst = append(dst, memoTagDomain...)
+	dst = append(dst, byte(p.Strategy), byte(p.Algorithm), byte(p.Projection))
+	dst = append(dst, p.RootDigest[:]...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(blockSize))
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(p.Spec.PythonHashSeed)))
+	dst = append(dst, p.Spec.PythonHashSeed...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(lora)))
+	dst = append(dst, lora...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(len(salt)))
+	return append(dst, salt...)
+}
+
+// memoRoll returns the key after prev for a block of tokens: XXH3-128 of the
+// previous key (16 bytes LE) and the tokens as u32le, built in scratch (which
+// must have room for 16+4*len(tokens) bytes; Reset sizes the chain's buffer).
+func memoRoll(scratch []byte, seed uint64, prev xxh3.Uint128, tokens []int32) xxh3.Uint128 {
+	n := 16 + 4*len(tokens)
+	b := scratch[:n:n]
+	binary.LittleEndian.PutUint64(b[0:], prev.Lo)
+	binary.LittleEndian.PutUint64(b[8:], prev.Hi)
+	if nativeLE {
+		copy(b[16:], tokenBytes(tokens))
+	} else {
+		appendU32LE(b[16:16], tokens)
+	}
+	return xxh3.Hash128Seed(b, seed)
+}
