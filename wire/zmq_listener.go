@@ -709,10 +709,13 @@ func (l *listener) account(st *core.ApplyStats, skipped int) {
 func batchLag(b *core.Batch, d Dialect) (float64, bool) {
 	now := time.Now()
 	switch {
-	case b.TimestampF > 0:
-		return float64(now.UnixNano())/1e9 - b.TimestampF, true
+	// An integer timestamp (TimestampU; the decoder mirrors it into
+	// TimestampF) is milliseconds in the Mooncake and standard dialects:
+	// check it before the float seconds (TestBatchLagUnits).
 	case b.TimestampU > 0 && (d == DialectMooncake || d == DialectStandard):
 		return float64(now.UnixMilli()-int64(b.TimestampU)) / 1e3, true
+	case b.TimestampF > 0:
+		return float64(now.UnixNano())/1e9 - b.TimestampF, true
 	}
 	return 0, false
 }

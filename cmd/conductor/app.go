@@ -219,7 +219,7 @@ type app struct {
 	rpcLn           net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
-	demo            io.Writer // non-nil: run the embedded simulator, summary here
+	demo            io.Writer    // non-nil: run the embedded simulator, summary here
 	pprof           *http.Server // nil unless --pprof-addr
 }
 
