@@ -8,6 +8,10 @@
 // tier (device → host → disk, evictions offloaded down the chain the way an
 // engine with KV offloading does), and optionally a Store: a Mooncake store
 // master publishing a pool shared by every engine of a context (cpu_share).
+// Engines publish the context's own block hashes, or (GroupConfig.EngineProfile,
+// re-hash mode) their native vLLM / SGLang hashes into an xxh3 context, which
+// the indexer re-hashes from token_ids. Ranks can reset their cache
+// (AllBlocksCleared, EngineConfig.ClearEvery).
 // Because the simulator emits every stored / removed event itself, it always
 // knows the ground truth: which (instance, rank) holds which block on which
 // tier. Expect turns that truth into the answer a tiered query must give
