@@ -25,7 +25,7 @@ func TestRPCQueryAllocs(t *testing.T) {
 			}
 			ctx := requestCtx("/rpc/Query", "application/json", []byte(jsonEnc(q)))
 			if form == "msgpack-bin" {
-				ctx = requestCtx("/rpc/Query", "application/msgpack", mp(obj{"model_name", "m", "block_size", fixtureBS, "token_ids", leBin(f.prompt[:n]...)}))
+				ctx = requestCtx("/rpc/Query", "application/msgpack", mp(obj{"token_ids", leBin(f.prompt[:n]...), "model_name", "m", "block_size", fixtureBS}))
 			}
 			serve := func() {
 				ctx.Response.Reset()

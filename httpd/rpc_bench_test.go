@@ -27,7 +27,7 @@ func BenchmarkRPCQueryHandler(b *testing.B) {
 				body := []byte(jsonEnc(obj{"model_name", "m", "block_size", fixtureBS, "token_ids", tok}))
 				ct := "application/json"
 				if form == "msgpack-bin" {
-					body, ct = mp(obj{"model_name", "m", "block_size", fixtureBS, "token_ids", leBin(f.prompt[:n]...)}), "application/msgpack"
+					body, ct = mp(obj{"token_ids", leBin(f.prompt[:n]...), "model_name", "m", "block_size", fixtureBS}), "application/msgpack"
 				}
 				ctx := requestCtx("/rpc/Query", ct, body)
 				serve := func() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net"
 	"strings"
 	"testing"
@@ -511,7 +512,7 @@ func TestRPCMetrics(t *testing.T) {
 // TestRPCServeKeepAlive: a real listener answers several calls on one
 // keep-alive connection and shuts down cleanly.
 func TestRPCServeKeepAlive(t *testing.T) {
-	env := newRPCEnv(t, Options{})
+	env := newRPCEnv(t, Options{MaxBodyBytes: 1024})
 	r := env.r
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -532,6 +533,18 @@ func TestRPCServeKeepAlive(t *testing.T) {
 		}
 		fasthttp.ReleaseRequest(req)
 		fasthttp.ReleaseResponse(resp)
+	}
+	// a body over MaxBodyBytes is refused before the handler: 413, INVALID_PARAMS
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	req.SetRequestURI("http://" + ln.Addr().String() + "/rpc/Query")
+	req.Header.SetMethod("POST")
+	req.SetBody(bytes.Repeat([]byte{' '}, 4096))
+	if err := c.DoTimeout(req, resp, 5e9); err != nil {
+		t.Fatal(err)
+	}
+	if m := decodeMap(t, response{status: resp.StatusCode(), ct: string(resp.Header.ContentType()), body: resp.Body()}); resp.StatusCode() != 413 ||
+		m["ret"] != json.Number("-600") || m["reason"] != "limit_exceeded" {
+		t.Fatalf("oversized body: %d %s", resp.StatusCode(), resp.Body())
 	}
 	c.CloseIdleConnections()
 	if err := r.Shutdown(t.Context()); err != nil {
@@ -572,4 +585,26 @@ func TestPrintableASCII(t *testing.T) {
 			}
 		}
 	}
+}
+
+// unregisterFailing fails Unregister with an error that is not ErrNotFound.
+type unregisterFailing struct{ *coreRegistrar }
+
+func (f unregisterFailing) Unregister(core.ServiceKey) (core.Registration, error) {
+	return core.Registration{}, errors.New("zmq: context terminated")
+}
+
+// TestRPCInternalError: failures the request did not cause are INTERNAL_ERROR
+// (a subscriber that cannot start; an unregister that fails for another
+// reason than an unknown subscription), with the cause in "error".
+func TestRPCInternalError(t *testing.T) {
+	env := newRPCEnv(t, Options{})
+	env.s.reg = failingRegistrar{env.reg}
+	got := rpcCall(t, env.r, "Register", jsonEnc(pyReg()))
+	checkRet(t, got, RetInternalError, "", "")
+	if m := decodeMap(t, got); !strings.Contains(m["error"].(string), "Failed to subscribe") || len(m) != 2 {
+		t.Fatalf("body %s", got.body)
+	}
+	env.s.reg = unregisterFailing{env.reg}
+	checkRet(t, rpcCall(t, env.r, "Unregister", `{"instance_id":"x"}`), RetInternalError, "", "")
 }

@@ -169,3 +169,21 @@ func TestConfigMedia(t *testing.T) {
 		t.Fatalf("bad tier: %v", err)
 	}
 }
+
+// TestRPCPortDefault: without rpc_server_port the RPC port is the seed's
+// 50052; 0 turns it off; a missing file keeps the default.
+func TestRPCPortDefault(t *testing.T) {
+	for _, c := range []struct {
+		text string
+		want int
+	}{{`{}`, 50052}, {`{"rpc_server_port": 0}`, 0}, {`{"rpc_server_port": 6000}`, 6000}} {
+		cfg, err := parseConfig([]byte(c.text))
+		if err != nil || cfg.RPCPort != c.want {
+			t.Fatalf("%s: port %d err %v, want %d", c.text, cfg.RPCPort, err, c.want)
+		}
+	}
+	cfg, readErr, err := loadConfig(t.TempDir() + "/missing.json")
+	if readErr == nil || err != nil || cfg.RPCPort != DefaultRPCPort {
+		t.Fatalf("missing file: %+v %v %v", cfg, readErr, err)
+	}
+}

@@ -130,14 +130,14 @@ def _mp_value(v: Any) -> bytes:
 
 
 def encode_query(fields: Dict[str, Any], tokens: Any) -> bytes:
-    """A msgpack map of fields plus "token_ids" as a bin of tokens."""
+    """A msgpack map: "token_ids" first, as a bin32 of tokens (its bytes then
+    start at offset 16, 4-byte aligned, so the server views them in place),
+    then fields."""
     n = len(tokens) if isinstance(tokens, bytes) else tokens.nbytes
-    parts = [bytes((0x80 | (len(fields) + 1),))]
+    parts = [bytes((0x80 | (len(fields) + 1),)), b"\xa9token_ids\xc6", struct.pack(">I", n), tokens]
     for k, v in fields.items():
         parts.append(_mp_value(k))
         parts.append(_mp_value(v))
-    parts.append(b"\xa9token_ids\xc6" + struct.pack(">I", n))
-    parts.append(tokens)
     return b"".join(parts)
 
 

@@ -184,8 +184,9 @@ class EncodingTest(unittest.TestCase):
             with self.assertRaises((TypeError, OverflowError)):
                 _mp_value(bad)
         got = encode_query({"model_name": "m", "block_size": 16}, token_bytes([1, 2]))
-        self.assertEqual(got, b"\x83\xaamodel_name\xa1m\xaablock_size\x10\xa9token_ids\xc6\x00\x00\x00\x08"
-                         + struct.pack("<2i", 1, 2))
+        self.assertEqual(got, b"\x83\xa9token_ids\xc6\x00\x00\x00\x08" + struct.pack("<2i", 1, 2)
+                         + b"\xaamodel_name\xa1m\xaablock_size\x10")
+        self.assertEqual(got.index(struct.pack("<2i", 1, 2)), 16)  # 4-byte aligned in the body
 
     def test_parse_addr(self) -> None:
         good = {"127.0.0.1:50052": ("127.0.0.1", 50052), "localhost:1": ("localhost", 1), "[::1]:9": ("::1", 9)}
