@@ -19,6 +19,9 @@ type ApplyStats struct {
 	Dropped int
 	// Closed is set when the subscription was unregistered: nothing was applied.
 	Closed bool
+	// Recovered is set when the batch was skipped because a restored dump
+	// already contains it (its Seq is at or below the dumped watermark).
+	Recovered bool
 }
 
 // subCtx is a subscription's private state in one context; only the
@@ -90,10 +93,15 @@ func (sc *subCtx) owner(k ownerKey) ownerRef {
 // subscription is unregistered Apply does nothing and reports Closed.
 func (s *Subscription) Apply(b *Batch) ApplyStats {
 	var st ApplyStats
+	s.ix.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		st.Closed = true
+		return st
+	}
+	if s.recoveredSkip(b) {
+		st.Recovered = true
 		return st
 	}
 	for i := range b.Events {
@@ -386,6 +394,7 @@ func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
 // (used when its stream went stale or its publisher restarted). It returns the
 // number of block entries changed.
 func (s *Subscription) Clear(reason string) int {
+	s.ix.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -547,6 +556,7 @@ func (s *Subscription) flushHeld(rs *rfcStream, st *ApplyStats) {
 // The ingest loop calls it when a stream has been idle for a while.
 func (s *Subscription) FlushHeld() ApplyStats {
 	var st ApplyStats
+	s.ix.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

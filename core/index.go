@@ -114,6 +114,9 @@ type Counters struct {
 	// RankRejects counts events dropped for a publisher-named dp rank that is
 	// out of range or beyond MaxRanksPerSubscription.
 	RankRejects atomic.Uint64
+	// RecoveredSkips counts batches skipped because a restored peer dump
+	// already held them (stream.go).
+	RecoveredSkips atomic.Uint64
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the
@@ -136,6 +139,11 @@ type Index struct {
 	// so that metrics need not walk the index.
 	holdings [NumTiers]atomic.Int64
 	warned   sync.Map // medium name → struct{}: log unknown media once
+
+	// gate holds appliers while a peer dump is restored (stream.go).
+	gate   atomic.Pointer[chan struct{}]
+	gateMu sync.Mutex
+	gateN  int
 }
 
 // New returns an empty index.

@@ -273,6 +273,11 @@ type Subscription struct {
 	rfc map[uint64]*rfcStream
 	// scratch reused across events.
 	seqScratch []uint64
+	// Stream watermark (stream.go): the sequence of the last batch applied,
+	// and, after RestoreStream, the dumped watermark at or below which
+	// batches are skipped.
+	lastSeq, skipThrough uint64
+	hasSeq, skipping     bool
 	// Operands of the bound map-update functions addFn/removeFn (single writer).
 	opID            ownerRef
 	opTier          Tier

@@ -110,11 +110,12 @@ const (
 	epServices
 	epHealth
 	epMetrics
+	epDump
 	numEndpoints
 )
 
 var endpointPaths = [numEndpoints]string{"other", "/register", "/unregister", "/query", "/query_by_hash",
-	"/global_view", "/services", "/health", "/metrics"}
+	"/global_view", "/services", "/health", "/metrics", "/dump"}
 
 func (e endpoint) String() string { return endpointPaths[e] }
 
@@ -139,6 +140,8 @@ func route(path []byte) endpoint {
 		return epHealth
 	case "/metrics":
 		return epMetrics
+	case "/dump":
+		return epDump
 	}
 	return epOther
 }
@@ -174,6 +177,8 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.handleHealth(ctx, ep, st)
 	case ep == epMetrics:
 		s.handleMetrics(ctx)
+	case ep == epDump:
+		s.handleDump(ctx) // dump.go
 	}
 	s.m.observe(ep, ctx.Response.StatusCode(), start)
 }

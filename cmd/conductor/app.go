@@ -59,6 +59,7 @@ type settings struct {
 	maxRegistration int
 	contextSizeHint int
 	shutdownTimeout time.Duration
+	dynamo          dynamoSettings // dynamo.go
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -76,6 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.maxRegistration, "max-registrations", 0, "most registrations (default 4096)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	addDynamoFlags(fs, &s.dynamo)
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -87,6 +89,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
+	}
+	if err := s.dynamo.validate(); err != nil {
+		return s, err
 	}
 	return s, nil
 }
@@ -135,6 +140,7 @@ type app struct {
 	ln              net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
+	dp              *dynamoPart // dynamo.go
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
@@ -239,8 +245,15 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("cannot listen", "addr", addr, "err", err)
 		return nil, 1
 	}
+	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, static: cfg.Static, shutdownTimeout: s.shutdownTimeout}
+	if a.dp, err = newDynamoPart(a, s.dynamo, env, s.listen); err != nil {
+		_ = ln.Close()
+		ing.Close()
+		log.Error("cannot start the Dynamo surface", "err", err)
+		return nil, 1
+	}
 	log.Info("conductor starting", "version", ver, "config", path)
-	return &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, static: cfg.Static, shutdownTimeout: s.shutdownTimeout}, 0
+	return a, 0
 }
 
 // listenerMetrics exposes conductor_listeners{state=…}: subscriptions per
@@ -271,8 +284,12 @@ func (a *app) Addr() string { return a.ln.Addr().String() }
 // then shuts down: stop accepting, drain in-flight requests, stop subscribers.
 func (a *app) serve(ctx context.Context) int {
 	a.log.Info("HTTP server listening", "addr", a.Addr())
-	serveErr := make(chan error, 1)
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- a.srv.Serve(a.ln) }()
+	if a.dp.ln != nil {
+		a.log.Info("Dynamo HTTP server listening", "addr", a.dp.ln.Addr().String())
+		go func() { serveErr <- a.dp.dyn.Serve(a.dp.ln) }()
+	}
 
 	staticCtx, cancelStatic := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -280,6 +297,7 @@ func (a *app) serve(ctx context.Context) int {
 	go func() {
 		defer wg.Done()
 		a.registerStatic(staticCtx)
+		a.dp.start(staticCtx, a)
 	}()
 
 	code := 0
@@ -291,10 +309,14 @@ func (a *app) serve(ctx context.Context) int {
 		code = 1
 	}
 	cancelStatic()
+	a.dp.releaseAll()
 	sctx, cancel := context.WithTimeout(context.Background(), a.shutdownTimeout)
 	defer cancel()
 	if err := a.srv.Shutdown(sctx); err != nil {
 		a.log.Warn("HTTP shutdown did not drain in time", "err", err)
+	}
+	if err := a.dp.dyn.Shutdown(sctx); err != nil {
+		a.log.Warn("Dynamo HTTP shutdown did not drain in time", "err", err)
 	}
 	wg.Wait()
 	a.ing.Close()
