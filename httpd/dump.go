@@ -343,8 +343,8 @@ func (p *streamSep) Stream(i *core.StreamInfo) error {
 	*p.n++
 	return p.s.Stream(i)
 }
-func (p *streamSep) Holding(h *core.Holding) error     { return p.s.Holding(h) }
-func (p *streamSep) Engine(e *core.EngineEntry) error  { return p.s.Engine(e) }
+func (p *streamSep) Holding(h *core.Holding) error      { return p.s.Holding(h) }
+func (p *streamSep) Engine(e *core.EngineEntry) error   { return p.s.Engine(e) }
 func (p *streamSep) EndStream(i *core.StreamInfo) error { return p.s.EndStream(i) }
 
 // handleDump serves the main API's GET /dump.
