@@ -369,11 +369,14 @@ func (d *Dynamo) opError(ctx *fasthttp.RequestCtx, st *dynState, status int, msg
 }
 
 // reqError answers a field error with the Mooncake envelope
-// {"error", "reason", "field"?} (Dynamo answers a bare message; the extra keys
+// {"error", "reason", "field"?, "index"?} (Dynamo answers a bare message; the extra keys
 // say which field).
 func (d *Dynamo) reqError(ctx *fasthttp.RequestCtx, st *dynState, status int, re *RequestError) {
 	n := 2
 	if re.Field != "" {
+		n++
+	}
+	if re.Index >= 0 {
 		n++
 	}
 	e := &st.enc
@@ -386,6 +389,10 @@ func (d *Dynamo) reqError(ctx *fasthttp.RequestCtx, st *dynState, status int, re
 	if re.Field != "" {
 		e.str("field")
 		e.str(re.Field)
+	}
+	if re.Index >= 0 {
+		e.str("index")
+		e.int(int64(re.Index))
 	}
 	d.body(ctx, status, e.buf)
 }
