@@ -250,8 +250,8 @@ func TestDynamoUnregister(t *testing.T) {
 	wantResp(t, e.do(t, "POST", "/unregister", `{"instance_id": 2, "model_name": "llama-3-8b", "routing_group": "default"}`), 404, "")
 	wantResp(t, e.do(t, "POST", "/unregister", `{"instance_id": 2, "model_name": "llama-3-8b", "routing_group": "customer-a"}`), 200, `{"status":"ok"}`)
 	for _, body := range []string{
-		`{"instance_id": 1, "model_name": "llama-3-8b"}`,            // already gone
-		`{"instance_id": 3, "model_name": "other"}`,                 // other model
+		`{"instance_id": 1, "model_name": "llama-3-8b"}`,               // already gone
+		`{"instance_id": 3, "model_name": "other"}`,                    // other model
 		`{"instance_id": 3, "model_name": "llama-3-8b", "dp_rank": 4}`, // no such rank
 	} {
 		wantResp(t, e.do(t, "POST", "/unregister", body), 404, "")
