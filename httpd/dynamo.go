@@ -195,7 +195,11 @@ func NewDynamo(ix *core.Index, reg Registrar, opts DynamoOptions) (*Dynamo, erro
 	d.peers = append(d.peers, opts.Peers...)
 	d.pool.New = func() any { return new(dynState) }
 	if opts.AccessLog != "" {
-		al, err := openAccessLog(opts.AccessLog, opts.AccessLogLocalTime)
+		loc := time.UTC
+		if opts.AccessLogLocalTime {
+			loc = time.Local
+		}
+		al, err := openAccessLog(opts.AccessLog, loc)
 		if err != nil {
 			return nil, err
 		}

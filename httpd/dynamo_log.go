@@ -18,8 +18,8 @@ import (
 // reopens the path (after an external rotation renamed the file), so later
 // lines go to a new file at the configured path.
 type accessLog struct {
-	path  string
-	local bool
+	path string
+	loc  *time.Location // time.UTC, or time.Local with --access-log-local-time
 
 	// mu serialises writes and reopen: each line is one write(2).
 	mu  sync.Mutex
@@ -27,12 +27,12 @@ type accessLog struct {
 	buf []byte
 }
 
-func openAccessLog(path string, local bool) (*accessLog, error) {
+func openAccessLog(path string, loc *time.Location) (*accessLog, error) {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("access log: %w: %w", err, ErrInvalidOptions)
 	}
-	return &accessLog{path: path, local: local, f: f}, nil
+	return &accessLog{path: path, loc: loc, f: f}, nil
 }
 
 func (a *accessLog) reopen() error {
@@ -67,10 +67,7 @@ func appendNullableString(dst []byte, s []byte) []byte {
 }
 
 func (a *accessLog) write(start time.Time, method, path, model []byte, status int, d time.Duration, trace []byte) {
-	ts := start.UTC()
-	if a.local {
-		ts = start.Local()
-	}
+	ts := start.In(a.loc)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.f == nil {

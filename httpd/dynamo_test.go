@@ -499,18 +499,32 @@ func TestDynamoAccessLog(t *testing.T) {
 	}
 }
 
-// TestDynamoAccessLogLocalTime: --access-log-local-time writes the local
-// offset instead of Z.
+// TestDynamoAccessLogLocalTime: --access-log-local-time writes the zone's
+// offset instead of Z (the location is injected: time.Local itself is
+// process-global).
 func TestDynamoAccessLogLocalTime(t *testing.T) {
-	old := time.Local
-	time.Local = time.FixedZone("T", 3*3600)
-	defer func() { time.Local = old }()
 	path := filepath.Join(t.TempDir(), "a.log")
-	e := startDyn(t, DynamoOptions{AccessLog: path, AccessLogLocalTime: true})
-	e.do(t, "GET", "/health", "")
+	a, err := openAccessLog(path, time.FixedZone("T", 3*3600))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 11, 30, 18, 0, 0, 5e6, time.UTC)
+	a.write(start, []byte("GET"), []byte("/health"), nil, 200, 1500*time.Microsecond, []byte("t-1"))
+	a.close()
 	lines := readLines(t, path)
-	if len(lines) != 1 || !strings.Contains(lines[0], `+03:00","method"`) {
-		t.Fatalf("lines %q", lines)
+	want := `{"ts":"2026-11-30T21:00:00.005+03:00","method":"GET","path":"/health","model":null,"status":200,"duration_ms":1.500,"trace_id":"t-1"}`
+	if len(lines) != 1 || lines[0] != want {
+		t.Fatalf("lines %q\nwant %s", lines, want)
+	}
+	// The option reaches the log: a listener with local time writes a
+	// timestamp in time.Local's offset.
+	p2 := filepath.Join(t.TempDir(), "b.log")
+	e := startDyn(t, DynamoOptions{AccessLog: p2, AccessLogLocalTime: true})
+	e.do(t, "GET", "/health", "")
+	l2 := readLines(t, p2)
+	if len(l2) != 1 || !strings.Contains(l2[0], time.Now().In(time.Local).Format("-07:00")+`","method"`) &&
+		!(time.Now().In(time.Local).Format("Z07:00") == "Z" && strings.Contains(l2[0], `Z","method"`)) {
+		t.Fatalf("local-time line %q", l2)
 	}
 }
 

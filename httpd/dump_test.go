@@ -1,0 +1,254 @@
+package httpd
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/seed-c7a81618/conductor/core"
+)
+
+// simEngine publishes vLLM-like batches under the xxh3 profile: engine hashes
+// are a hash of the token prefix (so conductor keeps an engine map), stores
+// repeat (copies), removes are per copy, some blocks go to CPU.
+type simEngine struct {
+	rng     *rand.Rand
+	bs      int
+	prompts [][]int32
+	cached  map[uint64]int
+	order   []uint64
+	seq     uint64
+}
+
+func newSimEngine(seed int64, bs int) *simEngine {
+	e := &simEngine{rng: rand.New(rand.NewSource(seed)), bs: bs, cached: map[uint64]int{}}
+	for p := 0; p < 10; p++ {
+		pr := make([]int32, 6*bs)
+		for i := range pr {
+			pr[i] = int32(e.rng.Intn(40))
+			if i < 2*bs && p%2 == 0 {
+				pr[i] = int32(i) // shared prefix
+			}
+		}
+		e.prompts = append(e.prompts, pr)
+	}
+	return e
+}
+
+func (e *simEngine) hashOf(prefix []int32) uint64 {
+	b := make([]byte, 0, 4*len(prefix))
+	for _, t := range prefix {
+		b = binary.LittleEndian.AppendUint32(b, uint32(t))
+	}
+	return xxh3.HashSeed(b, 99)
+}
+
+func (e *simEngine) next() *core.Batch {
+	b := &core.Batch{Seq: e.seq, HasSeq: true}
+	e.seq++
+	ev := b.NextEvent()
+	if len(e.order) > 0 && e.rng.Intn(3) == 0 {
+		i := e.rng.Intn(len(e.order))
+		h := e.order[i]
+		ev.Kind = core.EventRemoved
+		ev.Hashes = append(ev.Hashes, h)
+		if e.cached[h]--; e.cached[h] == 0 {
+			delete(e.cached, h)
+			e.order = append(e.order[:i], e.order[i+1:]...)
+		}
+		return b
+	}
+	pr := e.prompts[e.rng.Intn(len(e.prompts))]
+	n := 1 + e.rng.Intn(len(pr)/e.bs)
+	ev.Kind, ev.BlockSize, ev.HasTokens = core.EventStored, e.bs, true
+	ev.Tokens = append(ev.Tokens, pr[:n*e.bs]...)
+	if e.rng.Intn(5) == 0 {
+		ev.Medium = []byte("CPU")
+	}
+	for i := 0; i < n; i++ {
+		h := e.hashOf(pr[:(i+1)*e.bs])
+		ev.Hashes = append(ev.Hashes, h)
+		if ev.Medium == nil {
+			if e.cached[h] == 0 {
+				e.order = append(e.order, h)
+			}
+			e.cached[h]++
+		}
+	}
+	return b
+}
+
+func dynAnswers(t testing.TB, e *dynEnv, sims ...*simEngine) []string {
+	t.Helper()
+	var out []string
+	for _, s := range sims {
+		for _, pr := range s.prompts {
+			for n := s.bs; n <= len(pr); n += s.bs {
+				r := e.do(t, "POST", "/query", `{"token_ids":`+jsonEnc(pr[:n])+`,"model_name":"llama"}`)
+				out = append(out, canonJSON(t, string(r.body)))
+			}
+		}
+	}
+	return out
+}
+
+// TestDumpRoundTripBothForms: a replica restored from either /dump form
+// (Dynamo port, main port) answers every query exactly like the source, and
+// keeps doing so as the same later events (per-copy removes by engine hash,
+// which need the dumped engine map) reach both.
+func TestDumpRoundTripBothForms(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	a := startDyn(t, DynamoOptions{})
+	sims := []*simEngine{newSimEngine(seed, 4), newSimEngine(seed+1, 4)}
+	ref := startDyn(t, DynamoOptions{}) // sees every batch
+	var subsA, subsRef []*core.Subscription
+	for i := range sims {
+		subsA = append(subsA, registerDyn(t, a, 1, i, 4, "llama", ""))
+		subsRef = append(subsRef, registerDyn(t, ref, 1, i, 4, "llama", ""))
+	}
+	var later [2][]*core.Batch
+	for i, s := range sims {
+		for j := 0; j < 300; j++ {
+			bt := s.next()
+			subsA[i].Apply(bt)
+			subsRef[i].Apply(bt)
+		}
+		for j := 0; j < 150; j++ {
+			bt := s.next()
+			later[i] = append(later[i], bt)
+			subsRef[i].Apply(bt)
+		}
+	}
+	want := dynAnswers(t, a, sims...)
+	wantLater := dynAnswers(t, ref, sims...)
+	if strings.Join(want, "") == strings.Join(wantLater, "") {
+		t.Fatal("later batches changed nothing: the test would not see a lost engine map")
+	}
+
+	dynDump := a.do(t, "GET", "/dump", "")
+	mainDump := a.main.do(t, "GET", "/dump", "", nil)
+	if dynDump.status != 200 || mainDump.status != 200 {
+		t.Fatalf("dump status %d %d", dynDump.status, mainDump.status)
+	}
+	checkDynamoDumpShape(t, dynDump.body)
+	checkMainDumpShape(t, mainDump.body)
+
+	for _, form := range []struct {
+		name string
+		body []byte
+	}{{"dynamo", dynDump.body}, {"main", mainDump.body}} {
+		t.Run(form.name, func(t *testing.T) {
+			b := startDyn(t, DynamoOptions{})
+			var subsB []*core.Subscription
+			for i := range sims {
+				subsB = append(subsB, registerDyn(t, b, 1, i, 4, "llama", ""))
+			}
+			st, err := RestoreDump(b.ix, bytes.NewReader(form.body), b.d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Streams != 2 || st.MissingStream != 0 || st.Skipped != 0 || st.Holdings == 0 || st.Engine == 0 {
+				t.Fatalf("restore stats %+v", st)
+			}
+			if got := dynAnswers(t, b, sims...); strings.Join(got, "\n") != strings.Join(want, "\n") {
+				t.Fatalf("restored replica differs")
+			}
+			for i := range sims {
+				for _, bt := range later[i] {
+					if st := subsB[i].Apply(bt); st.Recovered {
+						t.Fatalf("batch %d skipped as recovered", bt.Seq)
+					}
+				}
+			}
+			if got := dynAnswers(t, b, sims...); strings.Join(got, "\n") != strings.Join(wantLater, "\n") {
+				t.Fatalf("replica differs after later events")
+			}
+		})
+	}
+}
+
+// checkDynamoDumpShape: {"llama:default": {"block_size": 4, "events": [RouterEvent...]}}
+// with exact u64s (a key above 2^53 survives a json.Number round trip).
+func checkDynamoDumpShape(t testing.TB, body []byte) {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	var root map[string]struct {
+		BlockSize json.Number `json:"block_size"`
+		Events    []struct {
+			WorkerID    json.Number `json:"worker_id"`
+			StorageTier string      `json:"storage_tier"`
+			Event       struct {
+				EventID json.Number `json:"event_id"`
+				Data    struct {
+					Stored struct {
+						ParentHash    *json.Number `json:"parent_hash"`
+						StartPosition *json.Number `json:"start_position"`
+						Blocks        []struct {
+							BlockHash  json.Number `json:"block_hash"`
+							TokensHash json.Number `json:"tokens_hash"`
+						} `json:"blocks"`
+					} `json:"stored"`
+				} `json:"data"`
+				DPRank json.Number `json:"dp_rank"`
+			} `json:"event"`
+		} `json:"events"`
+	}
+	if err := d.Decode(&root); err != nil {
+		t.Fatalf("dynamo dump is not the seed's shape: %v\n%.400s", err, body)
+	}
+	ix, ok := root["llama:default"]
+	if len(root) != 1 || !ok || ix.BlockSize.String() != "4" || len(ix.Events) == 0 {
+		t.Fatalf("dynamo dump root: %d keys, %+v", len(root), ix.BlockSize)
+	}
+	big := false
+	for _, ev := range ix.Events {
+		if ev.WorkerID.String() != "1" {
+			t.Fatalf("worker_id %s", ev.WorkerID)
+		}
+		for _, b := range ev.Event.Data.Stored.Blocks {
+			var u uint64
+			if _, err := fmt.Sscan(b.TokensHash.String(), &u); err != nil || fmt.Sprint(u) != b.TokensHash.String() {
+				t.Fatalf("tokens_hash %s is not an exact u64", b.TokensHash)
+			}
+			big = big || u > 1<<53
+		}
+	}
+	if !big {
+		t.Fatal("no hash above 2^53 in the dump (the exactness check saw nothing)")
+	}
+}
+
+func checkMainDumpShape(t testing.TB, body []byte) {
+	t.Helper()
+	var root struct {
+		Format  string `json:"format"`
+		Streams []struct {
+			Stream map[string]any    `json:"stream"`
+			Events []json.RawMessage `json:"events"`
+		} `json:"streams"`
+	}
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.UseNumber()
+	if err := d.Decode(&root); err != nil {
+		t.Fatalf("main dump: %v", err)
+	}
+	if root.Format != "conductor-dump/1" || len(root.Streams) != 2 {
+		t.Fatalf("main dump %+v", root)
+	}
+	s := root.Streams[0].Stream
+	if s["instance_id"] != "1" || s["tenant_id"] != "default" || s["model_name"] != "llama" || s["block_size"] != json.Number("4") {
+		t.Fatalf("stream head %v", s)
+	}
+	if hp, _ := s["hash_profile"].(map[string]any); hp["strategy"] != "xxh3" || hp["python_hash_seed"] != "1337" {
+		t.Fatalf("hash_profile %v", s["hash_profile"])
+	}
+}
