@@ -400,13 +400,19 @@ func (s *Subscription) Clear(reason string) int {
 	if s.closed {
 		return 0
 	}
+	n := s.clearLocked()
+	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
+	return n
+}
+
+// clearLocked is Clear's body; the caller holds s.mu.
+func (s *Subscription) clearLocked() int {
 	n := 0
 	for _, sc := range s.state {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
 		sc.engine = nil
 	}
 	s.rfc = nil
-	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
 	return n
 }
 

@@ -117,6 +117,9 @@ type Counters struct {
 	// RecoveredSkips counts batches skipped because a restored peer dump
 	// already held them (stream.go).
 	RecoveredSkips atomic.Uint64
+	// RecoveryGaps counts restored streams whose first live batch came after
+	// a gap above the dump's watermark (their restored blocks were cleared).
+	RecoveryGaps atomic.Uint64
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the

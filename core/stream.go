@@ -258,6 +258,16 @@ func (s *Subscription) recoveredSkip(b *Batch) bool {
 			return true
 		}
 		s.skipping = false
+		if b.Seq > s.skipThrough+1 {
+			// Batches between the dump's watermark and the first one this
+			// subscription received are in neither: what was restored may
+			// be wrong, so it is cleared, as for a stale stream (true if
+			// incomplete, never silently wrong).
+			s.ix.counters.RecoveryGaps.Add(1)
+			n := s.clearLocked()
+			s.ix.opts.Logger.Warn("batches lost between the peer dump and the live stream; cleared the restored blocks",
+				"service", s.reg.Key().String(), "dump_seq", s.skipThrough, "first_seq", b.Seq, "blocks", n)
+		}
 	}
 	s.lastSeq, s.hasSeq = b.Seq, true
 	return false

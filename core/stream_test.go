@@ -280,3 +280,30 @@ func TestHoldAppliesNests(t *testing.T) {
 		t.Fatal("gate still closed")
 	}
 }
+
+// TestRestoreStreamGapAfterWatermark: when the first batch a restored
+// subscription receives is beyond watermark+1, the batches in between are in
+// neither the dump nor the stream: the restored blocks are cleared (true if
+// incomplete) and the gap is counted.
+func TestRestoreStreamGapAfterWatermark(t *testing.T) {
+	a, b := New(Options{}), New(Options{})
+	sa := mustRegister(t, a, xxh3Reg("1"))
+	sim := newEngineSim(3, 4)
+	for i := 0; i < 50; i++ {
+		sa.Apply(sim.next(uint64(i)))
+	}
+	var dump collector
+	if err := a.DumpStreams(nil, &dump); err != nil {
+		t.Fatal(err)
+	}
+	sb := mustRegister(t, b, xxh3Reg("1"))
+	dump.restore(t, b)
+	if b.TierBlocks() != a.TierBlocks() {
+		t.Fatalf("restored %v, source %v", b.TierBlocks(), a.TierBlocks())
+	}
+	empty := &Batch{Seq: 51, HasSeq: true} // seq 50 was lost
+	sb.Apply(empty)
+	if tb := b.TierBlocks(); tb != [NumTiers]int{} || b.Counters().RecoveryGaps.Load() != 1 {
+		t.Fatalf("after the gap: holdings %v, gaps %d", tb, b.Counters().RecoveryGaps.Load())
+	}
+}
