@@ -203,26 +203,27 @@ func (s *dumpSink) flushGroup() {
 	s.comma()
 	if s.dynamo {
 		// One RouterEvent per group: each holding is a block whose
-		// block_hash and tokens_hash are the conductor prefix key, repeated
-		// once per copy.
+		// block_hash and tokens_hash are the conductor prefix key; copies
+		// beyond one go in "conductor_copies" (Dynamo counts none).
 		s.buf = appendRouterHead(s.buf, &s.info.Reg, dynamoTier(h.Tier), s.info)
 		s.buf = append(s.buf, `"blocks":[`...)
-		n := max(h.Copies, 1)
 		for i, k := range s.keys {
-			for c := uint32(0); c < n; c++ {
-				if i > 0 || c > 0 {
-					s.buf = append(s.buf, ',')
-				}
-				s.buf = append(s.buf, `{"block_hash":`...)
-				s.buf = strconv.AppendUint(s.buf, k, 10)
-				s.buf = append(s.buf, `,"tokens_hash":`...)
-				s.buf = strconv.AppendUint(s.buf, k, 10)
-				s.buf = append(s.buf, `,"mm_extra_info":null}`...)
+			if i > 0 {
+				s.buf = append(s.buf, ',')
 			}
+			s.buf = append(s.buf, `{"block_hash":`...)
+			s.buf = strconv.AppendUint(s.buf, k, 10)
+			s.buf = append(s.buf, `,"tokens_hash":`...)
+			s.buf = strconv.AppendUint(s.buf, k, 10)
+			s.buf = append(s.buf, `,"mm_extra_info":null}`...)
 		}
 		s.buf = append(s.buf, `]}},"dp_rank":`...)
 		s.buf = strconv.AppendInt(s.buf, int64(h.Rank), 10)
 		s.buf = append(s.buf, '}')
+		if h.Copies > 1 {
+			s.buf = append(s.buf, `,"conductor_copies":`...)
+			s.buf = strconv.AppendUint(s.buf, uint64(h.Copies), 10)
+		}
 		if h.Shared {
 			s.buf = append(s.buf, `,"conductor_backend":`...)
 			s.buf = appendJSONString(s.buf, h.Name)
@@ -364,9 +365,9 @@ func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
 // RouterEvents of each subscription of the indexer's context in turn. A
 // subscription's section starts with an empty stored event carrying
 // "conductor_stream" (its registration and whether event_id is a watermark),
-// then its holdings (block_hash = tokens_hash = conductor's prefix key, one
-// block per copy; dp_rank the owner's rank; "conductor_backend" for shared
-// pool holdings), then events carrying "conductor_engine_hashes" ([h,k,n]).
+// then its holdings (block_hash = tokens_hash = conductor's prefix key;
+// dp_rank the owner's rank; "conductor_copies" when a block is held in more
+// than one copy; "conductor_backend" for shared pool holdings), then events carrying "conductor_engine_hashes" ([h,k,n]).
 // Indexers are written one after another (a concurrent walk would have to
 // buffer, or hold stream locks for longer).
 func (d *Dynamo) WriteDynamoDump(w *bufio.Writer) error {

@@ -3,13 +3,13 @@ package httpd
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,155 +115,136 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // RestoreDump parses a dump in either form from r and restores it into ix.
 func RestoreDump(ix *core.Index, r io.Reader, dyn *Dynamo) (RecoverStats, error) {
 	cr := &countingReader{r: r}
-	rs := &restoreState{ix: ix, dyn: dyn, dec: json.NewDecoder(bufio.NewReaderSize(cr, 256<<10))}
+	rs := &restoreState{ix: ix, dyn: dyn, sc: dumpScanner{r: bufio.NewReaderSize(cr, 256<<10)}}
 	err := rs.run()
 	rs.st.Bytes = cr.n
 	return rs.st, err
 }
 
 type restoreState struct {
-	ix  *core.Index
-	dyn *Dynamo
-	dec *json.Decoder
-	st  RecoverStats
-	cur *core.StreamRestorer
+	ix      *core.Index
+	dyn     *Dynamo
+	sc      dumpScanner
+	st      RecoverStats
+	cur     *core.StreamRestorer
+	scratch []byte
+	keys    []uint64
+	triple  []uint64
 }
 
-func (rs *restoreState) delim(want json.Delim) error {
-	t, err := rs.dec.Token()
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrDumpFormat, err)
+func u64Of(v *value) (uint64, bool) {
+	switch {
+	case v.kind == kindInt && v.i >= 0:
+		return uint64(v.i), true
+	case v.kind == kindUint:
+		return v.u, true
 	}
-	if d, ok := t.(json.Delim); !ok || d != want {
-		return fmt.Errorf("%w: want %q, got %v", ErrDumpFormat, want, t)
-	}
-	return nil
+	return 0, false
 }
 
-func (rs *restoreState) key() (string, error) {
-	t, err := rs.dec.Token()
-	if err != nil {
-		return "", fmt.Errorf("%w: %w", ErrDumpFormat, err)
+func int32Of(v *value) (int32, bool) {
+	if v.kind == kindInt && v.i >= 0 && v.i <= 1<<31-1 {
+		return int32(v.i), true
 	}
-	k, ok := t.(string)
-	if !ok {
-		return "", fmt.Errorf("%w: want a key, got %v", ErrDumpFormat, t)
-	}
-	return k, nil
-}
-
-func (rs *restoreState) skip() error {
-	var raw json.RawMessage
-	if err := rs.dec.Decode(&raw); err != nil {
-		return fmt.Errorf("%w: %w", ErrDumpFormat, err)
-	}
-	return nil
+	return 0, false
 }
 
 // run reads the root object: the main form starts with "format", anything
 // else is the Dynamo form (indexer keys).
 func (rs *restoreState) run() error {
-	if err := rs.delim('{'); err != nil {
-		return err
+	sc := &rs.sc
+	if !sc.expect('{') {
+		return sc.err
 	}
 	main := false
-	for rs.dec.More() {
-		k, err := rs.key()
-		if err != nil {
-			return err
-		}
+	for first := true; sc.more('}', first); first = false {
+		k := sc.key()
 		switch {
+		case sc.err != nil:
 		case k == "format":
-			var f string
-			if err := rs.dec.Decode(&f); err != nil || f != "conductor-dump/1" {
-				return fmt.Errorf("%w: format %q", ErrDumpFormat, f)
+			raw := sc.value()
+			if string(raw) != `"conductor-dump/1"` {
+				sc.fail("format %s", raw)
 			}
 			main = true
 		case main && k == "streams":
-			if err := rs.mainStreams(); err != nil {
-				return err
-			}
+			rs.mainStreams()
 		case main:
-			if err := rs.skip(); err != nil {
-				return err
-			}
+			sc.value()
 		default:
-			if err := rs.dynamoIndexer(k); err != nil {
-				return err
-			}
+			rs.dynamoIndexer(k)
+		}
+		if sc.err != nil {
+			return sc.err
 		}
 	}
-	return rs.delim('}')
+	return sc.err
 }
 
 // ---- main form --------------------------------------------------------------
 
-type dumpStreamHead struct {
-	InstanceID string  `json:"instance_id"`
-	DPRank     int32   `json:"dp_rank"`
-	TenantID   string  `json:"tenant_id"`
-	ModelName  string  `json:"model_name"`
-	LoraName   string  `json:"lora_name"`
-	BlockSize  int     `json:"block_size"`
-	EventID    *uint64 `json:"event_id"`
-}
-
-type dumpEventJSON struct {
-	EventType  string      `json:"event_type"`
-	TenantID   string      `json:"tenant_id"`
-	ModelName  string      `json:"model_name"`
-	LoraName   string      `json:"lora_name"`
-	BlockSize  int         `json:"block_size"`
-	InstanceID *string     `json:"instance_id"`
-	BackendID  *string     `json:"backend_id"`
-	DPRank     int32       `json:"dp_rank"`
-	Medium     string      `json:"medium"`
-	SeqHashes  []uint64    `json:"seq_hashes"`
-	Copies     uint32      `json:"copies"`
-	Entries    [][3]uint64 `json:"entries"`
-}
-
-func (rs *restoreState) mainStreams() error {
-	if err := rs.delim('['); err != nil {
-		return err
+func (rs *restoreState) mainStreams() {
+	sc := &rs.sc
+	if !sc.expect('[') {
+		return
 	}
-	for rs.dec.More() {
-		if err := rs.delim('{'); err != nil {
-			return err
+	for first := true; sc.more(']', first); first = false {
+		if !sc.expect('{') {
+			return
 		}
 		rs.cur = nil
-		for rs.dec.More() {
-			k, err := rs.key()
-			if err != nil {
-				return err
-			}
-			switch k {
+		for f2 := true; sc.more('}', f2); f2 = false {
+			switch sc.key() {
 			case "stream":
-				var h dumpStreamHead
-				if err := rs.dec.Decode(&h); err != nil {
-					return fmt.Errorf("%w: stream: %w", ErrDumpFormat, err)
-				}
-				info := core.StreamInfo{Reg: core.Registration{InstanceID: h.InstanceID, DPRank: h.DPRank,
-					TenantID: h.TenantID, ModelName: h.ModelName, LoraName: h.LoraName, BlockSize: h.BlockSize}}
-				if h.EventID != nil {
-					info.Seq, info.HasSeq = *h.EventID, true
-				}
-				rs.begin(&info)
+				rs.streamHead(sc.value())
 			case "events":
-				if err := rs.mainEvents(); err != nil {
-					return err
-				}
+				rs.mainEvents()
 			default:
-				if err := rs.skip(); err != nil {
-					return err
-				}
+				sc.value()
 			}
-		}
-		if err := rs.delim('}'); err != nil {
-			return err
+			if sc.err != nil {
+				return
+			}
 		}
 	}
-	return rs.delim(']')
+}
+
+func (rs *restoreState) streamHead(raw []byte) {
+	if rs.sc.err != nil {
+		return
+	}
+	rs.scratch = rs.scratch[:0] // strings are copied out of each event
+	r := objReader(raw, &rs.scratch)
+	var info core.StreamInfo
+	for {
+		k, ok := r.nextKey()
+		if !ok {
+			break
+		}
+		v := r.value()
+		switch string(k) {
+		case "instance_id":
+			info.Reg.InstanceID = string(v.s)
+		case "dp_rank":
+			info.Reg.DPRank, _ = int32Of(&v)
+		case "tenant_id":
+			info.Reg.TenantID = string(v.s)
+		case "model_name":
+			info.Reg.ModelName = string(v.s)
+		case "lora_name":
+			info.Reg.LoraName = string(v.s)
+		case "block_size":
+			bs, _ := int32Of(&v)
+			info.Reg.BlockSize = int(bs)
+		case "event_id":
+			info.Seq, info.HasSeq = u64Of(&v)
+		}
+	}
+	if err := r.err(); err != nil {
+		rs.sc.fail("stream: %v", err)
+		return
+	}
+	rs.begin(&info)
 }
 
 func (rs *restoreState) begin(info *core.StreamInfo) {
@@ -277,40 +258,96 @@ func (rs *restoreState) begin(info *core.StreamInfo) {
 	rs.cur = r
 }
 
-func (rs *restoreState) mainEvents() error {
-	if err := rs.delim('['); err != nil {
-		return err
+func (rs *restoreState) mainEvents() {
+	sc := &rs.sc
+	if !sc.expect('[') {
+		return
 	}
-	var ev dumpEventJSON
-	for rs.dec.More() {
-		ev = dumpEventJSON{SeqHashes: ev.SeqHashes[:0], Entries: ev.Entries[:0]}
-		if err := rs.dec.Decode(&ev); err != nil {
-			return fmt.Errorf("%w: event: %w", ErrDumpFormat, err)
+	for first := true; sc.more(']', first); first = false {
+		raw := sc.value()
+		if sc.err != nil {
+			return
 		}
-		if rs.cur == nil {
-			rs.st.Skipped += len(ev.SeqHashes) + len(ev.Entries)
+		rs.mainEvent(raw)
+	}
+}
+
+func (rs *restoreState) mainEvent(raw []byte) {
+	rs.scratch = rs.scratch[:0] // strings are copied out of each event
+	r := objReader(raw, &rs.scratch)
+	var typ, medium string
+	var ck core.ContextKey
+	h := core.Holding{}
+	var shared bool
+	var entries []byte
+	rs.keys = rs.keys[:0]
+	for {
+		k, ok := r.nextKey()
+		if !ok {
+			break
+		}
+		switch string(k) {
+		case "seq_hashes":
+			var fe *RequestError
+			rs.keys, fe = r.uint64s(&rs.keys, "seq_hashes", 1<<20)
+			if fe != nil {
+				rs.sc.fail("seq_hashes: %v", fe)
+				return
+			}
+			continue
+		case "entries":
+			entries = r.value().s
 			continue
 		}
-		ck := core.ContextKey{TenantID: ev.TenantID, ModelName: ev.ModelName, LoraName: ev.LoraName, BlockSize: ev.BlockSize}
-		switch ev.EventType {
-		case "stored":
-			t, err := core.ParseTier(ev.Medium)
-			if err != nil {
-				rs.st.Skipped += len(ev.SeqHashes)
-				continue
+		v := r.value()
+		switch string(k) {
+		case "event_type":
+			typ = string(v.s)
+		case "tenant_id":
+			ck.TenantID = string(v.s)
+		case "model_name":
+			ck.ModelName = string(v.s)
+		case "lora_name":
+			ck.LoraName = string(v.s)
+		case "block_size":
+			bs, _ := int32Of(&v)
+			ck.BlockSize = int(bs)
+		case "backend_id":
+			if v.kind == kindStr {
+				shared, h.Name = true, string(v.s)
 			}
-			h := core.Holding{Context: ck, Tier: t, Copies: ev.Copies, Rank: ev.DPRank}
-			if ev.BackendID != nil {
-				h.Shared, h.Name = true, *ev.BackendID
-			}
-			rs.holdings(&h, ev.SeqHashes)
-		case "engine_hashes":
-			rs.engine(ck, ev.Entries)
-		default:
-			rs.st.Skipped++
+		case "dp_rank":
+			h.Rank, _ = int32Of(&v)
+		case "medium":
+			medium = string(v.s)
+		case "copies":
+			c, _ := u64Of(&v)
+			h.Copies = uint32(min(c, 1<<16-1))
 		}
 	}
-	return rs.delim(']')
+	if err := r.err(); err != nil {
+		rs.sc.fail("event: %v", err)
+		return
+	}
+	if rs.cur == nil {
+		rs.st.Skipped++
+		return
+	}
+	h.Context, h.Shared = ck, shared
+	switch typ {
+	case "stored":
+		t, err := core.ParseTier(medium)
+		if err != nil {
+			rs.st.Skipped += len(rs.keys)
+			return
+		}
+		h.Tier = t
+		rs.holdings(&h, rs.keys)
+	case "engine_hashes":
+		rs.engineTriples(ck, entries)
+	default:
+		rs.st.Skipped++
+	}
 }
 
 func (rs *restoreState) holdings(h *core.Holding, keys []uint64) {
@@ -324,159 +361,272 @@ func (rs *restoreState) holdings(h *core.Holding, keys []uint64) {
 	}
 }
 
-func (rs *restoreState) engine(ck core.ContextKey, entries [][3]uint64) {
-	for _, e := range entries {
-		if e[2] > 1<<32-1 {
-			rs.st.Skipped++
-			continue
+// engineTriples restores [[h,k,n],...].
+func (rs *restoreState) engineTriples(ck core.ContextKey, raw []byte) {
+	if len(raw) == 0 {
+		return
+	}
+	r := rawArray(raw, &rs.scratch)
+	empty, ok := r.arrayStart()
+	if !ok {
+		rs.sc.fail("engine entries must be an array")
+		return
+	}
+	for !empty {
+		var fe *RequestError
+		rs.triple, fe = r.uint64s(&rs.triple, "entries", 3)
+		if fe != nil || len(rs.triple) != 3 || r.syntax != nil {
+			rs.sc.fail("engine entry: want [hash, key, count]")
+			return
 		}
-		if rs.cur.Engine(&core.EngineEntry{Context: ck, Hash: e[0], Key: e[1], Count: uint32(e[2])}) {
+		if rs.triple[2] > 1<<32-1 || rs.triple[2] == 0 {
+			rs.st.Skipped++
+		} else if rs.cur.Engine(&core.EngineEntry{Context: ck, Hash: rs.triple[0], Key: rs.triple[1], Count: uint32(rs.triple[2])}) {
 			rs.st.Engine++
 		} else {
 			rs.st.Skipped++
 		}
+		if !r.arrayNext() {
+			break
+		}
+	}
+	if r.syntax != nil {
+		rs.sc.fail("engine entries: %v", r.syntax)
 	}
 }
 
 // ---- Dynamo form ------------------------------------------------------------
 
-type routerEventJSON struct {
-	WorkerID    json.RawMessage `json:"worker_id"`
-	StorageTier string          `json:"storage_tier"`
-	Event       struct {
-		EventID uint64          `json:"event_id"`
-		Data    json.RawMessage `json:"data"`
-		DPRank  int32           `json:"dp_rank"`
-	} `json:"event"`
-	Stream *struct {
-		InstanceID string `json:"instance_id"`
-		DPRank     int32  `json:"dp_rank"`
-		HasSeq     bool   `json:"has_seq"`
-	} `json:"conductor_stream"`
-	Backend *string     `json:"conductor_backend"`
-	Engine  [][3]uint64 `json:"conductor_engine_hashes"`
-}
-
-type storedData struct {
-	Stored *struct {
-		Blocks []struct {
-			BlockHash  uint64 `json:"block_hash"`
-			TokensHash uint64 `json:"tokens_hash"`
-		} `json:"blocks"`
-	} `json:"stored"`
-}
-
-func (rs *restoreState) dynamoIndexer(name string) error {
+func (rs *restoreState) dynamoIndexer(name string) {
+	sc := &rs.sc
 	i := strings.LastIndexByte(name, ':')
 	if i < 0 {
-		return fmt.Errorf("%w: indexer key %q is not model:group", ErrDumpFormat, name)
+		sc.fail("indexer key %q is not model:group", name)
+		return
 	}
 	k := dynKey{model: name[:i], group: name[i+1:]}
-	if err := rs.delim('{'); err != nil {
-		return err
+	if !sc.expect('{') {
+		return
 	}
 	bs := 0
 	rs.cur = nil
-	for rs.dec.More() {
-		key, err := rs.key()
-		if err != nil {
-			return err
-		}
-		switch key {
+	for first := true; sc.more('}', first); first = false {
+		switch sc.key() {
 		case "block_size":
-			if err := rs.dec.Decode(&bs); err != nil || bs <= 0 {
-				return fmt.Errorf("%w: %s: block_size", ErrDumpFormat, name)
+			raw := sc.value()
+			n, err := strconv.Atoi(string(raw))
+			if err != nil || n <= 0 || n > 1<<31-1 {
+				sc.fail("%s: block_size %q", name, raw)
+				return
 			}
+			bs = n
 			if rs.dyn != nil {
-				if err := rs.dyn.AddIndexer(k.model, k.group, bs); err != nil {
-					return err
+				if err := rs.dyn.AddIndexer(k.model, k.group, bs); err != nil && sc.err == nil {
+					sc.err = err
+					return
 				}
 			}
 		case "events":
 			if bs <= 0 {
-				return fmt.Errorf("%w: %s: events before block_size", ErrDumpFormat, name)
+				sc.fail("%s: events before block_size", name)
+				return
 			}
-			if err := rs.routerEvents(dynamoContext(k, bs)); err != nil {
-				return err
+			ck := dynamoContext(k, bs)
+			if !sc.expect('[') {
+				return
 			}
-		case "error":
-			if err := rs.skip(); err != nil {
-				return err
+			for f2 := true; sc.more(']', f2); f2 = false {
+				raw := sc.value()
+				if sc.err != nil {
+					return
+				}
+				rs.routerEvent(ck, raw)
 			}
 		default:
-			if err := rs.skip(); err != nil {
-				return err
-			}
+			sc.value()
+		}
+		if sc.err != nil {
+			return
 		}
 	}
-	return rs.delim('}')
 }
 
-func (rs *restoreState) routerEvents(ck core.ContextKey) error {
-	if err := rs.delim('['); err != nil {
-		return err
-	}
-	var ev routerEventJSON
-	var data storedData
-	for rs.dec.More() {
-		ev = routerEventJSON{Engine: ev.Engine[:0]}
-		if err := rs.dec.Decode(&ev); err != nil {
-			return fmt.Errorf("%w: RouterEvent: %w", ErrDumpFormat, err)
-		}
-		if ev.Stream != nil {
-			info := core.StreamInfo{Reg: core.Registration{InstanceID: ev.Stream.InstanceID, DPRank: ev.Stream.DPRank,
-				TenantID: ck.TenantID, ModelName: ck.ModelName, LoraName: ck.LoraName, BlockSize: ck.BlockSize},
-				Seq: ev.Event.EventID, HasSeq: ev.Stream.HasSeq}
-			rs.begin(&info)
-			continue
-		}
-		if rs.cur == nil {
-			// A RouterEvent of a stream without a conductor_stream header
-			// (e.g. from a Dynamo process: its tokens_hash is a local block
-			// hash, not a conductor prefix key) cannot be attributed.
-			rs.st.Skipped++
-			continue
-		}
-		if len(ev.Engine) > 0 {
-			rs.engine(ck, ev.Engine)
-			continue
-		}
-		data = storedData{}
-		if len(ev.Event.Data) == 0 || ev.Event.Data[0] != '{' {
-			rs.st.Skipped++
-			continue
-		}
-		if err := json.Unmarshal(ev.Event.Data, &data); err != nil {
-			return fmt.Errorf("%w: RouterEvent data: %w", ErrDumpFormat, err)
-		}
-		if data.Stored == nil {
-			rs.st.Skipped++
-			continue
-		}
-		t, ok := parseDynamoTier(ev.StorageTier)
+// routerEvent restores one RouterEvent (see WriteDynamoDump).
+func (rs *restoreState) routerEvent(ck core.ContextKey, raw []byte) {
+	rs.scratch = rs.scratch[:0] // strings are copied out of each event
+	r := objReader(raw, &rs.scratch)
+	var tier string
+	var eventRaw, streamRaw, engineRaw []byte
+	var backend []byte
+	hasBackend := false
+	copies := uint32(1)
+	for {
+		k, ok := r.nextKey()
 		if !ok {
-			rs.st.Skipped += len(data.Stored.Blocks)
-			continue
+			break
 		}
-		h := core.Holding{Context: ck, Tier: t, Rank: ev.Event.DPRank, Copies: 1}
-		if ev.Backend != nil {
-			h.Shared, h.Name = true, *ev.Backend
-		}
-		// One block per copy: consecutive repeats of a key add up.
-		blocks := data.Stored.Blocks
-		for i := 0; i < len(blocks); {
-			j := i + 1
-			for j < len(blocks) && blocks[j].TokensHash == blocks[i].TokensHash {
-				j++
-			}
-			h.Key, h.Copies = blocks[i].TokensHash, uint32(min(j-i, 1<<16-1))
-			if rs.cur.Holding(&h) {
-				rs.st.Holdings++
-			} else {
-				rs.st.Skipped++
-			}
-			i = j
+		v := r.value()
+		switch string(k) {
+		case "storage_tier":
+			tier = string(v.s)
+		case "event":
+			eventRaw = v.s
+		case "conductor_stream":
+			streamRaw = v.s
+		case "conductor_engine_hashes":
+			engineRaw = v.s
+		case "conductor_backend":
+			backend, hasBackend = v.s, v.kind == kindStr
+		case "conductor_copies":
+			c, _ := u64Of(&v)
+			copies = uint32(min(c, 1<<16-1))
 		}
 	}
-	return rs.delim(']')
+	if err := r.err(); err != nil {
+		rs.sc.fail("RouterEvent: %v", err)
+		return
+	}
+	var eventID uint64
+	var rank int32
+	var dataRaw []byte
+	if len(eventRaw) > 0 && eventRaw[0] == '{' {
+		er := objReader(eventRaw, &rs.scratch)
+		for {
+			k, ok := er.nextKey()
+			if !ok {
+				break
+			}
+			v := er.value()
+			switch string(k) {
+			case "event_id":
+				eventID, _ = u64Of(&v)
+			case "dp_rank":
+				rank, _ = int32Of(&v)
+			case "data":
+				if v.kind == kindMap {
+					dataRaw = v.s
+				}
+			}
+		}
+		if err := er.err(); err != nil {
+			rs.sc.fail("RouterEvent.event: %v", err)
+			return
+		}
+	}
+	if len(streamRaw) > 0 && streamRaw[0] == '{' {
+		info := core.StreamInfo{Reg: core.Registration{TenantID: ck.TenantID, ModelName: ck.ModelName,
+			LoraName: ck.LoraName, BlockSize: ck.BlockSize}, Seq: eventID}
+		sr := objReader(streamRaw, &rs.scratch)
+		for {
+			k, ok := sr.nextKey()
+			if !ok {
+				break
+			}
+			v := sr.value()
+			switch string(k) {
+			case "instance_id":
+				info.Reg.InstanceID = string(v.s)
+			case "dp_rank":
+				info.Reg.DPRank, _ = int32Of(&v)
+			case "has_seq":
+				info.HasSeq = v.kind == kindBool && v.b
+			}
+		}
+		if err := sr.err(); err != nil {
+			rs.sc.fail("conductor_stream: %v", err)
+			return
+		}
+		rs.begin(&info)
+		return
+	}
+	if rs.cur == nil {
+		// A RouterEvent of a stream without a conductor_stream header (e.g.
+		// from a Dynamo process: its tokens_hash is a local block hash, not
+		// a conductor prefix key) cannot be attributed.
+		rs.st.Skipped++
+		return
+	}
+	if len(engineRaw) > 0 {
+		rs.engineTriples(ck, engineRaw)
+		return
+	}
+	t, ok := parseDynamoTier(tier)
+	if !ok || len(dataRaw) == 0 {
+		rs.st.Skipped++
+		return
+	}
+	var blocksRaw []byte
+	dr := objReader(dataRaw, &rs.scratch)
+	for {
+		k, ok := dr.nextKey()
+		if !ok {
+			break
+		}
+		v := dr.value()
+		if string(k) == "stored" && v.kind == kindMap {
+			st := objReader(v.s, &rs.scratch)
+			for {
+				k2, ok := st.nextKey()
+				if !ok {
+					break
+				}
+				v2 := st.value()
+				if string(k2) == "blocks" && v2.kind == kindArray {
+					blocksRaw = v2.s
+				}
+			}
+			if err := st.err(); err != nil {
+				rs.sc.fail("stored: %v", err)
+				return
+			}
+		}
+	}
+	if err := dr.err(); err != nil {
+		rs.sc.fail("data: %v", err)
+		return
+	}
+	if blocksRaw == nil {
+		rs.st.Skipped++
+		return
+	}
+	rs.keys = rs.keys[:0]
+	ar := rawArray(blocksRaw, &rs.scratch)
+	empty, _ := ar.arrayStart()
+	for !empty {
+		bv := ar.value()
+		if bv.kind != kindMap {
+			rs.sc.fail("blocks: want objects")
+			return
+		}
+		br := objReader(bv.s, &rs.scratch)
+		var key uint64
+		found := false
+		for {
+			k, ok := br.nextKey()
+			if !ok {
+				break
+			}
+			v := br.value()
+			if string(k) == "tokens_hash" {
+				key, found = u64Of(&v)
+			}
+		}
+		if br.err() != nil || !found {
+			rs.sc.fail("block: want a u64 tokens_hash")
+			return
+		}
+		rs.keys = append(rs.keys, key)
+		if !ar.arrayNext() {
+			break
+		}
+	}
+	if ar.syntax != nil {
+		rs.sc.fail("blocks: %v", ar.syntax)
+		return
+	}
+	h := core.Holding{Context: ck, Tier: t, Rank: rank, Copies: max(copies, 1)}
+	if hasBackend {
+		h.Shared, h.Name = true, string(backend)
+	}
+	rs.holdings(&h, rs.keys)
 }
