@@ -105,7 +105,8 @@ func (s *dumpScanner) key() string {
 
 // value reads one whole JSON value into s.buf and returns it (valid until
 // the next call). Strings are matched with their escapes; containers by
-// bracket depth; the content is validated by whoever parses it.
+// bracket depth; the content is validated by whoever parses it. It scans the
+// reader's buffered bytes in place and copies each scanned run once.
 func (s *dumpScanner) value() []byte {
 	s.buf = s.buf[:0]
 	c := s.peek()
@@ -117,45 +118,63 @@ func (s *dumpScanner) value() []byte {
 	}
 	depth, inStr, esc := 0, false, false
 	for {
-		c = s.readByte()
-		if s.err != nil {
+		chunk, err := s.r.Peek(max(s.r.Buffered(), 1))
+		if len(chunk) == 0 {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			s.fail("%v", err)
 			return nil
 		}
-		s.buf = append(s.buf, c)
-		if len(s.buf) > maxDumpValue {
+		end := -1
+	scan:
+		for i, c := range chunk {
+			switch {
+			case inStr:
+				switch {
+				case esc:
+					esc = false
+				case c == '\\':
+					esc = true
+				case c == '"':
+					inStr = false
+					if depth == 0 {
+						end = i
+						break scan
+					}
+				}
+			case c == '"':
+				inStr = true
+			case c == '{' || c == '[':
+				depth++
+				if depth > maxJSONDepth {
+					s.fail("nesting deeper than %d", maxJSONDepth)
+					return nil
+				}
+			case c == '}' || c == ']':
+				depth--
+				if depth < 0 {
+					s.fail("unbalanced %q", c)
+					return nil
+				}
+				if depth == 0 {
+					end = i
+					break scan
+				}
+			}
+		}
+		n := len(chunk)
+		if end >= 0 {
+			n = end + 1
+		}
+		if len(s.buf)+n > maxDumpValue {
 			s.fail("a value exceeds %d bytes", maxDumpValue)
 			return nil
 		}
-		switch {
-		case inStr:
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-				if depth == 0 {
-					return s.buf
-				}
-			}
-		case c == '"':
-			inStr = true
-		case c == '{' || c == '[':
-			depth++
-			if depth > maxJSONDepth {
-				s.fail("nesting deeper than %d", maxJSONDepth)
-				return nil
-			}
-		case c == '}' || c == ']':
-			depth--
-			if depth < 0 {
-				s.fail("unbalanced %q", c)
-				return nil
-			}
-			if depth == 0 {
-				return s.buf
-			}
+		s.buf = append(s.buf, chunk[:n]...)
+		_, _ = s.r.Discard(n)
+		if end >= 0 {
+			return s.buf
 		}
 	}
 }

@@ -592,13 +592,14 @@ func (rs *restoreState) routerEvent(ck core.ContextKey, raw []byte) {
 	rs.keys = rs.keys[:0]
 	ar := rawArray(blocksRaw, &rs.scratch)
 	empty, _ := ar.arrayStart()
+	var br jsonReader // reused per block
 	for !empty {
 		bv := ar.value()
 		if bv.kind != kindMap {
 			rs.sc.fail("blocks: want objects")
 			return
 		}
-		br := objReader(bv.s, &rs.scratch)
+		br.init(bv.s, &rs.scratch, true)
 		var key uint64
 		found := false
 		for {
