@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/httpd"
 )
 
@@ -170,5 +176,121 @@ func TestDynamoAppAccessLogAndDump(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"path":"/query","model":"llama","status":200`) {
 		t.Fatalf("access log %s", b)
+	}
+}
+
+// sglangSalted encodes SGLang's BlockStoredWithMetadata array event (position
+// 7: {"cache_salt": salt}) with signed hashes, as SGLang sends it.
+func sglangSalted(hash int64, tokens []int32, bs int, salt string) []byte {
+	b := msgp.AppendArrayHeader(nil, 8)
+	b = msgp.AppendString(b, "BlockStoredWithMetadata")
+	b = msgp.AppendArrayHeader(b, 1)
+	b = msgp.AppendInt64(b, hash)
+	b = msgp.AppendNil(b)
+	b = msgp.AppendArrayHeader(b, uint32(len(tokens)))
+	for _, t := range tokens {
+		b = msgp.AppendInt32(b, t)
+	}
+	b = msgp.AppendInt(b, bs)
+	b = msgp.AppendNil(b)
+	b = msgp.AppendNil(b)
+	b = msgp.AppendMapHeader(b, 1)
+	b = msgp.AppendString(b, "cache_salt")
+	return msgp.AppendString(b, salt)
+}
+
+// sglangBatch wraps raw events in [ts, events, attn_dp_rank].
+func sglangBatch(events ...[]byte) []byte {
+	b := msgp.AppendArrayHeader(nil, 3)
+	b = msgp.AppendFloat64(b, float64(time.Now().UnixNano())/1e9)
+	b = msgp.AppendArrayHeader(b, uint32(len(events)))
+	for _, e := range events {
+		b = append(b, e...)
+	}
+	return msgp.AppendInt(b, 0)
+}
+
+func dynGPU(t *testing.T, addr, body string) string {
+	t.Helper()
+	code, _, b := httpDo(t, "POST", "http://"+addr+"/query", "application/json", []byte(body))
+	if code != 200 {
+		t.Fatalf("query %s: %d %s", body, code, b)
+	}
+	var v struct {
+		Instances map[string]struct{ GPU int64 } `json:"instances"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	return strconv.FormatInt(v.Instances["5"].GPU, 10)
+}
+
+// TestDynamoComplaintsOverZMQ shows two of reference §C.9's fixes through the
+// Dynamo port with a real ZMQ publisher: a salted SGLang batch keeps its
+// unsalted event (and files the salted one under its salt), and an engine
+// restart (sequence back to 0) clears the old incarnation's blocks instead of
+// discarding the new stream as stale. (Per-copy removes and reclaim:
+// httpd.TestDynamoPerCopyRemovesAndReclaim.)
+func TestDynamoComplaintsOverZMQ(t *testing.T) {
+	pub, err := bench.NewPublisher(bench.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := startDynApp(t, nil)
+	code, _, body := httpDo(t, "POST", "http://"+d.dyn+"/register", "application/json", []byte(fmt.Sprintf(
+		`{"instance_id":5,"endpoint":%q,"replay_endpoint":%q,"model_name":"sg","block_size":4,"type":"SGLang"}`,
+		pub.Endpoint(), pub.ReplayEndpoint())))
+	if code != 201 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	prime := func(p *bench.Publisher) {
+		metric := `conductor_ingest_batches_total{instance="5",tenant="default",dp_rank="0"}`
+		before, _ := metricValue(t, d.a.Addr(), metric)
+		waitFor(t, "receiving", func() bool {
+			mustPublish(t, p, sglangBatch())
+			v, _ := metricValue(t, d.a.Addr(), metric)
+			return v > before
+		})
+	}
+	prime(pub)
+	unsalted := bench.AppendSGLangBatch(nil, bench.EraArray, 1, 0,
+		bench.EngineStored{Hashes: []uint64{102}, Tokens: []int32{11, 12, 13, 14}, BlockSize: 4})
+	// Take the unsalted event out of its batch and put it after a salted one.
+	_, rest, _ := msgp.ReadArrayHeaderBytes(unsalted)
+	_, rest, _ = msgp.ReadFloat64Bytes(rest)
+	_, rest, _ = msgp.ReadArrayHeaderBytes(rest)
+	ev := rest[:len(rest)-1] // drop the trailing dp rank (a positive fixint)
+	mustPublish(t, pub, sglangBatch(sglangSalted(-101, []int32{1, 2, 3, 4}, 4, "tenant-a"), ev))
+
+	q := func(toks, extra string) string {
+		return `{"model_name":"sg","token_ids":` + toks + extra + `}`
+	}
+	waitFor(t, "unsalted event applied", func() bool { return dynGPU(t, d.dyn, q("[11,12,13,14]", "")) == "4" })
+	if g := dynGPU(t, d.dyn, q("[1,2,3,4]", `,"cache_salt":"tenant-a"`)); g != "4" {
+		t.Fatalf("salted block under its salt: gpu %s", g)
+	}
+	if g := dynGPU(t, d.dyn, q("[1,2,3,4]", "")); g != "0" {
+		t.Fatalf("salted block visible without the salt: gpu %s", g)
+	}
+
+	// Restart the engine: a new incarnation on the same endpoints from seq 0.
+	ep, rep := pub.Endpoint(), pub.ReplayEndpoint()
+	if err := pub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pub2, err := bench.NewPublisher(bench.PublisherOptions{Endpoint: ep, ReplayEndpoint: rep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub2.Close()
+	prime(pub2)
+	mustPublish(t, pub2, bench.AppendSGLangBatch(nil, bench.EraArray, 2, 0,
+		bench.EngineStored{Hashes: []uint64{201}, Tokens: []int32{21, 22, 23, 24}, BlockSize: 4}))
+	waitFor(t, "new incarnation applied", func() bool { return dynGPU(t, d.dyn, q("[21,22,23,24]", "")) == "4" })
+	if g := dynGPU(t, d.dyn, q("[11,12,13,14]", "")); g != "0" {
+		t.Fatalf("old incarnation's block survived the restart: gpu %s", g)
+	}
+	if v, _ := metricValue(t, d.a.Addr(), `conductor_ingest_restarts_total{instance="5",tenant="default",dp_rank="0"}`); v < 1 {
+		t.Fatalf("restart not counted: %v", v)
 	}
 }
