@@ -152,6 +152,13 @@ func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
 type StreamRestorer struct {
 	s                *Subscription
 	Applied, Skipped int
+
+	// operands of fn (Holdings)
+	id      ownerRef
+	tier    Tier
+	copies  uint32
+	created int64
+	fn      func(blockVal, bool) (blockVal, bool)
 }
 
 // RestoreStream starts restoring a section: the registration with the same
@@ -186,33 +193,46 @@ func (ix *Index) RestoreStream(info *StreamInfo) (*StreamRestorer, error) {
 // Holding restores one holding. It is skipped (false) when its context does
 // not exist here or the subscription was unregistered.
 func (r *StreamRestorer) Holding(h *Holding) bool {
+	return r.Holdings(h, []uint64{h.Key}) == 1
+}
+
+// Holdings restores the holdings h describes for each key (h.Key is
+// ignored), under one lock, and returns how many were applied.
+func (r *StreamRestorer) Holdings(h *Holding, keys []uint64) int {
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sc := s.restoreCtx(&h.Context)
 	if sc == nil || h.Tier >= NumTiers {
-		r.Skipped++
-		return false
+		r.Skipped += len(keys)
+		return 0
 	}
 	k := ownerKey{sub: s.id, shared: h.Shared, name: h.Name}
 	if !h.Shared {
 		k.rank, k.name = h.Rank, s.reg.InstanceID
 	}
-	id := sc.owner(k)
 	n := h.Copies
 	if n == 0 {
 		n = 1
 	}
-	ix := s.ix
-	sc.ctx.blocks.Compute(h.Key, func(old blockVal, _ bool) (blockVal, bool) {
-		nv, created := old.withAdded(id, h.Tier, n)
-		if created {
-			ix.holdings[h.Tier].Add(1)
+	// One update function bound per restorer, operands in r (no closure
+	// per key).
+	r.id, r.tier, r.copies, r.created = sc.owner(k), h.Tier, n, 0
+	if r.fn == nil {
+		r.fn = func(old blockVal, _ bool) (blockVal, bool) {
+			nv, created := old.withAdded(r.id, r.tier, r.copies)
+			if created {
+				r.created++
+			}
+			return nv, false
 		}
-		return nv, false
-	})
-	r.Applied++
-	return true
+	}
+	for _, key := range keys {
+		sc.ctx.blocks.Compute(key, r.fn)
+	}
+	s.ix.holdings[h.Tier].Add(r.created)
+	r.Applied += len(keys)
+	return len(keys)
 }
 
 // Engine restores one engine-hash mapping.

@@ -213,3 +213,34 @@ func objReader(raw []byte, scratch *[]byte) *jsonReader {
 func rawArray(raw []byte, scratch *[]byte) *jsonReader {
 	return &jsonReader{b: raw, scratch: scratch, root: true}
 }
+
+// enterObject returns a reader over the object value at r's position that
+// reads it in place (no skip-then-reparse); ok=false (and the value skipped)
+// when the value is not an object. After the sub-reader returned its last
+// key, r.leave(&sub) continues after the object.
+func (r *jsonReader) enterObject() (sub jsonReader, ok bool) {
+	if r.syntax != nil {
+		return jsonReader{}, false
+	}
+	if r.peek() != '{' {
+		r.skipValue(0)
+		return jsonReader{}, false
+	}
+	return jsonReader{b: r.b, pos: r.pos + 1, scratch: r.scratch}, true
+}
+
+// leave resumes r after an object read through enterObject.
+func (r *jsonReader) leave(sub *jsonReader) {
+	if sub.syntax != nil {
+		if r.syntax == nil {
+			r.syntax = sub.syntax
+		}
+		r.state = 2
+		return
+	}
+	if sub.state != 2 {
+		r.fail("nested object not read to its end")
+		return
+	}
+	r.pos = sub.pos
+}

@@ -351,14 +351,9 @@ func (rs *restoreState) mainEvent(raw []byte) {
 }
 
 func (rs *restoreState) holdings(h *core.Holding, keys []uint64) {
-	for _, k := range keys {
-		h.Key = k
-		if rs.cur.Holding(h) {
-			rs.st.Holdings++
-		} else {
-			rs.st.Skipped++
-		}
-	}
+	n := rs.cur.Holdings(h, keys)
+	rs.st.Holdings += n
+	rs.st.Skipped += len(keys) - n
 }
 
 // engineTriples restores [[h,k,n],...].
@@ -451,26 +446,36 @@ func (rs *restoreState) dynamoIndexer(name string) {
 	}
 }
 
-// routerEvent restores one RouterEvent (see WriteDynamoDump).
+// routerEvent restores one RouterEvent (see WriteDynamoDump). Nested
+// objects are read in place (enterObject), so each byte is scanned once.
 func (rs *restoreState) routerEvent(ck core.ContextKey, raw []byte) {
 	rs.scratch = rs.scratch[:0] // strings are copied out of each event
 	r := objReader(raw, &rs.scratch)
 	var tier string
-	var eventRaw, streamRaw, engineRaw []byte
+	var streamRaw, engineRaw []byte
 	var backend []byte
 	hasBackend := false
 	copies := uint32(1)
+	var eventID uint64
+	var rank int32
+	haveStored := false
+	rs.keys = rs.keys[:0]
 	for {
 		k, ok := r.nextKey()
 		if !ok {
 			break
 		}
+		if string(k) == "event" {
+			if ev, ok := r.enterObject(); ok {
+				rs.readEventBody(&ev, &eventID, &rank, &haveStored)
+				r.leave(&ev)
+			}
+			continue
+		}
 		v := r.value()
 		switch string(k) {
 		case "storage_tier":
 			tier = string(v.s)
-		case "event":
-			eventRaw = v.s
 		case "conductor_stream":
 			streamRaw = v.s
 		case "conductor_engine_hashes":
@@ -485,33 +490,6 @@ func (rs *restoreState) routerEvent(ck core.ContextKey, raw []byte) {
 	if err := r.err(); err != nil {
 		rs.sc.fail("RouterEvent: %v", err)
 		return
-	}
-	var eventID uint64
-	var rank int32
-	var dataRaw []byte
-	if len(eventRaw) > 0 && eventRaw[0] == '{' {
-		er := objReader(eventRaw, &rs.scratch)
-		for {
-			k, ok := er.nextKey()
-			if !ok {
-				break
-			}
-			v := er.value()
-			switch string(k) {
-			case "event_id":
-				eventID, _ = u64Of(&v)
-			case "dp_rank":
-				rank, _ = int32Of(&v)
-			case "data":
-				if v.kind == kindMap {
-					dataRaw = v.s
-				}
-			}
-		}
-		if err := er.err(); err != nil {
-			rs.sc.fail("RouterEvent.event: %v", err)
-			return
-		}
 	}
 	if len(streamRaw) > 0 && streamRaw[0] == '{' {
 		info := core.StreamInfo{Reg: core.Registration{TenantID: ck.TenantID, ModelName: ck.ModelName,
@@ -551,78 +529,8 @@ func (rs *restoreState) routerEvent(ck core.ContextKey, raw []byte) {
 		return
 	}
 	t, ok := parseDynamoTier(tier)
-	if !ok || len(dataRaw) == 0 {
+	if !ok || !haveStored {
 		rs.st.Skipped++
-		return
-	}
-	var blocksRaw []byte
-	dr := objReader(dataRaw, &rs.scratch)
-	for {
-		k, ok := dr.nextKey()
-		if !ok {
-			break
-		}
-		v := dr.value()
-		if string(k) == "stored" && v.kind == kindMap {
-			st := objReader(v.s, &rs.scratch)
-			for {
-				k2, ok := st.nextKey()
-				if !ok {
-					break
-				}
-				v2 := st.value()
-				if string(k2) == "blocks" && v2.kind == kindArray {
-					blocksRaw = v2.s
-				}
-			}
-			if err := st.err(); err != nil {
-				rs.sc.fail("stored: %v", err)
-				return
-			}
-		}
-	}
-	if err := dr.err(); err != nil {
-		rs.sc.fail("data: %v", err)
-		return
-	}
-	if blocksRaw == nil {
-		rs.st.Skipped++
-		return
-	}
-	rs.keys = rs.keys[:0]
-	ar := rawArray(blocksRaw, &rs.scratch)
-	empty, _ := ar.arrayStart()
-	var br jsonReader // reused per block
-	for !empty {
-		bv := ar.value()
-		if bv.kind != kindMap {
-			rs.sc.fail("blocks: want objects")
-			return
-		}
-		br.init(bv.s, &rs.scratch, true)
-		var key uint64
-		found := false
-		for {
-			k, ok := br.nextKey()
-			if !ok {
-				break
-			}
-			v := br.value()
-			if string(k) == "tokens_hash" {
-				key, found = u64Of(&v)
-			}
-		}
-		if br.err() != nil || !found {
-			rs.sc.fail("block: want a u64 tokens_hash")
-			return
-		}
-		rs.keys = append(rs.keys, key)
-		if !ar.arrayNext() {
-			break
-		}
-	}
-	if ar.syntax != nil {
-		rs.sc.fail("blocks: %v", ar.syntax)
 		return
 	}
 	h := core.Holding{Context: ck, Tier: t, Rank: rank, Copies: max(copies, 1)}
@@ -630,4 +538,95 @@ func (rs *restoreState) routerEvent(ck core.ContextKey, raw []byte) {
 		h.Shared, h.Name = true, string(backend)
 	}
 	rs.holdings(&h, rs.keys)
+}
+
+// readEventBody reads RouterEvent.event: event_id, dp_rank and
+// data.stored.blocks[].tokens_hash (into rs.keys).
+func (rs *restoreState) readEventBody(ev *jsonReader, eventID *uint64, rank *int32, haveStored *bool) {
+	for {
+		k, ok := ev.nextKey()
+		if !ok {
+			return
+		}
+		switch string(k) {
+		case "data":
+			data, ok := ev.enterObject()
+			if !ok {
+				continue // "cleared"
+			}
+			for {
+				k2, ok := data.nextKey()
+				if !ok {
+					break
+				}
+				if string(k2) != "stored" {
+					data.skip()
+					continue
+				}
+				st, ok := data.enterObject()
+				if !ok {
+					continue
+				}
+				for {
+					k3, ok := st.nextKey()
+					if !ok {
+						break
+					}
+					if string(k3) != "blocks" {
+						st.skip()
+						continue
+					}
+					*haveStored = true
+					rs.readBlocks(&st)
+				}
+				data.leave(&st)
+			}
+			ev.leave(&data)
+		default:
+			v := ev.value()
+			switch string(k) {
+			case "event_id":
+				*eventID, _ = u64Of(&v)
+			case "dp_rank":
+				*rank, _ = int32Of(&v)
+			}
+		}
+	}
+}
+
+// readBlocks reads [{"block_hash", "tokens_hash", ...}, ...] at r's position.
+func (rs *restoreState) readBlocks(r *jsonReader) {
+	empty, ok := r.arrayStart()
+	if !ok {
+		r.fail("blocks must be an array")
+		return
+	}
+	for !empty {
+		b, ok := r.enterObject()
+		if !ok {
+			r.fail("blocks: want objects")
+			return
+		}
+		found := false
+		for {
+			k, ok := b.nextKey()
+			if !ok {
+				break
+			}
+			v := b.value()
+			if string(k) == "tokens_hash" {
+				var key uint64
+				if key, found = u64Of(&v); found {
+					rs.keys = append(rs.keys, key)
+				}
+			}
+		}
+		if !found && b.syntax == nil {
+			b.fail("block without a u64 tokens_hash")
+		}
+		r.leave(&b)
+		if r.syntax != nil || !r.arrayNext() {
+			return
+		}
+	}
 }
