@@ -58,15 +58,15 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 		}
 	}
 	check("random events")
-	var dump []DumpEvent
-	_ = ix.Dump(func(e *DumpEvent) error { dump = append(dump, *e); return nil })
+	var dump collector
+	if err := ix.DumpStreams(nil, &dump); err != nil {
+		t.Fatal(err)
+	}
 	ix2 := New(Options{})
 	mustRegister(t, ix2, engineReg(t, "a", 0, p))
 	mustRegister(t, ix2, engineReg(t, "b", 0, p))
 	mustRegister(t, ix2, poolReg("pool"))
-	if _, err := ix2.Restore(dump); err != nil {
-		t.Fatal(err)
-	}
+	dump.restore(t, ix2)
 	if got, want := ix2.TierBlocks(), ix.TierBlocks(); got != want {
 		t.Fatalf("restored %v want %v", got, want)
 	}
