@@ -166,7 +166,7 @@ func newDynamoPart(a *app, s dynamoSettings, env func(string) (string, bool), li
 	p := &dynamoPart{set: s, workers: workers, peers: splitPeers(s.peers)}
 	ing := a.ing
 	dyn, err := httpd.NewDynamo(a.ix, ing, httpd.DynamoOptions{
-		Listeners:          func() []httpd.ListenerInfo { return listenerInfos(ing) },
+		Listeners:          func() []httpd.ListenerInfo { return listenerInfos(ing, a.ix.Gated()) },
 		AccessLog:          s.accessLog,
 		TraceIDHeader:      s.traceHeader,
 		AccessLogLocalTime: s.localTime,
@@ -208,13 +208,19 @@ func newDynamoPart(a *app, s dynamoSettings, env func(string) (string, bool), li
 	return p, nil
 }
 
-func listenerInfos(ing *wire.Ingester) []httpd.ListenerInfo {
+// listenerInfos reports the ingester's listeners for /workers. While the
+// apply gate is closed (peer recovery, the minimum-workers gate) a connected
+// listener is still "pending", as in Dynamo: it queues but applies nothing.
+func listenerInfos(ing *wire.Ingester, gated bool) []httpd.ListenerInfo {
 	ls := ing.Listeners()
 	out := make([]httpd.ListenerInfo, len(ls))
 	for i, l := range ls {
 		out[i] = httpd.ListenerInfo{Key: l.Key, State: l.State.String(), LastError: l.LastError}
 		if l.State == wire.ListenerActive {
 			out[i].LastError = ""
+			if gated {
+				out[i].State = wire.ListenerPending.String()
+			}
 		}
 	}
 	return out
