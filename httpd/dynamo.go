@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -170,6 +171,9 @@ type Dynamo struct {
 	// made under it so that the registry and the index change together.
 	mu       sync.Mutex
 	indexers map[dynKey]int // block size
+	// snap is a copy of indexers for lock-free reads on the query path,
+	// republished by setIndexerLocked.
+	snap atomic.Pointer[map[dynKey]int]
 	workers  map[uint64]*dynWorker
 	peers    []string
 	// onRegister is called (outside mu) after each successful registration
@@ -512,7 +516,7 @@ func (d *Dynamo) Register(w DynamoWorker) error {
 		return err
 	}
 	if _, ok := d.indexers[k]; !ok {
-		d.indexers[k] = w.BlockSize
+		d.setIndexerLocked(k, w.BlockSize)
 	}
 	wk := d.workers[w.InstanceID]
 	if wk == nil {
@@ -962,11 +966,14 @@ func (d *Dynamo) counts() (models, workers int, listeners map[string]int) {
 	return len(d.indexers), len(d.workers), listeners
 }
 
-// indexer returns the block size of an indexer.
+// indexer returns the block size of an indexer, lock-free. k may hold
+// views of a request body: the map lookup does not retain it.
 func (d *Dynamo) indexer(k dynKey) (int, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	bs, ok := d.indexers[k]
+	m := d.snap.Load()
+	if m == nil {
+		return 0, false
+	}
+	bs, ok := (*m)[k]
 	return bs, ok
 }
 
@@ -982,8 +989,19 @@ func (d *Dynamo) AddIndexer(model, group string, blockSize int) error {
 	if bs, ok := d.indexers[k]; ok && bs != blockSize {
 		return fmt.Errorf("indexer %s has block_size %d, dump says %d: %w", k, bs, blockSize, core.ErrConflict)
 	}
-	d.indexers[k] = blockSize
+	d.setIndexerLocked(k, blockSize)
 	return nil
+}
+
+// setIndexerLocked records an indexer and republishes the read snapshot.
+// Caller holds d.mu.
+func (d *Dynamo) setIndexerLocked(k dynKey, blockSize int) {
+	d.indexers[k] = blockSize
+	m := make(map[dynKey]int, len(d.indexers))
+	for k, v := range d.indexers {
+		m[k] = v
+	}
+	d.snap.Store(&m)
 }
 
 // ---- peers ------------------------------------------------------------------

@@ -175,10 +175,11 @@ func (d *Dynamo) parseDynamoQuery(r *jsonReader, byHash bool, st *dynState) (dyn
 	case !seen[dqModel]:
 		return k, reqErr(ErrMissing, "model_name", "model_name is required")
 	}
-	if len(group) == 0 {
-		group = []byte("default")
+	// Views of the body (b2s): valid for the request, never retained.
+	k = dynKey{model: b2s(model), group: "default"}
+	if len(group) > 0 {
+		k.group = b2s(group)
 	}
-	k = dynKey{model: string(model), group: string(group)}
 	q.Model = k.model
 	q.TenantID = k.group
 	dynamoNamespace(q, lora, salt)
