@@ -173,9 +173,9 @@ type Dynamo struct {
 	indexers map[dynKey]int // block size
 	// snap is a copy of indexers for lock-free reads on the query path,
 	// republished by setIndexerLocked.
-	snap atomic.Pointer[map[dynKey]int]
-	workers  map[uint64]*dynWorker
-	peers    []string
+	snap    atomic.Pointer[map[dynKey]int]
+	workers map[uint64]*dynWorker
+	peers   []string
 	// onRegister is called (outside mu) after each successful registration
 	// with the number of registered instances (the startup worker gate).
 	onRegister func(workers int)
