@@ -93,7 +93,7 @@ func (sc *subCtx) owner(k ownerKey) ownerRef {
 // subscription is unregistered Apply does nothing and reports Closed.
 func (s *Subscription) Apply(b *Batch) ApplyStats {
 	var st ApplyStats
-	s.ix.waitGate()
+	s.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -394,7 +394,7 @@ func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
 // (used when its stream went stale or its publisher restarted). It returns the
 // number of block entries changed.
 func (s *Subscription) Clear(reason string) int {
-	s.ix.waitGate()
+	s.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -562,7 +562,7 @@ func (s *Subscription) flushHeld(rs *rfcStream, st *ApplyStats) {
 // The ingest loop calls it when a stream has been idle for a while.
 func (s *Subscription) FlushHeld() ApplyStats {
 	var st ApplyStats
-	s.ix.waitGate()
+	s.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

@@ -325,8 +325,12 @@ func (ix *Index) HoldApplies() (release func()) {
 // Gated reports whether the apply gate is closed.
 func (ix *Index) Gated() bool { return ix.gate.Load() != nil }
 
-func (ix *Index) waitGate() {
-	if ch := ix.gate.Load(); ch != nil {
-		<-*ch
+// waitGate blocks while the apply gate is closed, or until s is aborted.
+func (s *Subscription) waitGate() {
+	if ch := s.ix.gate.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-s.closing:
+		}
 	}
 }

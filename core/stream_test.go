@@ -307,3 +307,39 @@ func TestRestoreStreamGapAfterWatermark(t *testing.T) {
 		t.Fatalf("after the gap: holdings %v, gaps %d", tb, b.Counters().RecoveryGaps.Load())
 	}
 }
+
+// TestAbortWakesGatedApply: an Apply waiting on the closed gate returns
+// (Closed, nothing applied) when its subscription is aborted, so a receiver
+// can be stopped during recovery; the gate itself stays closed for others.
+func TestAbortWakesGatedApply(t *testing.T) {
+	ix := New(Options{})
+	release := ix.HoldApplies()
+	defer release()
+	s := mustRegister(t, ix, xxh3Reg("1"))
+	other := mustRegister(t, ix, xxh3Reg("2"))
+	sim := newEngineSim(5, 4)
+	b0, b1 := sim.next(0), sim.next(1)
+	res := make(chan ApplyStats, 1)
+	go func() { res <- s.Apply(b0) }()
+	otherDone := make(chan struct{})
+	go func() { other.Apply(b1); close(otherDone) }()
+	s.Abort()
+	select {
+	case st := <-res:
+		if !st.Closed || st.Stored != 0 {
+			t.Fatalf("aborted Apply: %+v", st)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Abort did not wake the gated Apply")
+	}
+	select {
+	case <-otherDone:
+		t.Fatal("another subscription's Apply passed the closed gate")
+	case <-time.After(20 * time.Millisecond):
+	}
+	release()
+	<-otherDone
+	if _, err := ix.Unregister(s.Key()); err != nil {
+		t.Fatal(err)
+	}
+}
