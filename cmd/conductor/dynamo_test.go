@@ -156,6 +156,10 @@ func TestDynamoAppAccessLogAndDump(t *testing.T) {
 	logPath := filepath.Join(t.TempDir(), "access.log")
 	d := startDynApp(t, nil, "--block-size", "4", "--model-name", "llama", "--routing-group", "g1",
 		"--workers", "7=tcp://127.0.0.1:1", "--access-log", logPath, "--trace-id-header", "x-req", "--threads", "2")
+	waitFor(t, "--workers registered", func() bool {
+		_, _, b := httpDo(t, "GET", "http://"+d.dyn+"/workers", "", nil)
+		return strings.Contains(string(b), `"instance_id":7`)
+	})
 	req := []byte(`{"token_ids":[1,2,3,4],"model_name":"llama","routing_group":"g1"}`)
 	code, _, body := httpDo(t, "POST", "http://"+d.dyn+"/query", "application/json", req)
 	if code != 200 || !strings.Contains(string(body), `"scores":{"7":{"0":0}}`) {
