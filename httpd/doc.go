@@ -82,7 +82,8 @@
 //
 // Dynamo (dynamo.go, dynamo_query.go) serves Dynamo's standalone-indexer API
 // on its own listener over the same index; the file comment of dynamo.go
-// maps its (model_name, routing_group) indexers onto contexts. GET /dump
+// maps its (model_name, routing_group) indexers onto contexts; dynamo_registry.go,
+// dynamo_workers.go and dynamo_peers.go hold its registry and routes. GET /dump
 // (dump.go) streams per-registration sections with their watermarks in
 // either form; Recover and RestoreDump (recover.go, dumpscan.go) restore one
 // into a replica whose apply gate is held (core.Index.HoldApplies).
