@@ -3,6 +3,7 @@ package httpd
 import (
 	"bufio"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -41,11 +42,14 @@ const dumpGroup = 256 // keys per dump event
 
 // dumpSink writes one form of the dump to w.
 type dumpSink struct {
-	w      *bufio.Writer
-	dynamo bool
-	buf    []byte
-	err    error
-	first  bool // no event written yet in the current events array
+	w *bufio.Writer
+	// progress is called at every flush (the handlers push the connection's
+	// write deadline forward: a dump may take as long as it keeps moving).
+	progress func()
+	dynamo   bool
+	buf      []byte
+	err      error
+	first    bool // no event written yet in the current events array
 
 	// the open group of holdings
 	cur  core.Holding
@@ -60,6 +64,9 @@ type dumpSink struct {
 func (s *dumpSink) flushBuf() {
 	if s.err == nil && len(s.buf) > 0 {
 		_, s.err = s.w.Write(s.buf)
+		if s.progress != nil {
+			s.progress()
+		}
 	}
 	s.buf = s.buf[:0]
 }
@@ -315,8 +322,10 @@ func (s *dumpSink) EndStream(*core.StreamInfo) error {
 }
 
 // WriteDump writes the main API's dump of every subscription to w.
-func WriteDump(ix *core.Index, w *bufio.Writer) error {
-	s := &dumpSink{w: w}
+func WriteDump(ix *core.Index, w *bufio.Writer) error { return writeDump(ix, w, nil) }
+
+func writeDump(ix *core.Index, w *bufio.Writer, progress func()) error {
+	s := &dumpSink{w: w, progress: progress}
 	s.buf = append(s.buf, `{"format":"conductor-dump/1","streams":[`...)
 	n := 0
 	err := ix.DumpStreams(nil, &streamSep{s: s, n: &n})
@@ -353,11 +362,24 @@ func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(200)
 	ctx.SetContentType(contentTypeJSON)
 	ix, log := s.ix, s.opts.Logger
+	progress := deadlinePusher(ctx, s.opts.WriteTimeout)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		if err := WriteDump(ix, w); err != nil {
+		if err := writeDump(ix, w, progress); err != nil {
 			log.Warn("dump aborted", "err", err)
 		}
 	})
+}
+
+// deadlinePusher sets the connection's write deadline now and returns a
+// function that moves it timeout into the future again (fasthttp's
+// RequestCtx.SetWriteDeadline, safe from the stream goroutine and refused
+// once the response is done): the WriteTimeout then bounds a stall of a
+// streamed dump, not its length (TestDumpOutlivesWriteTimeout).
+func deadlinePusher(ctx *fasthttp.RequestCtx, timeout time.Duration) func() {
+	if timeout <= 0 || ctx.SetWriteDeadline(time.Now().Add(timeout)) != nil {
+		return nil
+	}
+	return func() { _ = ctx.SetWriteDeadline(time.Now().Add(timeout)) }
 }
 
 // WriteDynamoDump writes the Dynamo form of the dump: one member per
@@ -370,7 +392,9 @@ func (s *Server) handleDump(ctx *fasthttp.RequestCtx) {
 // than one copy; "conductor_backend" for shared pool holdings), then events carrying "conductor_engine_hashes" ([h,k,n]).
 // Indexers are written one after another (a concurrent walk would have to
 // buffer, or hold stream locks for longer).
-func (d *Dynamo) WriteDynamoDump(w *bufio.Writer) error {
+func (d *Dynamo) WriteDynamoDump(w *bufio.Writer) error { return d.writeDynamoDump(w, nil) }
+
+func (d *Dynamo) writeDynamoDump(w *bufio.Writer, progress func()) error {
 	d.mu.Lock()
 	keys := make([]dynKey, 0, len(d.indexers))
 	bss := make(map[dynKey]int, len(d.indexers))
@@ -380,7 +404,7 @@ func (d *Dynamo) WriteDynamoDump(w *bufio.Writer) error {
 	}
 	d.mu.Unlock()
 	sortDynKeys(keys)
-	s := &dumpSink{w: w, dynamo: true}
+	s := &dumpSink{w: w, dynamo: true, progress: progress}
 	s.buf = append(s.buf, '{')
 	for i, k := range keys {
 		if i > 0 {
@@ -418,8 +442,9 @@ func (d *Dynamo) handleDump(ctx *fasthttp.RequestCtx) {
 	ctx.SetStatusCode(200)
 	ctx.SetContentType(contentTypeJSON)
 	log := d.opts.Logger
+	progress := deadlinePusher(ctx, d.opts.WriteTimeout)
 	ctx.SetBodyStreamWriter(func(w *bufio.Writer) {
-		if err := d.WriteDynamoDump(w); err != nil {
+		if err := d.writeDynamoDump(w, progress); err != nil {
 			log.Warn("dynamo dump aborted", "err", err)
 		}
 	})

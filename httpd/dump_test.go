@@ -1,11 +1,16 @@
 package httpd
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -250,5 +255,69 @@ func checkMainDumpShape(t testing.TB, body []byte) {
 	}
 	if hp, _ := s["hash_profile"].(map[string]any); hp["strategy"] != "xxh3" || hp["python_hash_seed"] != "1337" {
 		t.Fatalf("hash_profile %v", s["hash_profile"])
+	}
+}
+
+// slowReader reads in small steps with a pause, like a slow /dump client.
+type slowReader struct {
+	r     io.Reader
+	pause time.Duration
+}
+
+func (s *slowReader) Read(p []byte) (int, error) {
+	time.Sleep(s.pause)
+	if len(p) > 64<<10 {
+		p = p[:64<<10]
+	}
+	return s.r.Read(p)
+}
+
+// TestDumpOutlivesWriteTimeout: a streamed /dump that takes longer than the
+// server's WriteTimeout completes while it keeps moving (the write deadline
+// is pushed forward per flush); the client here needs several times the
+// timeout to read it.
+func TestDumpOutlivesWriteTimeout(t *testing.T) {
+	ix, _ := buildDumpIndex(t, 100_000)
+	var want bytes.Buffer
+	bw := bufio.NewWriter(&want)
+	if err := WriteDump(ix, bw); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(ix, newCoreRegistrar(ix), Options{WriteTimeout: 500 * time.Millisecond, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.Shutdown(ctx)
+	}()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/dump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	start := time.Now()
+	got, err := io.ReadAll(&slowReader{r: resp.Body, pause: 5 * time.Millisecond})
+	t.Logf("read %d bytes in %v", len(got), time.Since(start))
+	if err != nil {
+		t.Fatalf("after %d of %d bytes: %v", len(got), want.Len(), err)
+	}
+	// Engine maps are walked in Go map order: compare sizes and content.
+	if len(got) != want.Len() || !json.Valid(got) {
+		t.Fatalf("dump of %d bytes, want %d (valid JSON: %v)", len(got), want.Len(), json.Valid(got))
+	}
+	rix := core.New(core.Options{Logger: quietLogger()})
+	rd, _ := NewDynamo(rix, newCoreRegistrar(rix), DynamoOptions{Logger: quietLogger()})
+	if err := rd.Register(DynamoWorker{InstanceID: 1, Endpoint: "tcp://127.0.0.1:1", ModelName: "m", BlockSize: 16}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := RestoreDump(rix, bytes.NewReader(got), rd); err != nil || rix.TierBlocks() != ix.TierBlocks() || st.Engine != 100_000 {
+		t.Fatalf("restored %v (%+v, %v), source %v", rix.TierBlocks(), st, err, ix.TierBlocks())
 	}
 }

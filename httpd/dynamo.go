@@ -71,8 +71,9 @@ type DynamoOptions struct {
 	// queries on the HTTP goroutines, so there is no indexer thread pool; the
 	// value caps GOMAXPROCS-independent nothing and is only reported.
 	Threads int
-	// ReadTimeout, WriteTimeout and IdleTimeout as in Options; WriteTimeout
-	// also bounds a /dump. Defaults 30s, 10m, 60s.
+	// ReadTimeout, WriteTimeout and IdleTimeout as in Options (a /dump may
+	// take longer than WriteTimeout while it progresses: the deadline moves
+	// with every 64 KiB written). Defaults 30s, 30s, 60s.
 	ReadTimeout, WriteTimeout, IdleTimeout time.Duration
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
@@ -99,7 +100,7 @@ func (o *DynamoOptions) EnsureDefaults() {
 		o.ReadTimeout = 30 * time.Second
 	}
 	if o.WriteTimeout == 0 {
-		o.WriteTimeout = 10 * time.Minute
+		o.WriteTimeout = 30 * time.Second
 	}
 	if o.IdleTimeout == 0 {
 		o.IdleTimeout = 60 * time.Second
