@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
 	"github.com/valyala/fasthttp"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -66,6 +67,9 @@ type DynamoOptions struct {
 	AccessLogLocalTime bool
 	// Peers are the initial peer URLs (GET /peers; recovery).
 	Peers []string
+	// ExtraMetrics are written on /metrics after the Dynamo series and the
+	// index's (e.g. the ingester's per-stream counters). Default none.
+	ExtraMetrics []*metrics.Set
 	// Threads is Dynamo's --threads, accepted for compatibility: conductor
 	// applies each subscription's events on its own goroutine and answers
 	// queries on the HTTP goroutines, so there is no indexer thread pool; the

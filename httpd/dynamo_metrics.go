@@ -96,4 +96,7 @@ func (m *dynMetrics) write(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 	m.set.WritePrometheus(ctx)
 	writeIndexMetrics(ctx, m.d.ix)
+	for _, set := range m.d.opts.ExtraMetrics {
+		set.WritePrometheus(ctx)
+	}
 }

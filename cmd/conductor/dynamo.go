@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/VictoriaMetrics/metrics"
+
 	"github.com/seed-c7a81618/conductor/httpd"
 	"github.com/seed-c7a81618/conductor/wire"
 )
@@ -173,6 +175,7 @@ func newDynamoPart(a *app, s dynamoSettings, env func(string) (string, bool), li
 		Peers:              p.peers,
 		Threads:            s.threads,
 		Logger:             a.log,
+		ExtraMetrics:       []*metrics.Set{ing.Metrics()},
 	})
 	if err != nil {
 		return nil, err

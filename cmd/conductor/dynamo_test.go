@@ -294,7 +294,7 @@ func TestDynamoComplaintsOverZMQ(t *testing.T) {
 	if g := dynGPU(t, d.dyn, q("[11,12,13,14]", "")); g != "0" {
 		t.Fatalf("old incarnation's block survived the restart: gpu %s", g)
 	}
-	if v, _ := metricValue(t, d.a.Addr(), `conductor_ingest_restarts_total{instance="5",tenant="default",dp_rank="0"}`); v < 1 {
+	if v, _ := metricValue(t, d.dyn, `conductor_ingest_restarts_total{instance="5",tenant="default",dp_rank="0"}`); v < 1 {
 		t.Fatalf("restart not counted: %v", v)
 	}
 }
