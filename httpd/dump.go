@@ -2,6 +2,9 @@ package httpd
 
 import (
 	"bufio"
+	"errors"
+	"fmt"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -390,8 +393,8 @@ func deadlinePusher(ctx *fasthttp.RequestCtx, timeout time.Duration) func() {
 // then its holdings (block_hash = tokens_hash = conductor's prefix key;
 // dp_rank the owner's rank; "conductor_copies" when a block is held in more
 // than one copy; "conductor_backend" for shared pool holdings), then events carrying "conductor_engine_hashes" ([h,k,n]).
-// Indexers are written one after another (a concurrent walk would have to
-// buffer, or hold stream locks for longer).
+// Indexers are walked concurrently into bounded queues and written in key
+// order (writeDynamoDump).
 func (d *Dynamo) WriteDynamoDump(w *bufio.Writer) error { return d.writeDynamoDump(w, nil) }
 
 func (d *Dynamo) writeDynamoDump(w *bufio.Writer, progress func()) error {
@@ -404,29 +407,108 @@ func (d *Dynamo) writeDynamoDump(w *bufio.Writer, progress func()) error {
 	}
 	d.mu.Unlock()
 	sortDynKeys(keys)
-	s := &dumpSink{w: w, dynamo: true, progress: progress}
-	s.buf = append(s.buf, '{')
-	for i, k := range keys {
+
+	// Indexers are walked concurrently (at most GOMAXPROCS at a time), each
+	// into its own bounded queue of chunks; this goroutine writes the queues
+	// in key order. A walker whose queue is full waits (holding the lock of
+	// the stream it is in) until the writer reaches it: memory stays bounded
+	// by dumpLookahead chunks per running walker.
+	done := make(chan struct{})
+	defer close(done)
+	queues := make([]chan []byte, len(keys))
+	for i := range queues {
+		queues[i] = make(chan []byte, dumpLookahead)
+	}
+	go func() {
+		sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
+		for i, k := range keys {
+			select {
+			case sem <- struct{}{}:
+			case <-done:
+				return
+			}
+			go func(i int, k dynKey) {
+				defer func() { <-sem }()
+				d.walkIndexer(k, bss[k], queues[i], done)
+			}(i, k)
+		}
+	}()
+	if _, err := w.WriteString("{"); err != nil {
+		return err
+	}
+	for i, q := range queues {
 		if i > 0 {
-			s.buf = append(s.buf, ",\n"...)
+			if _, err := w.WriteString(",\n"); err != nil {
+				return err
+			}
 		}
-		s.buf = appendJSONString(s.buf, k.String())
-		s.buf = append(s.buf, `:{"block_size":`...)
-		s.buf = strconv.AppendInt(s.buf, int64(bss[k]), 10)
-		s.buf = append(s.buf, `,"events":[`...)
-		s.first = true
-		ck := dynamoContext(k, bss[k])
-		if err := d.ix.DumpStreams(func(r *core.Registration) bool { return r.ContextKey() == ck }, s); err != nil {
-			return err
+		for chunk := range q {
+			if chunk == nil {
+				return fmt.Errorf("dump of indexer %s failed", keys[i])
+			}
+			if _, err := w.Write(chunk); err != nil {
+				return err
+			}
+			if progress != nil {
+				progress()
+			}
 		}
-		s.buf = append(s.buf, "]}"...)
 	}
-	s.buf = append(s.buf, "}\n"...)
+	if _, err := w.WriteString("}\n"); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+// dumpLookahead is how many 64 KiB chunks a concurrent indexer walker may
+// queue ahead of the writer.
+const dumpLookahead = 16
+
+// chanWriter sends copies of what is written to a queue; it fails once done
+// is closed (the writer gave up).
+type chanWriter struct {
+	q    chan<- []byte
+	done <-chan struct{}
+}
+
+var errDumpAbandoned = errors.New("conductor: dump abandoned by its writer")
+
+func (c chanWriter) Write(p []byte) (int, error) {
+	select {
+	case c.q <- append([]byte(nil), p...):
+		return len(p), nil
+	case <-c.done:
+		return 0, errDumpAbandoned
+	}
+}
+
+// walkIndexer writes one indexer's member ("model:group": {...}) into q and
+// closes it (a nil chunk first when the walk failed).
+func (d *Dynamo) walkIndexer(k dynKey, bs int, q chan []byte, done <-chan struct{}) {
+	defer close(q)
+	w := bufio.NewWriterSize(chanWriter{q: q, done: done}, 64<<10)
+	s := &dumpSink{w: w, dynamo: true, first: true}
+	s.buf = appendJSONString(s.buf, k.String())
+	s.buf = append(s.buf, `:{"block_size":`...)
+	s.buf = strconv.AppendInt(s.buf, int64(bs), 10)
+	s.buf = append(s.buf, `,"events":[`...)
+	ck := dynamoContext(k, bs)
+	err := d.ix.DumpStreams(func(r *core.Registration) bool { return r.ContextKey() == ck }, s)
+	s.buf = append(s.buf, "]}"...)
 	s.flushBuf()
-	if s.err == nil {
-		s.err = w.Flush()
+	if err == nil {
+		err = s.err
 	}
-	return s.err
+	if err == nil {
+		err = w.Flush()
+	}
+	if err != nil && !errors.Is(err, errDumpAbandoned) {
+		d.opts.Logger.Warn("dynamo dump: indexer walk failed", "indexer", k.String(), "err", err)
+		select {
+		case q <- nil:
+		case <-done:
+		}
+	}
 }
 
 func sortDynKeys(keys []dynKey) {

@@ -321,3 +321,99 @@ func TestDumpOutlivesWriteTimeout(t *testing.T) {
 		t.Fatalf("restored %v (%+v, %v), source %v", rix.TierBlocks(), st, err, ix.TierBlocks())
 	}
 }
+
+// TestDynamoDumpManyIndexers: indexers are walked concurrently and written
+// in key order; a replica restored from the dump answers every indexer's
+// queries like the source.
+func TestDynamoDumpManyIndexers(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	models := []string{"c-model", "a-model", "b-model", "d-model", "e-model"}
+	a, b := startDyn(t, DynamoOptions{}), startDyn(t, DynamoOptions{})
+	sims := make([]*simEngine, len(models))
+	for i, m := range models {
+		sa := registerDyn(t, a, i+1, 0, 4, m, "")
+		registerDyn(t, b, i+1, 0, 4, m, "")
+		sims[i] = newSimEngine(seed+int64(i), 4)
+		for j := 0; j < 200; j++ {
+			sa.Apply(sims[i].next())
+		}
+	}
+	r := a.do(t, "GET", "/dump", "")
+	var order []string
+	d := json.NewDecoder(bytes.NewReader(r.body))
+	if _, err := d.Token(); err != nil {
+		t.Fatal(err)
+	}
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		order = append(order, k.(string))
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Join(order, ",") != "a-model:default,b-model:default,c-model:default,d-model:default,e-model:default" {
+		t.Fatalf("indexer order %v", order)
+	}
+	if _, err := RestoreDump(b.ix, bytes.NewReader(r.body), b.d); err != nil {
+		t.Fatal(err)
+	}
+	if a.ix.TierBlocks() != b.ix.TierBlocks() {
+		t.Fatalf("replica %v, source %v", b.ix.TierBlocks(), a.ix.TierBlocks())
+	}
+	for i, m := range models {
+		for _, pr := range sims[i].prompts {
+			q := `{"token_ids":` + jsonEnc(pr) + `,"model_name":"` + m + `"}`
+			if x, y := a.do(t, "POST", "/query", q), b.do(t, "POST", "/query", q); !bytes.Equal(x.body, y.body) {
+				t.Fatalf("%s: source %s replica %s", m, x.body, y.body)
+			}
+		}
+	}
+}
+
+// TestDynamoDumpAbandoned: a client that goes away mid-dump releases every
+// walker and stream lock: ingest continues.
+func TestDynamoDumpAbandoned(t *testing.T) {
+	ix, d := buildDumpIndex(t, 100_000)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = d.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = d.Shutdown(ctx)
+	}()
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("GET /dump HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64<<10)
+	if _, err := io.ReadFull(conn, buf); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.Close() // gone after 64 KiB of a ~18 MB dump
+	sub, _ := ix.Lookup(core.ServiceKey{InstanceID: "1", TenantID: "default"})
+	applied := make(chan struct{})
+	go func() {
+		b := &core.Batch{}
+		ev := b.NextEvent()
+		ev.Kind = core.EventRemoved
+		ev.Hashes = append(ev.Hashes, 1)
+		sub.Apply(b)
+		close(applied)
+	}()
+	select {
+	case <-applied:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the stream's lock is still held after the client left")
+	}
+}
