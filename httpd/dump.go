@@ -419,6 +419,9 @@ func (d *Dynamo) writeDynamoDump(w *bufio.Writer, progress func()) error {
 	for i := range queues {
 		queues[i] = make(chan []byte, dumpLookahead)
 	}
+	// Chunk buffers circulate between the walkers and this writer (no
+	// garbage per chunk): enough for every running walker's queue.
+	free := make(chan []byte, (dumpLookahead+2)*max(runtime.GOMAXPROCS(0), 1))
 	go func() {
 		sem := make(chan struct{}, max(runtime.GOMAXPROCS(0), 1))
 		for i, k := range keys {
@@ -429,7 +432,7 @@ func (d *Dynamo) writeDynamoDump(w *bufio.Writer, progress func()) error {
 			}
 			go func(i int, k dynKey) {
 				defer func() { <-sem }()
-				d.walkIndexer(k, bss[k], queues[i], done)
+				d.walkIndexer(k, bss[k], queues[i], free, done)
 			}(i, k)
 		}
 	}()
@@ -449,6 +452,10 @@ func (d *Dynamo) writeDynamoDump(w *bufio.Writer, progress func()) error {
 			if _, err := w.Write(chunk); err != nil {
 				return err
 			}
+			select {
+			case free <- chunk[:0]:
+			default:
+			}
 			if progress != nil {
 				progress()
 			}
@@ -464,18 +471,25 @@ func (d *Dynamo) writeDynamoDump(w *bufio.Writer, progress func()) error {
 // queue ahead of the writer.
 const dumpLookahead = 16
 
-// chanWriter sends copies of what is written to a queue; it fails once done
-// is closed (the writer gave up).
+// chanWriter sends copies of what is written to a queue, in buffers taken
+// from free when there are any; it fails once done is closed (the writer
+// gave up).
 type chanWriter struct {
 	q    chan<- []byte
+	free chan []byte
 	done <-chan struct{}
 }
 
 var errDumpAbandoned = errors.New("conductor: dump abandoned by its writer")
 
 func (c chanWriter) Write(p []byte) (int, error) {
+	var b []byte
 	select {
-	case c.q <- append([]byte(nil), p...):
+	case b = <-c.free:
+	default:
+	}
+	select {
+	case c.q <- append(b, p...):
 		return len(p), nil
 	case <-c.done:
 		return 0, errDumpAbandoned
@@ -484,9 +498,9 @@ func (c chanWriter) Write(p []byte) (int, error) {
 
 // walkIndexer writes one indexer's member ("model:group": {...}) into q and
 // closes it (a nil chunk first when the walk failed).
-func (d *Dynamo) walkIndexer(k dynKey, bs int, q chan []byte, done <-chan struct{}) {
+func (d *Dynamo) walkIndexer(k dynKey, bs int, q, free chan []byte, done <-chan struct{}) {
 	defer close(q)
-	w := bufio.NewWriterSize(chanWriter{q: q, done: done}, 64<<10)
+	w := bufio.NewWriterSize(chanWriter{q: q, free: free, done: done}, 64<<10)
 	s := &dumpSink{w: w, dynamo: true, first: true}
 	s.buf = appendJSONString(s.buf, k.String())
 	s.buf = append(s.buf, `:{"block_size":`...)

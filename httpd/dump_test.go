@@ -283,7 +283,7 @@ func TestDumpOutlivesWriteTimeout(t *testing.T) {
 	if err := WriteDump(ix, bw); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(ix, newCoreRegistrar(ix), Options{WriteTimeout: 500 * time.Millisecond, Logger: quietLogger()})
+	s, err := New(ix, newCoreRegistrar(ix), Options{WriteTimeout: time.Second, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestDumpOutlivesWriteTimeout(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	start := time.Now()
-	got, err := io.ReadAll(&slowReader{r: resp.Body, pause: 5 * time.Millisecond})
+	got, err := io.ReadAll(&slowReader{r: resp.Body, pause: 20 * time.Millisecond})
 	t.Logf("read %d bytes in %v", len(got), time.Since(start))
 	if err != nil {
 		t.Fatalf("after %d of %d bytes: %v", len(got), want.Len(), err)
