@@ -32,6 +32,11 @@
 //     table skips words of a newer incarnation (TestOwnerIDReuseDuringQuery).
 //   - Index.TierBlocks equals a walk of every block's owner words
 //     (TestTierBlocksMatchesIndex): holdings are counted as they change.
+//   - A subscription's dump section (DumpStreams) is taken under its lock
+//     with the sequence of its last applied batch; a replica that restored
+//     it skips batches at or below that sequence, so no batch counts twice
+//     and no dumped block outlives a later remove
+//     (TestRestoreStreamSkipsDumpedBatches, TestRestoreStreamRemovedAfterDump).
 //   - For every query row: device ≤ cpu_local ≤ cpu_share ≤ disk ≤ ⌊len/B⌋·B
 //     (or the logical length for SGLang partial/bigram chains), and
 //     longest_matched = disk. The tests named *Invariant* check these.
