@@ -13,6 +13,9 @@ type ApplyStats struct {
 	Dropped int
 	// Closed is set when the subscription was unregistered: nothing was applied.
 	Closed bool
+	// Recovered is set when the batch was skipped because a restored dump
+	// already contains it (its Seq is at or below the dumped watermark).
+	Recovered bool
 }
 
 // subCtx is a subscription's private state in one context; only the
@@ -117,6 +120,7 @@ func (sc *subCtx) ownerDims(k ownerKey, dims *streamDims, limit int) (ownerRef, 
 // subscription is unregistered Apply does nothing and reports Closed.
 func (s *Subscription) Apply(b *Batch) ApplyStats {
 	var st ApplyStats
+	s.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -131,6 +135,10 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 			first = b.Errors[0].Error()
 		}
 		s.ix.noteDrop(s, DropDecode, uint64(b.Skipped), "error", first)
+	}
+	if s.recoveredSkip(b) {
+		st.Recovered = true
+		return st
 	}
 	for i := range b.Events {
 		ev := &b.Events[i]
@@ -483,17 +491,24 @@ func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
 // (used when its stream went stale or its publisher restarted). It returns the
 // number of block entries changed.
 func (s *Subscription) Clear(reason string) int {
+	s.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return 0
 	}
+	n := s.clearLocked()
+	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
+	return n
+}
+
+// clearLocked is Clear's body; the caller holds s.mu.
+func (s *Subscription) clearLocked() int {
 	n := 0
 	for _, sc := range s.state {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
 		sc.engine = nil
 	}
 	s.rfc, s.heldTotal, s.hasPubLast = nil, 0, false
-	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
 	return n
 }

@@ -44,6 +44,15 @@
 //   - Events for a context nobody registered create no state; per-subscription
 //     stream cursors, stream owners and held events are bounded
 //     (TestRFCUnknownContextCreatesNoState, TestRFCStreamCapBound).
+//   - A subscription's dump section (DumpStreams) is taken under its lock
+//     with the sequence of its last applied batch; a replica that restored
+//     it skips batches at or below that sequence, so no batch counts twice
+//     and no dumped block outlives a later remove
+//     (TestRestoreStreamSkipsDumpedBatches, TestRestoreStreamRemovedAfterDump).
+//   - A dumped holding of a stream owner carries the stream's dimensions;
+//     RestoreStream re-creates the same owner and adds through the owner's
+//     key set, so a later stream `cleared` purges exactly the restored
+//     blocks (TestRestoreStreamKeepsStreamOwners, TestTierBlocksMatchesIndex).
 //   - For every query row: device ≤ cpu_local ≤ cpu_share ≤ disk ≤ ⌊len/B⌋·B
 //     (or the logical length for SGLang partial/bigram chains), and
 //     longest_matched = disk. The tests named *Invariant* check these.

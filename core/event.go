@@ -115,6 +115,12 @@ type Batch struct {
 	HasDPRank bool
 
 	Events []Event
+	// Seq is the publisher's sequence number of the message that carried the
+	// batch (set by the transport after decoding; HasSeq false when unknown).
+	// A subscription restored from a peer's dump skips batches at or below the
+	// dumped watermark (RestoreStream).
+	Seq    uint64
+	HasSeq bool
 	// Skipped counts events with unknown tags or event-local errors that were
 	// dropped without failing the batch; Errors keeps their first few errors.
 	Skipped int
@@ -129,6 +135,7 @@ func (b *Batch) Reset() {
 	b.Events = b.Events[:0]
 	b.TimestampF, b.TimestampU = 0, 0
 	b.DPRank, b.HasDPRank = 0, false
+	b.Seq, b.HasSeq = 0, false
 	b.Skipped = 0
 	b.Errors = b.Errors[:0]
 }

@@ -113,19 +113,31 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 		}
 	}
 	check("random events")
-	var dump []DumpEvent
-	_ = ix.Dump(func(e *DumpEvent) error { dump = append(dump, *e); return nil })
-	ix2 := New(Options{})
-	mustRegister(t, ix2, engineReg(t, "a", 0, p))
-	mustRegister(t, ix2, engineReg(t, "b", 0, p))
-	mustRegister(t, ix2, poolReg("pool"))
-	mustRegister(t, ix2, sr)
-	if _, err := ix2.Restore(dump); err != nil {
+	var dump collector
+	if err := ix.DumpStreams(nil, &dump); err != nil {
 		t.Fatal(err)
 	}
+	ix2 := New(Options{})
+	a2 := mustRegister(t, ix2, engineReg(t, "a", 0, p))
+	b2 := mustRegister(t, ix2, engineReg(t, "b", 0, p))
+	pool2 := mustRegister(t, ix2, poolReg("pool"))
+	std2 := mustRegister(t, ix2, sr)
+	dump.restore(t, ix2)
 	if got, want := ix2.TierBlocks(), ix.TierBlocks(); got != want {
 		t.Fatalf("restored %v want %v", got, want)
 	}
+	checkKeySets(t, a2, b2, pool2, std2)
+	// The restored stream owners are the live ones: clearing one stream on
+	// both indexes leaves equal holdings.
+	for _, s := range []*Subscription{std, std2} {
+		e := rfcEv(EventCleared, 0, "w0", "gpu", 0)
+		e.Events[0].HasEventID = false
+		s.Apply(e)
+	}
+	if got, want := ix2.TierBlocks(), ix.TierBlocks(); got != want {
+		t.Fatalf("after a stream clear: restored %v want %v", got, want)
+	}
+	checkKeySets(t, std, std2)
 	if _, err := ix.Unregister(a.Key()); err != nil {
 		t.Fatal(err)
 	}

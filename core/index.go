@@ -157,6 +157,12 @@ type Counters struct {
 	StreamEvictions atomic.Uint64
 	// DroppedBy counts dropped events per reason (DropReason).
 	DroppedBy dropCounts
+	// RecoveredSkips counts batches skipped because a restored peer dump
+	// already held them (stream.go).
+	RecoveredSkips atomic.Uint64
+	// RecoveryGaps counts restored streams whose first live batch came after
+	// a gap above the dump's watermark (their restored blocks were cleared).
+	RecoveryGaps atomic.Uint64
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the
@@ -182,6 +188,11 @@ type Index struct {
 	drops dropLog
 	// loras are the (lora_id → lora_name) pairs engines published (lora.go).
 	loras *xsync.MapOf[loraKey, loraEntry]
+
+	// gate holds appliers while a peer dump is restored (stream.go).
+	gate   atomic.Pointer[chan struct{}]
+	gateMu sync.Mutex
+	gateN  int
 }
 
 // New returns an empty index.

@@ -203,7 +203,7 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 		return nil, false, err
 	}
 	ix.nextSub++
-	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c}
+	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c, closing: make(chan struct{})}
 	if r.AdditionalSalt != "" {
 		sub.regSalt = []byte(r.AdditionalSalt)
 	}
@@ -308,6 +308,8 @@ type Subscription struct {
 	// an in-flight batch; it is uncontended in steady state (one writer).
 	mu            sync.Mutex
 	closed        bool
+	closing       chan struct{} // closed with closed (wakes gate waiters)
+	closeOnce     sync.Once
 	unregistering bool // guarded by ix.mu
 
 	// state per context this subscription has touched (single writer; read by
@@ -327,6 +329,11 @@ type Subscription struct {
 	hasPubLast bool
 	// scratch reused across events.
 	seqScratch, keyScratch, mapScratch []uint64
+	// Stream watermark (stream.go): the sequence of the last batch applied,
+	// and, after RestoreStream, the dumped watermark at or below which
+	// batches are skipped.
+	lastSeq, skipThrough uint64
+	hasSeq, skipping     bool
 	// Operands of the bound map-update functions addFn/removeFn (single writer).
 	opID            ownerRef
 	opTier          Tier
@@ -348,4 +355,12 @@ func (s *Subscription) close() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
+	s.closeOnce.Do(func() { close(s.closing) })
 }
+
+// Abort makes every later Apply, Clear and FlushHeld of this subscription a
+// no-op (after the one in progress) and wakes one waiting on the apply gate
+// (stream.go). The transport calls it before stopping the subscription's
+// receiver, which may be blocked on the gate; Unregister then removes the
+// subscription's contributions as usual.
+func (s *Subscription) Abort() { s.close() }

@@ -194,18 +194,19 @@ func TestDumpRestoreRoundTrip(t *testing.T) {
 	a.Apply(stored("GPU", h[0])) // two copies
 	a.Apply(stored("CPU", h[2]))
 	pool.Apply(poolStored("disk", "pool", h...))
-	var events []DumpEvent
-	if err := src.Dump(func(e *DumpEvent) error { events = append(events, *e); return nil }); err != nil {
+	var dump collector
+	if err := src.DumpStreams(nil, &dump); err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != 7 {
-		t.Fatalf("dump: %d events: %+v", len(events), events)
+	n := 0
+	for _, hs := range dump.holds {
+		n += len(hs)
+	}
+	if len(dump.streams) != 2 || n != 7 {
+		t.Fatalf("dump: %d streams, %d holdings: %+v", len(dump.streams), n, dump.holds)
 	}
 	dst, _, _ := build()
-	st, err := dst.Restore(events)
-	if err != nil || st.Applied != 7 {
-		t.Fatalf("restore: %+v %v", st, err)
-	}
+	dump.restore(t, dst)
 	want := queryHashes(t, src, "", h...)
 	got := queryHashes(t, dst, "", h...)
 	if row(got, "a").Device != row(want, "a").Device || row(got, "a").Disk != 64 || row(got, "a").CPULocal != 48 {

@@ -298,6 +298,7 @@ func (s *Subscription) resolveGap(rs *rfcStream, why string, st *ApplyStats) {
 // ingest loop calls it when the subscription has been idle for a while).
 func (s *Subscription) FlushHeld() ApplyStats {
 	var st ApplyStats
+	s.waitGate()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

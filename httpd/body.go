@@ -41,15 +41,21 @@ const bodyChunk = 16 << 10
 // A handler called without a body stream (tests, embedding) gets
 // ctx.PostBody() unchanged.
 func (s *Server) readBody(ctx *fasthttp.RequestCtx, st *reqState) ([]byte, *RequestError) {
+	return s.readBodyMax(ctx, st, s.opts.MaxBodyBytes)
+}
+
+// readBodyMax is readBody with its own size limit (a surface with a limit of
+// its own, e.g. the Dynamo listener's), under the same in-flight budget.
+func (s *Server) readBodyMax(ctx *fasthttp.RequestCtx, st *reqState, maxBytes int) ([]byte, *RequestError) {
 	stream := ctx.RequestBodyStream()
 	if stream == nil {
 		return ctx.PostBody(), nil
 	}
-	limit := int64(s.opts.MaxBodyBytes)
+	limit := int64(maxBytes)
 	declared := int64(ctx.Request.Header.ContentLength())
 	if declared > limit {
 		ctx.SetConnectionClose()
-		return nil, s.bodyTooLarge()
+		return nil, bodyTooLarge(maxBytes)
 	}
 	buf := st.body[:0]
 	if declared >= 0 {
@@ -92,7 +98,7 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, st *reqState) ([]byte, *Requ
 		if int64(len(buf)) > limit {
 			st.body = buf
 			ctx.SetConnectionClose()
-			return nil, s.bodyTooLarge()
+			return nil, bodyTooLarge(maxBytes)
 		}
 		if err == io.EOF {
 			if declared >= 0 && int64(len(buf)) < declared {
@@ -114,9 +120,9 @@ func (s *Server) readBody(ctx *fasthttp.RequestCtx, st *reqState) ([]byte, *Requ
 	return buf, nil
 }
 
-func (s *Server) bodyTooLarge() *RequestError {
+func bodyTooLarge(maxBytes int) *RequestError {
 	return &RequestError{Err: ErrLimitExceeded, Index: noIndex, Status: 413,
-		Msg: "request body exceeds " + strconv.Itoa(s.opts.MaxBodyBytes) + " bytes"}
+		Msg: "request body exceeds " + strconv.Itoa(maxBytes) + " bytes"}
 }
 
 func (s *Server) budgetSpent() *RequestError {

@@ -11,6 +11,7 @@
 //	GET  /services        registrations (the C++ conductor's 11 keys plus AdditionalSalt)
 //	GET  /health          liveness, version, Go version, hash backend and CPU features
 //	GET  /metrics         Prometheus text (VictoriaMetrics/metrics)
+//	GET  /dump            the index per registration, streamed (dump.go; JSON only)
 //
 // A known path with the wrong method is 405 (with Allow); an unknown path 404.
 //
@@ -127,4 +128,20 @@
 // the response encoder) is pooled, request strings are zero-copy views of the
 // body (b2s.go), an aligned little-endian token bin is viewed in place, and the
 // response is appended into a reused buffer. TestQueryHandlerAllocs proves it.
+//
+// # Dynamo dialect, /dump and peer recovery
+//
+// Dynamo (dynamo.go, dynamo_query.go) serves Dynamo's standalone-indexer API
+// on its own listener over the same index; the file comment of dynamo.go
+// maps its (model_name, routing_group) indexers onto contexts; dynamo_registry.go,
+// dynamo_workers.go and dynamo_peers.go hold its registry and routes. GET /dump
+// (dump.go) streams per-registration sections with their watermarks in
+// either form; Recover and RestoreDump (recover.go, dumpscan.go) restore one
+// into a replica whose apply gate is held (core.Index.HoldApplies). Like the
+// RPC surface, the Dynamo listener is built over a Server (NewDynamo): the
+// Server's Limiter bounds its connections and streamed bodies, its Access
+// authorizes each route (dynClass), and its Gate takes every registration
+// and unregistration with the requester's Principal. Holdings of RFC #1527
+// stream owners carry their stream (salt, backend_id, medium) in both dump
+// forms, so a replica re-creates the same owners.
 package httpd

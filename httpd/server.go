@@ -133,11 +133,12 @@ const (
 	epServices
 	epHealth
 	epMetrics
+	epDump
 	numEndpoints
 )
 
 var endpointPaths = [numEndpoints]string{"other", "/register", "/unregister", "/query", "/query_by_hash",
-	"/global_view", "/services", "/health", "/metrics"}
+	"/global_view", "/services", "/health", "/metrics", "/dump"}
 
 func (e endpoint) String() string { return endpointPaths[e] }
 
@@ -148,7 +149,7 @@ func (e endpoint) class() accessClass {
 		return accessQuery
 	case epRegister, epUnregister:
 		return accessMutate
-	case epGlobalView, epServices:
+	case epGlobalView, epServices, epDump:
 		return accessInspect
 	}
 	return accessPublic
@@ -175,6 +176,8 @@ func route(path []byte) endpoint {
 		return epHealth
 	case "/metrics":
 		return epMetrics
+	case "/dump":
+		return epDump
 	}
 	return epOther
 }
@@ -219,6 +222,8 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 		s.handleHealth(ctx, ep, st)
 	case ep == epMetrics:
 		s.handleMetrics(ctx)
+	case ep == epDump:
+		s.handleDump(ctx) // dump.go
 	}
 	s.m.observe(ep, ctx.Response.StatusCode(), start)
 }

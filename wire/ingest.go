@@ -303,6 +303,7 @@ func (g *Ingester) Unregister(k core.ServiceKey) (core.Registration, error) {
 	delete(g.listeners, k)
 	g.mu.Unlock()
 	if l != nil {
+		l.sub.Abort() // a receiver held by the index's apply gate must be able to stop
 		l.stop()
 		l.m.unregister()
 		g.exited++

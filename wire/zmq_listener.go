@@ -669,6 +669,7 @@ func (l *listener) consume(s uint64, payload []byte) {
 		l.decodeError(fmt.Errorf("seq=%d: %w", s, err))
 		return
 	}
+	rx.batch.Seq, rx.batch.HasSeq = s, true
 	st := l.sub.Apply(&rx.batch)
 	l.account(&st, rx.batch.Skipped)
 	l.m.batches.Inc()

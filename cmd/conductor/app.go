@@ -78,6 +78,7 @@ type settings struct {
 	demo           bool
 	hashMemoBytes  int
 	pprofAddr      string
+	dynamo         dynamoSettings // dynamo.go
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -114,6 +115,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
+	addDynamoFlags(fs, &s.dynamo)
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -135,6 +137,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
+	}
+	if err := s.dynamo.validate(); err != nil {
+		return s, err
 	}
 	return s, nil
 }
@@ -221,6 +226,7 @@ type app struct {
 	shutdownTimeout time.Duration
 	demo            io.Writer    // non-nil: run the embedded simulator, summary here
 	pprof           *http.Server // nil unless --pprof-addr
+	dp              *dynamoPart  // dynamo.go
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
@@ -405,6 +411,21 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		a.rpc = httpd.NewRPC(srv)
 		policy.DenyOwn(a.rpcLn.Addr().(*net.TCPAddr).Port)
 	}
+	if a.dp, err = newDynamoPart(a, s.dynamo, env, s.listen, s.adminToken); err != nil {
+		ln.Close()
+		if a.rpcLn != nil {
+			a.rpcLn.Close()
+		}
+		if a.pprof != nil {
+			a.pprof.Close()
+		}
+		ing.Close()
+		log.Error("cannot start the Dynamo surface", "err", err)
+		return nil, 1
+	}
+	if a.dp.ln != nil {
+		policy.DenyOwn(a.dp.ln.Addr().(*net.TCPAddr).Port)
+	}
 	log.Info("conductor starting", "version", ver, "config", path, "listen", s.listen,
 		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken+s.queryTokenFile != "",
 		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
@@ -445,6 +466,9 @@ func accessOf(s *settings, env func(string) (string, bool)) (*httpd.Access, *htt
 	if query != "" {
 		s.queryToken = query
 	}
+	// The resolved admin token: peer recovery presents it to peers (which
+	// share the replica set's tokens).
+	s.adminToken = admin
 	access, err := httpd.NewAccess(httpd.AccessOptions{AdminToken: admin, QueryToken: query, ClientTokens: clients,
 		ProtectMetrics: s.protectMetrics})
 	if err != nil {
@@ -495,6 +519,10 @@ func (a *app) serve(ctx context.Context) int {
 	} else {
 		a.log.Info("RPC server disabled (rpc_server_port 0)")
 	}
+	if a.dp.ln != nil {
+		a.log.Info("Dynamo HTTP server listening", "addr", a.dp.ln.Addr().String())
+		go func() { serveErr <- a.dp.dyn.Serve(a.dp.ln) }()
+	}
 
 	staticCtx, cancelStatic := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -502,6 +530,7 @@ func (a *app) serve(ctx context.Context) int {
 	go func() {
 		defer wg.Done()
 		a.registerStatic(staticCtx)
+		a.dp.start(staticCtx, a)
 	}()
 
 	demo := a.startDemo(ctx)
@@ -515,6 +544,7 @@ func (a *app) serve(ctx context.Context) int {
 	}
 	cancelStatic()
 	demo.wait() // its queries need the server
+	a.dp.releaseAll()
 	sctx, cancel := context.WithTimeout(context.Background(), a.shutdownTimeout)
 	defer cancel()
 	if err := a.srv.Shutdown(sctx); err != nil {
@@ -524,6 +554,9 @@ func (a *app) serve(ctx context.Context) int {
 		if err := a.rpc.Shutdown(sctx); err != nil {
 			a.log.Warn("RPC shutdown did not drain in time", "err", err)
 		}
+	}
+	if err := a.dp.dyn.Shutdown(sctx); err != nil {
+		a.log.Warn("Dynamo HTTP shutdown did not drain in time", "err", err)
 	}
 	wg.Wait()
 	if a.pprof != nil {

@@ -1,0 +1,394 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/seed-c7a81618/conductor/bench"
+)
+
+// replicaChild is a conductor process started from the test binary
+// (TestMain in fdlimit_test.go runs it when CONDUCTOR_TEST_CHILD=1).
+type replicaChild struct {
+	cmd        *exec.Cmd
+	main, dyn  string // bound addresses
+	logs       *syncBuffer
+	recovered  chan string // the "peer recovery" log line
+	exited     chan struct{}
+	stderrDone chan struct{}
+}
+
+func startReplica(t *testing.T, config string, args ...string) *replicaChild {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/conductor.json", []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--dynamo-port", "0", "--listen", "127.0.0.1", "--log-format", "json",
+		"--shutdown-timeout", "2s", "--state-dir", dir + "/state"}, args...)
+	cmd := exec.Command(os.Args[0], all...)
+	cmd.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1", "CONDUCTOR_CONFIG_PATH="+dir+"/conductor.json", "HOME="+dir)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &replicaChild{cmd: cmd, logs: &syncBuffer{}, recovered: make(chan string, 4), exited: make(chan struct{}), stderrDone: make(chan struct{})}
+	addrs := make(chan [2]string, 1)
+	go func() {
+		defer close(c.stderrDone)
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		var a [2]string
+		sent := false
+		for sc.Scan() {
+			line := sc.Text()
+			_, _ = c.logs.Write([]byte(line + "\n"))
+			var rec map[string]any
+			if json.Unmarshal([]byte(line), &rec) != nil {
+				continue
+			}
+			switch rec["msg"] {
+			case "HTTP server listening":
+				a[0], _ = rec["addr"].(string)
+			case "Dynamo HTTP server listening":
+				a[1], _ = rec["addr"].(string)
+			case "peer recovery done", "peer recovery: no peer answered; starting empty":
+				c.recovered <- line
+			}
+			if !sent && a[0] != "" && a[1] != "" {
+				addrs <- a
+				sent = true
+			}
+		}
+	}()
+	go func() { _ = cmd.Wait(); close(c.exited) }()
+	select {
+	case a := <-addrs:
+		c.main, c.dyn = a[0], a[1]
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("child did not start\n%s", c.logs)
+	}
+	t.Cleanup(func() { c.kill() })
+	return c
+}
+
+func (c *replicaChild) kill() {
+	_ = c.cmd.Process.Kill()
+	<-c.exited
+	<-c.stderrDone
+}
+
+// seriesValue reads one series from /metrics.
+func seriesValue(t *testing.T, addr, series string) (float64, bool) {
+	t.Helper()
+	_, _, body := httpDo(t, "GET", "http://"+addr+"/metrics", "", nil)
+	for _, line := range strings.Split(string(body), "\n") {
+		if strings.HasPrefix(line, series+" ") {
+			v, err := strconv.ParseFloat(strings.TrimPrefix(line, series+" "), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}
+
+// replicaEngine publishes vLLM batches (array era) for one worker: prompts
+// with shared prefixes, engine hashes that are not the standard chain (so
+// conductor keeps an engine map), repeated stores (copies), per-copy
+// removes, continuations with a parent hash, some CPU offloads.
+type replicaEngine struct {
+	pub     *bench.Publisher
+	rng     *rand.Rand
+	bs      int
+	prompts [][]int32
+	cached  map[uint64]int // device copies
+	order   []uint64
+}
+
+func newReplicaEngine(t *testing.T, seed int64, bs int, shared []int32, po bench.PublisherOptions) *replicaEngine {
+	pub, err := bench.NewPublisher(po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pub.Close() })
+	e := &replicaEngine{pub: pub, rng: rand.New(rand.NewSource(seed)), bs: bs, cached: map[uint64]int{}}
+	for p := 0; p < 40; p++ {
+		pr := make([]int32, 0, 12*bs)
+		pr = append(pr, shared[:e.rng.Intn(4)*bs]...)
+		for len(pr) < 12*bs {
+			pr = append(pr, int32(e.rng.Intn(1000)))
+		}
+		e.prompts = append(e.prompts, pr)
+	}
+	return e
+}
+
+func (e *replicaEngine) hashOf(prefix []int32) uint64 {
+	b := make([]byte, 0, 4*len(prefix))
+	for _, t := range prefix {
+		b = binary.LittleEndian.AppendUint32(b, uint32(t))
+	}
+	return xxh3.HashSeed(b, 4242)
+}
+
+func (e *replicaEngine) step(t *testing.T) {
+	var evs []any
+	for k := 1 + e.rng.Intn(3); k > 0; k-- {
+		if len(e.order) > 0 && e.rng.Intn(5) < 2 {
+			i := e.rng.Intn(len(e.order))
+			h := e.order[i]
+			evs = append(evs, bench.EngineRemoved{Hashes: []uint64{h}, Medium: "GPU"})
+			if e.cached[h]--; e.cached[h] == 0 {
+				delete(e.cached, h)
+				e.order = append(e.order[:i], e.order[i+1:]...)
+			}
+			continue
+		}
+		pr := e.prompts[e.rng.Intn(len(e.prompts))]
+		n := 1 + e.rng.Intn(len(pr)/e.bs)
+		from := 0
+		if n > 1 && e.rng.Intn(2) == 0 {
+			from = n - 1 // a continuation, when its parent is cached
+			if e.cached[e.hashOf(pr[:from*e.bs])] == 0 {
+				from = 0
+			}
+		}
+		st := bench.EngineStored{Tokens: pr[from*e.bs : n*e.bs], BlockSize: e.bs, Medium: "GPU"}
+		if from > 0 {
+			st.Parent, st.HasParent = e.hashOf(pr[:from*e.bs]), true
+		}
+		if e.rng.Intn(6) == 0 {
+			st.Medium = "CPU"
+		}
+		for i := from; i < n; i++ {
+			h := e.hashOf(pr[:(i+1)*e.bs])
+			st.Hashes = append(st.Hashes, h)
+			if st.Medium == "GPU" {
+				if e.cached[h] == 0 {
+					e.order = append(e.order, h)
+				}
+				e.cached[h]++
+			}
+		}
+		evs = append(evs, st)
+	}
+	if _, err := e.pub.Publish(bench.AppendVLLMBatch(nil, bench.EraArray, float64(time.Now().UnixNano())/1e9, 0, evs...)); err != nil {
+		t.Error(err)
+	}
+}
+
+// flow publishes batches from every engine until stopped; pause/resume hold
+// it at a batch boundary.
+type flow struct {
+	mu      sync.Mutex
+	stop    chan struct{}
+	done    chan struct{}
+	engines []*replicaEngine
+}
+
+func startFlow(t *testing.T, engines []*replicaEngine) *flow {
+	f := &flow{stop: make(chan struct{}), done: make(chan struct{}), engines: engines}
+	go func() {
+		defer close(f.done)
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-f.stop:
+				return
+			case <-tick.C:
+			}
+			f.mu.Lock()
+			for _, e := range f.engines {
+				e.step(t)
+			}
+			f.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { close(f.stop); <-f.done })
+	return f
+}
+
+// settle waits until every conductor received the last batch of every
+// engine (last_seq gauge), then until two successive probes agree.
+func settle(t *testing.T, engines []*replicaEngine, procs ...*replicaChild) {
+	t.Helper()
+	for i, e := range engines {
+		last := e.pub.NextSeq() - 1
+		series := fmt.Sprintf(`conductor_ingest_last_seq{instance="%d",tenant="default",dp_rank="0"}`, i+1)
+		for _, p := range procs {
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				if v, ok := seriesValue(t, p.main, series); ok && uint64(v) >= last {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%s did not reach seq %d on %s\n%s", series, last, p.main, p.logs)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	time.Sleep(50 * time.Millisecond) // the batch at last_seq is applied right after the gauge moves
+}
+
+// compareReplicas asks both conductors n random queries (Dynamo /query and
+// /query_by_hash with Dynamo local hashes, and the Mooncake JSON /query) and
+// requires byte-identical answers. It returns how many answers had a match.
+func compareReplicas(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, a, b *replicaChild) int {
+	t.Helper()
+	hits := 0
+	for q := 0; q < n; q++ {
+		e := engines[rng.Intn(len(engines))]
+		pr := e.prompts[rng.Intn(len(e.prompts))]
+		toks := append([]int32(nil), pr[:rng.Intn(len(pr))+1]...)
+		if rng.Intn(8) == 0 {
+			toks = append(toks, int32(rng.Intn(1000)))
+		}
+		var addrA, addrB, path, body string
+		switch q % 3 {
+		case 0:
+			addrA, addrB, path = a.dyn, b.dyn, "/query"
+			body = `{"model_name":"m","token_ids":` + jsonList(toks) + `}`
+		case 1:
+			addrA, addrB, path = a.dyn, b.dyn, "/query_by_hash"
+			body = `{"model_name":"m","block_hashes":` + jsonList(localBlockHashes(toks, e.bs)) + `}`
+		default:
+			addrA, addrB, path = a.main, b.main, "/query"
+			body = `{"model":"m","block_size":` + strconv.Itoa(e.bs) + `,"token_ids":` + jsonList(toks) + `}`
+		}
+		ca, _, ra := httpDo(t, "POST", "http://"+addrA+path, "application/json", []byte(body))
+		cb, _, rb := httpDo(t, "POST", "http://"+addrB+path, "application/json", []byte(body))
+		if ca != 200 || cb != 200 || !bytes.Equal(ra, rb) {
+			t.Fatalf("query %d %s %s:\n A %d %s\n B %d %s", q, path, body, ca, ra, cb, rb)
+		}
+		if bytes.Contains(ra, []byte(`"gpu":`)) && !bytes.Contains(ra, []byte(`"gpu":0`)) {
+			hits++
+		}
+	}
+	return hits
+}
+
+func localBlockHashes(tokens []int32, bs int) []uint64 {
+	var out []uint64
+	for i := 0; i+bs <= len(tokens); i += bs {
+		b := make([]byte, 0, 4*bs)
+		for _, t := range tokens[i : i+bs] {
+			b = binary.LittleEndian.AppendUint32(b, uint32(t))
+		}
+		out = append(out, xxh3.HashSeed(b, 1337))
+	}
+	return out
+}
+
+// TestReplicaRecovery: two conductor processes subscribe to the same two
+// vLLM publishers over real ZMQ on loopback. The second starts later, while
+// events flow, with --peers pointing at the first (Dynamo port); after its
+// recovery both answer thousands of random queries identically at quiescent
+// checkpoints (publishing paused until both received the last batch). Then
+// the second is SIGKILLed while events keep flowing, restarted with --peers
+// pointing at the first's main port, and converges again.
+func TestReplicaRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("separate processes and real ZMQ; run without -short")
+	}
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	const bs = 4
+	shared := make([]int32, 4*bs)
+	for i := range shared {
+		shared[i] = int32(rng.Intn(1000))
+	}
+	// Neither publisher can give a late subscriber its history: one has no
+	// replay socket, the other a 64-batch ring (which the flow overruns within
+	// a second). Only the peer's dump has it.
+	engines := []*replicaEngine{
+		newReplicaEngine(t, seed+1, bs, shared, bench.PublisherOptions{NoReplay: true}),
+		newReplicaEngine(t, seed+2, bs, shared, bench.PublisherOptions{Ring: 64}),
+	}
+	// Worker 1 comes from --workers; worker 2, with its replay endpoint, from
+	// the configuration file (the same context: tenant = routing group
+	// "default", model m, block 4).
+	workers := fmt.Sprintf("1=%s", engines[0].pub.Endpoint())
+	args := []string{"--block-size", strconv.Itoa(bs), "--model-name", "m", "--workers", workers}
+	config := fmt.Sprintf(`{"services":[{"instance_id":"2","endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","block_size":%d,"dp_rank":0}]}`,
+		engines[1].pub.Endpoint(), engines[1].pub.ReplayEndpoint(), bs)
+
+	a := startReplica(t, config, args...)
+	// A's listeners must be connected before the first event (no peer for A).
+	for i, e := range engines {
+		series := fmt.Sprintf(`conductor_ingest_batches_total{instance="%d",tenant="default",dp_rank="0"}`, i+1)
+		waitFor(t, "A receiving", func() bool {
+			e.step(t)
+			v, ok := seriesValue(t, a.main, series)
+			return ok && v > 0
+		})
+	}
+	fl := startFlow(t, engines)
+	time.Sleep(500 * time.Millisecond)
+
+	b := startReplica(t, config, append(args, "--peers", "http://"+a.dyn)...)
+	select {
+	case line := <-b.recovered:
+		t.Logf("B: %s", line)
+		if !strings.Contains(line, `"msg":"peer recovery done"`) {
+			t.Fatalf("B did not recover from A: %s", line)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("B did not finish recovery\n%s", b.logs)
+	}
+	time.Sleep(500 * time.Millisecond) // events keep flowing after the recovery
+
+	check := func(name string, x, y *replicaChild) {
+		t.Helper()
+		fl.mu.Lock()
+		defer fl.mu.Unlock()
+		settle(t, engines, x, y)
+		hits := compareReplicas(t, rng, engines, 1500, x, y)
+		t.Logf("%s: 1500 identical answers, %d with device hits", name, hits)
+		if hits < 100 {
+			t.Fatalf("%s: only %d answers had hits; the comparison is vacuous", name, hits)
+		}
+	}
+	check("after recovery", a, b)
+	time.Sleep(300 * time.Millisecond)
+	check("events flowed", a, b)
+
+	// SIGKILL B while events flow; restart it against A's main port.
+	b.kill()
+	time.Sleep(300 * time.Millisecond)
+	b2 := startReplica(t, config, append(args, "--peers", "http://127.0.0.1:1,http://"+a.main)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("A's log:\n%s\nrestarted B's log:\n%s", a.logs, b2.logs)
+		}
+	})
+	select {
+	case line := <-b2.recovered:
+		t.Logf("B restarted: %s", line)
+		if !strings.Contains(line, `"msg":"peer recovery done"`) {
+			t.Fatalf("B did not recover from A: %s", line)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("B did not finish recovery\n%s", b2.logs)
+	}
+	time.Sleep(300 * time.Millisecond)
+	check("after SIGKILL and restart", a, b2)
+}

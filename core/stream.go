@@ -1,0 +1,369 @@
+package core
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Stream dumps: the exact state of each subscription, for a replica to start
+// from (GET /dump, peer recovery).
+//
+// A subscription's section is written under the subscription's lock, so it is
+// consistent with its watermark: every batch up to Seq is in it, none after.
+// The recovering replica restores the section, then its own listener (which
+// has been buffering since before the dump was taken, behind the apply gate)
+// skips batches at or below Seq and applies the rest. So nothing from the dump
+// overrides a newer live event of the same stream — a block removed after the
+// dump was taken is removed again by the buffered event, and a batch both in
+// the dump and in the buffer is not counted twice
+// (TestRestoreStreamSkipsDumpedBatches).
+//
+// Cost: the walk of a section reads every block of each context the
+// subscription touched (O(blocks) per subscription); the stream's ingest waits
+// while its section is written (the events queue in the transport meanwhile).
+
+// StreamInfo heads one subscription's section of a dump.
+type StreamInfo struct {
+	Reg Registration
+	// Seq is the sequence of the last batch applied (HasSeq false when the
+	// transport never set one).
+	Seq    uint64
+	HasSeq bool
+}
+
+// Holding is one (block, owner, tier) of a subscription.
+type Holding struct {
+	Context ContextKey
+	// Shared holdings belong to a pool backend (Name); rank holdings to the
+	// subscription's instance at Rank.
+	Shared bool
+	Name   string
+	Rank   int32
+	// Stream is set for holdings of an RFC #1527 stream owner: the stream's
+	// salt, backend_id and medium (as the publisher named them, medium
+	// lower-cased), so a restored index re-creates the same owner and a
+	// later `cleared` of that stream purges exactly its blocks. nil for
+	// engine-event owners (stream tag 0).
+	Stream *StreamDims
+	Tier   Tier
+	Key    uint64
+	Copies uint32
+}
+
+// StreamDims are an RFC stream owner's dimensions besides context and rank.
+type StreamDims struct {
+	Salt, BackendID, Medium string
+}
+
+// Same reports whether a and b name the same stream (both nil: the engine
+// stream).
+func (a *StreamDims) Same(b *StreamDims) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+// EngineEntry maps an engine's block hash to the prefix key it was filed
+// under (xxh3 contexts fed by engines that hash differently) and to the plain
+// standard sequence hash behind that key (the parent of the engine's next
+// block; Key is Plain in the block's salt namespace), with the number of
+// stores not yet removed.
+type EngineEntry struct {
+	Context ContextKey
+	Hash    uint64
+	Key     uint64
+	Plain   uint64
+	Count   uint32
+}
+
+// StreamVisitor receives a dump. Its methods run under the subscription's
+// lock: they must not call back into the index for that subscription.
+type StreamVisitor interface {
+	Stream(*StreamInfo) error
+	Holding(*Holding) error
+	Engine(*EngineEntry) error
+	EndStream(*StreamInfo) error
+}
+
+// DumpStreams writes the section of every subscription that keep accepts (nil
+// = all), in service-key order. It stops at the first error of v.
+func (ix *Index) DumpStreams(keep func(*Registration) bool, v StreamVisitor) error {
+	ix.mu.Lock()
+	subs := make([]*Subscription, 0, len(ix.subs))
+	for _, s := range ix.subs {
+		if keep == nil || keep(&s.reg) {
+			subs = append(subs, s)
+		}
+	}
+	ix.mu.Unlock()
+	sort.Slice(subs, func(i, j int) bool { return keyLess(subs[i].reg.Key(), subs[j].reg.Key()) })
+	for _, s := range subs {
+		if err := s.dump(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Subscription) dump(v StreamVisitor) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	info := StreamInfo{Reg: s.reg, Seq: s.lastSeq, HasSeq: s.hasSeq}
+	if err := v.Stream(&info); err != nil {
+		return err
+	}
+	// Contexts in key order for a deterministic dump.
+	scs := make([]*subCtx, 0, len(s.state))
+	for _, sc := range s.state {
+		scs = append(scs, sc)
+	}
+	sort.Slice(scs, func(i, j int) bool { return ctxLess(scs[i].ctx.key, scs[j].ctx.key) })
+	for _, sc := range scs {
+		if err := s.dumpCtx(sc, v); err != nil {
+			return err
+		}
+	}
+	return v.EndStream(&info)
+}
+
+func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
+	mine := make(map[uint32]ownerKey, len(sc.owners))
+	refs := make(map[uint32]ownerRef, len(sc.owners))
+	var dims map[uint32]*StreamDims
+	m := sc.ctx.meta.Load()
+	for k, r := range sc.owners {
+		mine[r.id()] = k
+		refs[r.id()] = r
+		if k.stream == 0 {
+			continue
+		}
+		// The subscription's own owners are interned under s.mu (held),
+		// so the snapshot has them.
+		d := &StreamDims{}
+		if id := int(r.id()); id < len(m.owners) && m.owners[id].dims != nil {
+			od := m.owners[id].dims
+			d.Salt, d.BackendID, d.Medium = od.salt, od.backend, od.medium
+		}
+		if dims == nil {
+			dims = make(map[uint32]*StreamDims)
+		}
+		dims[r.id()] = d
+	}
+	var err error
+	h := Holding{Context: sc.ctx.key}
+	if len(mine) > 0 {
+		sc.ctx.blocks.Range(func(key uint64, b blockVal) bool {
+			b.forEach(func(w uint64) {
+				if err != nil {
+					return
+				}
+				id := wordOwner(w)
+				ok, found := mine[id]
+				if !found || refs[id] != makeRef(id, wordGen(w)) {
+					return
+				}
+				h.Shared, h.Name, h.Rank, h.Stream = ok.shared, ok.name, ok.rank, dims[id]
+				h.Tier, h.Key, h.Copies = wordTier(w), key, wordCopies(w)
+				err = v.Holding(&h)
+			})
+			return err == nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	e := EngineEntry{Context: sc.ctx.key}
+	for hash, ref := range sc.engine {
+		e.Hash, e.Key, e.Plain, e.Count = hash, ref.key, ref.plain, ref.n
+		if err := v.Engine(&e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StreamRestorer applies one dumped section to the matching subscription of
+// this index. It is not safe for concurrent use.
+type StreamRestorer struct {
+	s                *Subscription
+	Applied, Skipped int
+}
+
+// RestoreStream starts restoring a section: the registration with the same
+// service key and home context must exist here (else an error wrapping
+// ErrNotFound). The subscription then skips live batches whose Seq is at or
+// below info.Seq: the dump already holds their effect.
+func (ix *Index) RestoreStream(info *StreamInfo) (*StreamRestorer, error) {
+	k := info.Reg.Key()
+	if k.TenantID == "" {
+		k.TenantID = "default"
+	}
+	ix.mu.Lock()
+	s := ix.subs[k]
+	ix.mu.Unlock()
+	want := info.Reg.ContextKey()
+	if want.TenantID == "" {
+		want.TenantID = "default"
+	}
+	if s == nil || s.reg.ContextKey() != want {
+		return nil, fmt.Errorf("restore %s: no such registration in context %s/%s/%q/%d: %w",
+			k, want.TenantID, want.ModelName, want.LoraName, want.BlockSize, ErrNotFound)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if info.HasSeq && !s.hasSeq {
+		s.skipThrough, s.skipping = info.Seq, true
+		s.lastSeq, s.hasSeq = info.Seq, true
+	}
+	return &StreamRestorer{s: s}, nil
+}
+
+// Holding restores one holding. It is skipped (false) when its context does
+// not exist here or the subscription was unregistered.
+func (r *StreamRestorer) Holding(h *Holding) bool {
+	return r.Holdings(h, []uint64{h.Key}) == 1
+}
+
+// Holdings restores the holdings h describes for each key (h.Key is
+// ignored), under one lock, and returns how many were applied. The owner is
+// re-created as the live stream would create it (a stream owner with its
+// dimensions, within Options.MaxStreamsPerSubscription) and the blocks go
+// through the subscription's own add path, so its owner key sets and the
+// holdings gauges stay exact.
+func (r *StreamRestorer) Holdings(h *Holding, keys []uint64) int {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc := s.restoreCtx(&h.Context)
+	if sc == nil || h.Tier >= NumTiers {
+		r.Skipped += len(keys)
+		return 0
+	}
+	k := ownerKey{sub: s.id, shared: h.Shared, name: h.Name}
+	if !h.Shared {
+		k.rank, k.name = h.Rank, s.reg.InstanceID
+	}
+	var dims *streamDims
+	if h.Stream != nil {
+		dims = &streamDims{salt: h.Stream.Salt, backend: h.Stream.BackendID, medium: strings.ToLower(h.Stream.Medium)}
+		k.stream = streamTag([]byte(dims.salt), []byte(dims.backend), []byte(dims.medium))
+	}
+	id, ok := sc.ownerDims(k, dims, s.ix.opts.MaxStreamsPerSubscription)
+	if !ok {
+		r.Skipped += len(keys)
+		return 0
+	}
+	n := h.Copies
+	if n == 0 {
+		n = 1
+	}
+	var st ApplyStats
+	s.addBlocks(sc, keys, id, h.Tier, n, &st)
+	r.Applied += len(keys)
+	return len(keys)
+}
+
+// Engine restores one engine-hash mapping.
+func (r *StreamRestorer) Engine(e *EngineEntry) bool {
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sc := s.restoreCtx(&e.Context)
+	if sc == nil || e.Count == 0 {
+		r.Skipped++
+		return false
+	}
+	if sc.engine == nil {
+		sc.engine = make(map[uint64]engineRef)
+	}
+	ref := sc.engine[e.Hash]
+	ref.key, ref.plain = e.Key, e.Plain
+	ref.n += e.Count
+	sc.engine[e.Hash] = ref
+	r.Applied++
+	return true
+}
+
+func (s *Subscription) restoreCtx(k *ContextKey) *subCtx {
+	if s.closed {
+		return nil
+	}
+	if k.TenantID == "" {
+		k.TenantID = "default"
+	}
+	return s.ctxState(k)
+}
+
+// recoveredSkip is called by Apply under s.mu: it records the batch's
+// sequence and reports whether a restored dump already holds the batch.
+func (s *Subscription) recoveredSkip(b *Batch) bool {
+	if !b.HasSeq {
+		return false
+	}
+	if s.skipping {
+		if b.Seq <= s.skipThrough {
+			s.ix.counters.RecoveredSkips.Add(1)
+			return true
+		}
+		s.skipping = false
+		if b.Seq > s.skipThrough+1 {
+			// Batches between the dump's watermark and the first one this
+			// subscription received are in neither: what was restored may
+			// be wrong, so it is cleared, as for a stale stream (true if
+			// incomplete, never silently wrong).
+			s.ix.counters.RecoveryGaps.Add(1)
+			n := s.clearLocked()
+			s.ix.opts.Logger.Warn("batches lost between the peer dump and the live stream; cleared the restored blocks",
+				"service", s.reg.Key().String(), "dump_seq", s.skipThrough, "first_seq", b.Seq, "blocks", n)
+		}
+	}
+	s.lastSeq, s.hasSeq = b.Seq, true
+	return false
+}
+
+// HoldApplies closes the apply gate until release is called: Apply, Clear and
+// FlushHeld of every subscription wait before taking any lock, so listeners
+// keep their messages queued while a peer's dump is restored (the restore
+// functions are not gated). Holds nest; the gate opens when every hold was
+// released. release is idempotent.
+func (ix *Index) HoldApplies() (release func()) {
+	ix.gateMu.Lock()
+	if ix.gateN == 0 {
+		ch := make(chan struct{})
+		ix.gate.Store(&ch)
+	}
+	ix.gateN++
+	ix.gateMu.Unlock()
+	done := false
+	return func() {
+		ix.gateMu.Lock()
+		defer ix.gateMu.Unlock()
+		if done {
+			return
+		}
+		done = true
+		ix.gateN--
+		if ix.gateN == 0 {
+			ch := ix.gate.Swap(nil)
+			close(*ch)
+		}
+	}
+}
+
+// Gated reports whether the apply gate is closed.
+func (ix *Index) Gated() bool { return ix.gate.Load() != nil }
+
+// waitGate blocks while the apply gate is closed, or until s is aborted.
+func (s *Subscription) waitGate() {
+	if ch := s.ix.gate.Load(); ch != nil {
+		select {
+		case <-*ch:
+		case <-s.closing:
+		}
+	}
+}

@@ -1,0 +1,246 @@
+package httpd
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+)
+
+// dumpScanner splits a streamed /dump into its envelope tokens and whole
+// values without holding the document: the envelope (root object, indexer
+// or stream objects, events arrays) is walked token by token, and each event
+// is read whole into a reused buffer and parsed with jsonReader (exact
+// integers, no encoding/json). Nesting inside one value is bounded by
+// maxJSONDepth and its size by maxDumpValue.
+type dumpScanner struct {
+	r   *bufio.Reader
+	buf []byte // the current value
+	err error
+}
+
+// maxDumpValue bounds one event of a dump (a writer emits at most 256 keys
+// per event, a few KiB to ~30 KiB).
+const maxDumpValue = 16 << 20
+
+func (s *dumpScanner) fail(format string, args ...any) {
+	if s.err == nil {
+		s.err = fmt.Errorf("%w: "+format, append([]any{ErrDumpFormat}, args...)...)
+	}
+}
+
+func (s *dumpScanner) readByte() byte {
+	if s.err != nil {
+		return 0
+	}
+	c, err := s.r.ReadByte()
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		s.fail("%v", err)
+		return 0
+	}
+	return c
+}
+
+// peek returns the next non-space byte without consuming it.
+func (s *dumpScanner) peek() byte {
+	for s.err == nil {
+		c := s.readByte()
+		switch c {
+		case ' ', '\t', '\n', '\r':
+			continue
+		}
+		if s.err == nil {
+			_ = s.r.UnreadByte()
+		}
+		return c
+	}
+	return 0
+}
+
+func (s *dumpScanner) expect(c byte) bool {
+	if got := s.peek(); got != c {
+		s.fail("expected %q, got %q", c, got)
+		return false
+	}
+	s.readByte()
+	return s.err == nil
+}
+
+// more reports whether another member or element follows in the container
+// closed by end, consuming a ',' (or the closing byte, then false). first is
+// true before the first element.
+func (s *dumpScanner) more(end byte, first bool) bool {
+	c := s.peek()
+	if c == end {
+		s.readByte()
+		return false
+	}
+	if !first {
+		if c != ',' {
+			s.fail("expected ',' or %q, got %q", end, c)
+			return false
+		}
+		s.readByte()
+	}
+	return s.err == nil
+}
+
+// key reads a member name and its ':'.
+func (s *dumpScanner) key() string {
+	raw := s.value()
+	if s.err != nil {
+		return ""
+	}
+	var k string
+	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &k) != nil {
+		s.fail("expected a string key")
+		return ""
+	}
+	s.expect(':')
+	return k
+}
+
+// value reads one whole JSON value into s.buf and returns it (valid until
+// the next call). Strings are matched with their escapes; containers by
+// bracket depth; the content is validated by whoever parses it. It scans the
+// reader's buffered bytes in place and copies each scanned run once.
+func (s *dumpScanner) value() []byte {
+	s.buf = s.buf[:0]
+	c := s.peek()
+	if s.err != nil {
+		return nil
+	}
+	if c != '{' && c != '[' && c != '"' {
+		return s.scalar()
+	}
+	depth, inStr, esc := 0, false, false
+	for {
+		chunk, err := s.r.Peek(max(s.r.Buffered(), 1))
+		if len(chunk) == 0 {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			s.fail("%v", err)
+			return nil
+		}
+		end := -1
+	scan:
+		for i, c := range chunk {
+			switch {
+			case inStr:
+				switch {
+				case esc:
+					esc = false
+				case c == '\\':
+					esc = true
+				case c == '"':
+					inStr = false
+					if depth == 0 {
+						end = i
+						break scan
+					}
+				}
+			case c == '"':
+				inStr = true
+			case c == '{' || c == '[':
+				depth++
+				if depth > maxJSONDepth {
+					s.fail("nesting deeper than %d", maxJSONDepth)
+					return nil
+				}
+			case c == '}' || c == ']':
+				depth--
+				if depth < 0 {
+					s.fail("unbalanced %q", c)
+					return nil
+				}
+				if depth == 0 {
+					end = i
+					break scan
+				}
+			}
+		}
+		n := len(chunk)
+		if end >= 0 {
+			n = end + 1
+		}
+		if len(s.buf)+n > maxDumpValue {
+			s.fail("a value exceeds %d bytes", maxDumpValue)
+			return nil
+		}
+		s.buf = append(s.buf, chunk[:n]...)
+		_, _ = s.r.Discard(n)
+		if end >= 0 {
+			return s.buf
+		}
+	}
+}
+
+// scalar reads a number or literal up to the byte that ends it.
+func (s *dumpScanner) scalar() []byte {
+	s.buf = s.buf[:0]
+	s.peek()
+	for s.err == nil {
+		c := s.readByte()
+		if s.err != nil {
+			return nil
+		}
+		switch c {
+		case ',', '}', ']', ' ', '\n', '\t', '\r':
+			_ = s.r.UnreadByte()
+			return s.buf
+		}
+		s.buf = append(s.buf, c)
+		if len(s.buf) > 64 {
+			s.fail("scalar too long")
+			return nil
+		}
+	}
+	return nil
+}
+
+// objReader returns a jsonReader over one object value.
+func objReader(raw []byte, scratch *[]byte) *jsonReader {
+	r := &jsonReader{}
+	r.init(raw, scratch, true)
+	return r
+}
+
+// rawArray returns a jsonReader positioned on an array value's '['.
+func rawArray(raw []byte, scratch *[]byte) *jsonReader {
+	return &jsonReader{b: raw, scratch: scratch, root: true}
+}
+
+// enterObject returns a reader over the object value at r's position that
+// reads it in place (no skip-then-reparse); ok=false (and the value skipped)
+// when the value is not an object. After the sub-reader returned its last
+// key, r.leave(&sub) continues after the object.
+func (r *jsonReader) enterObject() (sub jsonReader, ok bool) {
+	if r.syntax != nil {
+		return jsonReader{}, false
+	}
+	if r.peek() != '{' {
+		r.skipValue(0)
+		return jsonReader{}, false
+	}
+	return jsonReader{b: r.b, pos: r.pos + 1, scratch: r.scratch}, true
+}
+
+// leave resumes r after an object read through enterObject.
+func (r *jsonReader) leave(sub *jsonReader) {
+	if sub.syntax != nil {
+		if r.syntax == nil {
+			r.syntax = sub.syntax
+		}
+		r.state = 2
+		return
+	}
+	if sub.state != 2 {
+		r.fail("nested object not read to its end")
+		return
+	}
+	r.pos = sub.pos
+}
