@@ -497,6 +497,17 @@ func (s *Subscription) Clear(reason string) int {
 	if s.closed {
 		return 0
 	}
+	if s.skipping {
+		// Restored from a peer's dump and not yet past its watermark: what
+		// the transport lost or replaced may all be in the dump. The next
+		// batch decides (recoveredSkip): a sequence that went back (a
+		// publisher restart) or none clears then; a gap ahead clears only
+		// if it passes the watermark.
+		s.clearDeferred = true
+		s.ix.opts.Logger.Info("clear deferred to the next batch (restored dump, below its watermark)",
+			"service", s.reg.Key().String(), "reason", reason, "dump_seq", s.skipThrough)
+		return 0
+	}
 	n := s.clearLocked()
 	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(), "reason", reason, "blocks", n)
 	return n

@@ -334,6 +334,11 @@ type Subscription struct {
 	// batches are skipped.
 	lastSeq, skipThrough uint64
 	hasSeq, skipping     bool
+	// clearDeferred: a Clear arrived while skipping; recvSeq is the sequence
+	// of the last batch received, skipped or not (stream.go recoveredSkip).
+	clearDeferred bool
+	recvSeq       uint64
+	hasRecv       bool
 	// Operands of the bound map-update functions addFn/removeFn (single writer).
 	opID            ownerRef
 	opTier          Tier

@@ -302,9 +302,23 @@ func (s *Subscription) restoreCtx(k *ContextKey) *subCtx {
 // recoveredSkip is called by Apply under s.mu: it records the batch's
 // sequence and reports whether a restored dump already holds the batch.
 func (s *Subscription) recoveredSkip(b *Batch) bool {
+	if s.clearDeferred {
+		s.clearDeferred = false
+		if !b.HasSeq || !s.skipping || !s.hasRecv || b.Seq <= s.recvSeq {
+			// The stream restarted (its sequence went back) or cannot be
+			// placed: the clear the transport asked for (Clear) is due.
+			n := s.clearLocked()
+			s.skipping = false
+			s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(),
+				"reason", "deferred clear: the stream did not continue above the dump", "blocks", n)
+		}
+		// Else the stream continues ahead: batches lost below the dump's
+		// watermark are in the dump; a gap past it clears below.
+	}
 	if !b.HasSeq {
 		return false
 	}
+	s.recvSeq, s.hasRecv = b.Seq, true
 	if s.skipping {
 		if b.Seq <= s.skipThrough {
 			s.ix.counters.RecoveredSkips.Add(1)

@@ -420,3 +420,62 @@ func TestRestoreStreamKeepsStreamOwners(t *testing.T) {
 		t.Fatalf("holdings left after unregister: %v (walk %v)", g, dst.countHoldings())
 	}
 }
+
+// TestRestoreStreamDefersClear: a transport Clear (a stale stream, a
+// publisher restart) that arrives while a restored stream is still below
+// its dump's watermark is decided by the next batch: a gap that ends at or
+// below watermark+1 lost only batches the dump holds (nothing cleared; the
+// batch is skipped as recovered); a sequence that went back is a restart
+// (cleared, then the batch applies); a batch past watermark+1 is a gap past
+// the dump (cleared, counted).
+func TestRestoreStreamDefersClear(t *testing.T) {
+	a := New(Options{})
+	sa := mustRegister(t, a, xxh3Reg("1"))
+	sim := newEngineSim(3, 4)
+	for i := 0; i < 50; i++ {
+		sa.Apply(sim.next(uint64(i)))
+	}
+	var dump collector
+	if err := a.DumpStreams(nil, &dump); err != nil {
+		t.Fatal(err)
+	}
+	if dump.streams[0].Seq != 49 {
+		t.Fatalf("watermark %d", dump.streams[0].Seq)
+	}
+	restored := func() (*Index, *Subscription) {
+		b := New(Options{})
+		sb := mustRegister(t, b, xxh3Reg("1"))
+		dump.restore(t, b)
+		if sb.Apply(&Batch{Seq: 30, HasSeq: true}); b.TierBlocks() != a.TierBlocks() {
+			t.Fatalf("restored %v, source %v", b.TierBlocks(), a.TierBlocks())
+		}
+		return b, sb
+	}
+	// Lost 31..39 (in the dump): nothing cleared.
+	b, sb := restored()
+	if n := sb.Clear("stale: seq 31..39 lost"); n != 0 || b.TierBlocks() != a.TierBlocks() {
+		t.Fatalf("clear below the watermark removed %d blocks: %v", n, b.TierBlocks())
+	}
+	if st := sb.Apply(&Batch{Seq: 40, HasSeq: true}); !st.Recovered || b.TierBlocks() != a.TierBlocks() {
+		t.Fatalf("batch after a gap inside the dump: %+v, holdings %v", st, b.TierBlocks())
+	}
+	// Lost 31..50 (past the dump): cleared when seq 51 comes.
+	b, sb = restored()
+	sb.Clear("stale: seq 31..50 lost")
+	if st := sb.Apply(&Batch{Seq: 51, HasSeq: true}); st.Recovered || b.TierBlocks() != [NumTiers]int{} ||
+		b.Counters().RecoveryGaps.Load() != 1 {
+		t.Fatalf("gap past the dump: %+v, holdings %v", st, b.TierBlocks())
+	}
+	// A restart: the sequence goes back; the new incarnation's batch applies.
+	b, sb = restored()
+	sb.Clear("publisher restart: live seq=0 after seq=30")
+	fresh := newEngineSim(9, 4).next(0)
+	if st := sb.Apply(fresh); st.Recovered || st.Stored == 0 {
+		t.Fatalf("restart: %+v", st)
+	}
+	want := New(Options{})
+	mustRegister(t, want, xxh3Reg("1")).Apply(newEngineSim(9, 4).next(0))
+	if b.TierBlocks() != want.TierBlocks() {
+		t.Fatalf("after the restart: holdings %v, want only the new incarnation's %v", b.TierBlocks(), want.TierBlocks())
+	}
+}

@@ -345,6 +345,11 @@ func TestReplicaRecovery(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 
 	b := startReplica(t, config, append(args, "--peers", "http://"+a.dyn)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("B's log:\n%s", b.logs)
+		}
+	})
 	select {
 	case line := <-b.recovered:
 		t.Logf("B: %s", line)
