@@ -20,8 +20,8 @@ type RunOptions struct {
 	// QueryAddr is where the query surface listens when that is not Addr
 	// (the rpc surface's rpc_server_port). Default Addr.
 	QueryAddr string
-	Groups  []*Group
-	Source  Source
+	Groups    []*Group
+	Source    Source
 	// Requests bounds the workload (0: until Source ends or Duration).
 	Requests int
 	// Duration bounds the ingest phases (0: none).

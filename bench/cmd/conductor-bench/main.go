@@ -307,8 +307,8 @@ type server struct {
 	cmd     *exec.Cmd
 	addr    string
 	rpcAddr string // the RPC surface, when spawned with it
-	done chan struct{}
-	dir  string
+	done    chan struct{}
+	dir     string
 }
 
 // spawn starts bin on a free loopback port with an empty configuration file and
