@@ -17,7 +17,7 @@ BENCH_E2E_TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
 BENCH_E2E_LIMIT ?= 4000
 BENCH_E2E_OUT ?= bench/results
 
-.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-build bench-smoke bench-e2e clean
+.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e clean
 
 all: build
 
@@ -89,6 +89,13 @@ test: deps vet fmt-check race unit fuzz-smoke python-test bench-smoke
 # endpoints, SIGKILL during ingest, registration churn, disk full, fd exhaustion.
 test-faults: deps
 	CONDUCTOR_FAULTS=full $(GO) test -count=1 -timeout 20m -v -run 'TestFault|TestFDExhaustion|TestState' ./cmd/conductor
+
+# bench-report regenerates BENCHMARKS.md's generated (in-process) tables
+# with -count=$(COUNT) and benchstat; SUITES= picks some (hash core-apply
+# core-query wire httpd). Run it on a quiet machine: about 20 minutes.
+COUNT ?= 6
+bench-report: deps
+	COUNT=$(COUNT) $(if $(SUITES),SUITES="$(SUITES)") ./bench/report.sh
 
 bench: deps
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...

@@ -99,7 +99,7 @@ var listeningRE = regexp.MustCompile(`HTTP server listening.*addr=(\S+)`)
 // its address. It is killed at cleanup.
 func startServer(tb testing.TB, args ...string) *serverProc {
 	tb.Helper()
-	all := append([]string{"--http-port", "0", "--listen", "127.0.0.1", "--config", "/nonexistent/conductor.json",
+	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--config", "/nonexistent/conductor.json",
 		"--state-dir", "", "--log-level", "info"}, args...)
 	cmd := exec.Command(conductorBinary(tb), all...)
 	logs := &lockedBuffer{}

@@ -404,6 +404,9 @@ func FuzzHTTPRegister(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded registration rejected: %v (%+v)", err, reg)
 		}
+		// additionalsalt is JSON-only (the msgpack dialect refuses it): the
+		// msgpack round trip carries everything else.
+		reg.AdditionalSalt = ""
 		if !sameRegistration(reg, again) {
 			t.Fatalf("round trip changed the registration:\n%+v\n%+v", reg, again)
 		}
@@ -411,7 +414,7 @@ func FuzzHTTPRegister(f *testing.F) {
 }
 
 func encodeRegistration(r core.Registration) []byte {
-	n := 10
+	n := 9
 	if r.CacheGroup != nil {
 		n++
 	}
@@ -420,8 +423,7 @@ func encodeRegistration(r core.Registration) []byte {
 	}
 	b := msgp.AppendMapHeader(nil, uint32(n))
 	for _, kv := range [][2]string{{"endpoint", r.Endpoint}, {"replay_endpoint", r.ReplayEndpoint}, {"type", r.Type.String()},
-		{"modelname", r.ModelName}, {"lora_name", r.LoraName}, {"tenant_id", r.TenantID}, {"instance_id", r.InstanceID},
-		{"additionalsalt", r.AdditionalSalt}} {
+		{"modelname", r.ModelName}, {"lora_name", r.LoraName}, {"tenant_id", r.TenantID}, {"instance_id", r.InstanceID}} {
 		b = msgp.AppendString(b, kv[0])
 		b = msgp.AppendString(b, kv[1])
 	}

@@ -128,13 +128,16 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 		if i := firstNegative(tokens); i >= 0 {
 			return &TokenError{Index: i, Value: tokens[i], Err: ErrNegativeToken}
 		}
+		// Size scratch by the tokens a block can actually hold: the partial
+		// tail means blocks > 0 even when blockSize dwarfs the prompt (a
+		// registration may say 2^40), see TestChainHugeBlockSize.
 		if p.Strategy == StrategySGLang {
 			blocks = ceilDiv(len(tokens), blockSize)
-			need = 32 + 4*blockSize
+			need = 32 + 4*min(blockSize, logical)
 		} else {
 			logical = max(len(tokens)-1, 0)
 			blocks = ceilDiv(logical, blockSize)
-			need = 32 + 8*blockSize
+			need = 32 + 8*min(blockSize, logical)
 		}
 		need = max(need, len(sglangSaltPrefix)+len(salt))
 	default:
@@ -145,7 +148,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 	c.tokens, c.salt = tokens, salt
 	if blocks > 0 && c.memo != nil && p.Strategy != StrategyXXH3 {
 		c.mOn = true
-		need = max(need, 16+4*(blockSize+1), len(memoTagDomain)+3+32+8*4+len(p.Spec.PythonHashSeed)+len(lora)+len(salt))
+		need = max(need, 16+4*(min(blockSize, logical)+1), len(memoTagDomain)+3+32+8*4+len(p.Spec.PythonHashSeed)+len(lora)+len(salt))
 		c.buf = appendMemoTag(c.buf[:0], p, blockSize, lora, salt)
 		c.mKey = xxh3.Hash128Seed(c.buf, c.memo.seed)
 	}

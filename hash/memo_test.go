@@ -373,3 +373,25 @@ func TestMemoSlotIsOneCacheLine(t *testing.T) {
 		t.Fatalf("counter size %d, want 64", got)
 	}
 }
+
+// TestChainHugeBlockSize: a block size far beyond the prompt (any positive
+// int64 is a valid registration) gives one partial block under the sglang
+// strategies, hashed with scratch sized by the prompt, not by the block size
+// (which used to ask for terabytes and kill the process), memo on or off.
+func TestChainHugeBlockSize(t *testing.T) {
+	tokens := testTokens(10)
+	for _, sp := range []Spec{{"sglang", "sha256_raw", "0", "first64_be"}, {"sglang_bigram", "sha256_raw", "0", "first64_be"}} {
+		p := mustResolve(t, sp)
+		for _, bs := range []int{1 << 40, 1<<62 + 3} {
+			want := refChain(&p, tokens, bs, nil, []byte("s"))
+			for _, memo := range []*Memo{nil, NewMemo(1 << 16)} {
+				var c Chain
+				c.SetMemo(memo)
+				got := walkChain(t, &c, &p, tokens, bs, nil, []byte("s"))
+				if len(want) != 1 || !equalU64(got, want) || cap(c.buf) > 1<<12 {
+					t.Fatalf("%v bs=%d memo=%v: got %x want %x (scratch %d B)", sp.Strategy, bs, memo != nil, got, want, cap(c.buf))
+				}
+			}
+		}
+	}
+}

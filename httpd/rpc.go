@@ -147,7 +147,13 @@ func (r *RPCServer) Handler(ctx *fasthttp.RequestCtx) {
 	}
 	switch {
 	case rerr != nil:
-		ret = r.writeFailure(ctx, st, m, rerr.status(), RetRPCFail, rerr)
+		// A body the request itself makes unusable (too large, cut short) is
+		// the caller's parameters; auth and a full budget are not.
+		code := RetRPCFail
+		if s := rerr.status(); s == 400 || s == 413 {
+			code = RetInvalidParams
+		}
+		ret = r.writeFailure(ctx, st, m, rerr.status(), code, rerr)
 	case m == rpcOther:
 		ret = r.writeFailure(ctx, st, m, 404, RetRPCFail,
 			reqErr(errRPCMethod, "", "unknown RPC method; want POST /rpc/{Query,Register,Unregister,GetGlobalView,ListServices}"))

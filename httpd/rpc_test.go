@@ -599,12 +599,12 @@ func (f unregisterFailing) Unregister(core.ServiceKey) (core.Registration, error
 // reason than an unknown subscription), with the cause in "error".
 func TestRPCInternalError(t *testing.T) {
 	env := newRPCEnv(t, Options{})
-	env.s.reg = failingRegistrar{env.reg}
+	env.s.gate.reg = failingRegistrar{env.reg}
 	got := rpcCall(t, env.r, "Register", jsonEnc(pyReg()))
 	checkRet(t, got, RetInternalError, "", "")
 	if m := decodeMap(t, got); !strings.Contains(m["error"].(string), "Failed to subscribe") || len(m) != 2 {
 		t.Fatalf("body %s", got.body)
 	}
-	env.s.reg = unregisterFailing{env.reg}
+	env.s.gate.reg = unregisterFailing{env.reg}
 	checkRet(t, rpcCall(t, env.r, "Unregister", `{"instance_id":"x"}`), RetInternalError, "", "")
 }

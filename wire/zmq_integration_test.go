@@ -664,7 +664,9 @@ func TestZMQUnregisterRemovesContributions(t *testing.T) {
 			}
 		}
 	}()
-	time.Sleep(20 * time.Millisecond) // let some batches be in flight (not an assertion)
+	// Unregister while batches flow: wait until the publishing loop's batches
+	// are being applied (block 2 is its first), not for a guessed duration.
+	waitFor(t, "the publishing loop applied", func() bool { return h.holds("vllm-a", 2) })
 	if _, err := h.g.Unregister(k); err != nil {
 		t.Fatal(err)
 	}

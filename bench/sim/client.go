@@ -35,12 +35,16 @@ type Client interface {
 type ClientFactory func() (Client, error)
 
 // Surfaces NewClient knows.
-var Surfaces = []string{"msgpack", "json"}
+var Surfaces = []string{"msgpack", "json", "rpc"}
 
 // NewClient returns a factory for a surface of the indexer at addr (host:port):
 //
 //	msgpack  Mooncake indexer API, msgpack dialect (the C++ conductor's), token_ids as an int32 LE bin
 //	json     Mooncake indexer API, JSON dialect (RFC #1403)
+//	rpc      the Python ConductorClient's RPC surface (POST /rpc/Query on the
+//	         rpc_server_port; addr is that port), msgpack request with an
+//	         int32 LE token bin as the Python client sends it, JSON answer
+//	         {"ret", "hits"}
 //
 // Both compare the cumulative lowercase fields (device, cpu_local, cpu_share,
 // disk, dp, rank_matches, longest_matched), which every Mooncake-compatible
@@ -51,6 +55,8 @@ func NewClient(surface, addr string, timeout time.Duration) (ClientFactory, erro
 		return func() (Client, error) { return &mooncakeClient{h: newHTTPConn(addr, timeout)}, nil }, nil
 	case "json":
 		return func() (Client, error) { return &mooncakeClient{h: newHTTPConn(addr, timeout), json: true}, nil }, nil
+	case "rpc":
+		return func() (Client, error) { return &rpcClient{h: newHTTPConn(addr, timeout)}, nil }, nil
 	}
 	return nil, fmt.Errorf("sim: unknown query surface %q (want %s)", surface, strings.Join(Surfaces, ", "))
 }
@@ -79,6 +85,61 @@ func (c *mooncakeClient) Query(q *Query, a *Answer) error {
 		return err
 	}
 	return parseMsgpackAnswer(resp, a)
+}
+
+// rpcClient queries the Python client's RPC surface.
+type rpcClient struct {
+	h    *httpConn
+	body []byte
+}
+
+func (c *rpcClient) Close() { c.h.close() }
+
+func (c *rpcClient) Query(q *Query, a *Answer) error {
+	a.Reset()
+	c.body = appendRPCQuery(c.body[:0], q)
+	resp, err := c.h.post("/rpc/Query", "application/msgpack", c.body)
+	if err != nil {
+		return err
+	}
+	return parseRPCAnswer(resp, a)
+}
+
+// appendRPCQuery is the Python client's Query request: the Mooncake msgpack
+// body with the Python argument names.
+func appendRPCQuery(dst []byte, q *Query) []byte {
+	dst = msgp.AppendMapHeader(dst, 3)
+	dst = msgp.AppendString(dst, "model_name")
+	dst = msgp.AppendString(dst, q.Model)
+	dst = msgp.AppendString(dst, "block_size")
+	dst = msgp.AppendInt(dst, q.BlockSize)
+	dst = msgp.AppendString(dst, "token_ids")
+	dst = msgp.AppendBytesHeader(dst, uint32(4*len(q.Tokens)))
+	for _, t := range q.Tokens {
+		dst = binary.LittleEndian.AppendUint32(dst, uint32(t))
+	}
+	return dst
+}
+
+// parseRPCAnswer reads {"ret": 0, "hits": {id: row}}; a non-zero ret is an
+// error carrying the server's message.
+func parseRPCAnswer(b []byte, a *Answer) error {
+	var top struct {
+		Ret   *int               `json:"ret"`
+		Error string             `json:"error"`
+		Hits  map[string]jsonRow `json:"hits"`
+	}
+	if err := json.Unmarshal(b, &top); err != nil {
+		return fmt.Errorf("sim: rpc answer: %w", err)
+	}
+	if top.Ret == nil || *top.Ret != 0 {
+		return fmt.Errorf("sim: rpc answer: ret %v: %s", top.Ret, top.Error)
+	}
+	wrapped, err := json.Marshal(map[string]map[string]jsonRow{"default": top.Hits})
+	if err != nil {
+		return err
+	}
+	return parseJSONAnswer(wrapped, a)
 }
 
 func appendMsgpackQuery(dst []byte, q *Query) []byte {

@@ -211,18 +211,25 @@ func (e *Engine) serve(r int, keys, native []uint64, tokens []int32, stepBlocks 
 }
 
 // clear empties the rank's pools (and forgets its sentinel) and queues an
-// AllBlocksCleared.
+// AllBlocksCleared; a standardized publisher clears each of its medium
+// streams with a `cleared` of its own (seed 000: a cleared purges exactly its
+// stream's dimensions, medium included).
 func (e *Engine) clear(rs *rankState) {
 	for t, l := range rs.tiers {
 		if l != nil {
 			rs.tiers[t] = newLRU(l.cap)
+			if e.cfg.Dialect == Standard {
+				rs.evs = append(rs.evs, event{kind: evCleared, tier: t})
+			}
 		}
 	}
 	rs.hasSentinel = false
 	if rs.native != nil {
 		rs.native = make(map[uint64]uint64)
 	}
-	rs.evs = append(rs.evs, event{kind: evCleared, tier: tierDevice})
+	if e.cfg.Dialect != Standard {
+		rs.evs = append(rs.evs, event{kind: evCleared, tier: tierDevice})
+	}
 }
 
 // reachable: the rank holds k on any rank-owned tier, or the shared store does.

@@ -15,10 +15,13 @@ import (
 // simulated engines into an indexer while a query load runs, check answers
 // against the ground truth, and report.
 type RunOptions struct {
-	Addr    string // indexer host:port
+	Addr    string // indexer host:port (registrations, quiescing, and queries unless QueryAddr)
 	Surface string // query surface (Surfaces); default msgpack
-	Groups  []*Group
-	Source  Source
+	// QueryAddr is where the query surface listens when that is not Addr
+	// (the rpc surface's rpc_server_port). Default Addr.
+	QueryAddr string
+	Groups    []*Group
+	Source    Source
 	// Requests bounds the workload (0: until Source ends or Duration).
 	Requests int
 	// Duration bounds the ingest phases (0: none).
@@ -122,7 +125,11 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	if len(o.Groups) == 0 || o.Source == nil {
 		return nil, errors.New("sim: Run needs groups and a source")
 	}
-	factory, err := NewClient(o.Surface, o.Addr, 10*time.Second)
+	qaddr := o.QueryAddr
+	if qaddr == "" {
+		qaddr = o.Addr
+	}
+	factory, err := NewClient(o.Surface, qaddr, 10*time.Second)
 	if err != nil {
 		return nil, err
 	}

@@ -166,3 +166,27 @@ func TestRunVerifyJSONSurface(t *testing.T) {
 		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
 	}
 }
+
+// TestRunVerifyRPCSurface: the same exact checks through the Python client's
+// RPC surface (msgpack request, {"ret", "hits"} answer).
+func TestRunVerifyRPCSurface(t *testing.T) {
+	addr, rpcAddr := startConductorRPC(t)
+	g, err := NewGroup(GroupConfig{Model: "smoke-rpc", Policy: RoundRobin, Engines: []EngineConfig{
+		{ID: "r-a", Dialect: VLLMMap, Ranks: 2, Device: 120, Host: 120}, {ID: "r-b", Dialect: VLLMArray, Device: 100, Disk: 100}},
+		Profile: hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, RunOptions{Addr: addr, QueryAddr: rpcAddr, Surface: "rpc", Groups: []*Group{g}, Source: smokeSource(),
+		Requests: 60, Concurrency: 2, QueryRate: 500, QueryOnly: 300 * time.Millisecond, Verify: true, VerifyEvery: 30,
+		VerifySample: 16, QuiesceTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
+		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
+	}
+}

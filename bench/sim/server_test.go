@@ -18,6 +18,13 @@ import (
 // startConductor runs conductor's index, ZMQ ingester and HTTP server in this
 // process (wired as cmd/conductor wires them) on 127.0.0.1:0.
 func startConductor(tb testing.TB) string {
+	addr, _ := startConductorRPC(tb)
+	return addr
+}
+
+// startConductorRPC is startConductor with the Python client's RPC surface
+// on a second listener; it returns both addresses.
+func startConductorRPC(tb testing.TB) (httpAddr, rpcAddr string) {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ix := core.New(core.Options{Logger: log})
@@ -33,12 +40,19 @@ func startConductor(tb testing.TB) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	rln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rpc := httpd.NewRPC(srv)
 	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = rpc.Serve(rln) }()
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
+		_ = rpc.Shutdown(ctx)
 		ing.Close()
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), rln.Addr().String()
 }

@@ -63,6 +63,9 @@ type settings struct {
 	maxRegistration int
 	maxConns        int
 	maxInflightBody int64
+	rxQueueBytes    int
+	rxQueuedBytes   int64
+	maxMessageBytes int64
 	contextSizeHint int
 	shutdownTimeout time.Duration
 
@@ -97,7 +100,13 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		"request-body bytes all connections may hold at once (declared lengths count; past it → 503)")
 	fs.IntVar(&s.maxConns, "max-connections", httpd.DefaultMaxConns, "most open HTTP connections over every surface (past it → 503 and close)")
 	fs.IntVar(&s.maxQueryTokens, "max-query-tokens", 0, "most token_ids / seq_hashes per query (default 1048576)")
-	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations, "most registrations (past it → 400 limit_exceeded)")
+	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations,
+		fmt.Sprintf("most registrations, at most %d (past it → 400 limit_exceeded)", wire.MaxListenersLimit))
+	fs.IntVar(&s.rxQueueBytes, "receive-queue-bytes", wire.DefaultReceiveQueueBytes,
+		"bytes one registration's receive queue may hold during a replay (past it: dropped, counted, healed as a gap)")
+	fs.Int64Var(&s.rxQueuedBytes, "max-queued-bytes", wire.DefaultMaxQueuedBytes, "bytes all receive queues together may hold")
+	fs.Int64Var(&s.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes,
+		"largest ZMQ message (all frames) accepted from a publisher (larger: dropped as a decode error, a gap)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&s.stateDir, "state-dir", defaultStateDir(),
@@ -124,6 +133,13 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	if s.httpPort > 65535 || s.httpPort < -1 {
 		return s, fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
+	}
+	if s.maxRegistration > wire.MaxListenersLimit {
+		return s, fmt.Errorf("--max-registrations=%d: at most %d (each waiting registration holds an OS thread)",
+			s.maxRegistration, wire.MaxListenersLimit)
+	}
+	if s.rxQueueBytes <= 0 || s.rxQueuedBytes <= 0 || s.maxMessageBytes <= 0 {
+		return s, fmt.Errorf("--receive-queue-bytes, --max-queued-bytes and --max-message-bytes must be > 0")
 	}
 	if s.maxConns <= 0 || s.maxInflightBody <= 0 || s.maxRegistration <= 0 || s.maxBodyBytes < 0 || s.maxQueryTokens < 0 {
 		return s, fmt.Errorf("--max-connections, --max-inflight-body-bytes and --max-registrations must be > 0, " +
@@ -336,7 +352,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	ix := core.New(ixOpts)
 	// One listener per registration: the Ingester's limit follows the index's
 	// (wire.MaxListenersLimit caps both; above it NewIngester refuses to start).
-	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log, MaxListeners: fds.registrations})
+	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log, MaxListeners: fds.registrations,
+		ReceiveQueueBytes: s.rxQueueBytes, MaxQueuedBytes: s.rxQueuedBytes, MaxMessageBytes: s.maxMessageBytes})
 	if err != nil {
 		log.Error("cannot start the ingester", "err", err)
 		return nil, 1

@@ -15,7 +15,7 @@ import (
 func TestDemo(t *testing.T) {
 	dir := t.TempDir()
 	out, logs := &syncBuffer{}, &syncBuffer{}
-	args := []string{"--demo", "--http-port", "0", "--listen", "127.0.0.1", "--shutdown-timeout", "5s"}
+	args := []string{"--demo", "--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--shutdown-timeout", "5s"}
 	a, code := newApp(args, envOf(map[string]string{"CONDUCTOR_CONFIG_PATH": filepath.Join(dir, "none.json"), "HOME": dir}), out, logs)
 	if a == nil {
 		t.Fatalf("newApp: exit %d\n%s", code, logs)

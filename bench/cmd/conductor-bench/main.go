@@ -65,6 +65,7 @@ type flags struct {
 	duration               time.Duration
 	ingestRate             float64
 	surface                string
+	queryAddr              string
 	concurrency            int
 	qps                    float64
 	queryOnly              time.Duration
@@ -105,6 +106,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.DurationVar(&f.duration, "duration", 0, "stop replaying after this long (0 = no limit)")
 	fs.Float64Var(&f.ingestRate, "ingest-rate", 0, "requests per second (0 = as fast as possible)")
 	fs.StringVar(&f.surface, "surface", "msgpack", "query surface: "+strings.Join(sim.Surfaces, ", "))
+	fs.StringVar(&f.queryAddr, "query-addr", "", "host:port of the query surface when it is not -addr (the rpc surface's port; -spawn sets it)")
 	fs.IntVar(&f.concurrency, "concurrency", 4, "query connections")
 	fs.Float64Var(&f.qps, "qps", 0, "open-loop query rate in total (0 = closed loop)")
 	fs.DurationVar(&f.queryOnly, "query-only", 3*time.Second, "query-only phase on the quiescent index (0 = skip)")
@@ -222,17 +224,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	defer g.Close()
 
-	addr, pid := f.addr, f.serverPID
+	addr, pid, qaddr := f.addr, f.serverPID, f.queryAddr
 	if f.spawn != "" {
-		srv, err := spawn(ctx, f.spawn, strings.Fields(f.spawnArgs), stderr)
+		srv, err := spawn(ctx, f.spawn, strings.Fields(f.spawnArgs), f.surface == "rpc", stderr)
 		if err != nil {
 			return fail(1, err)
 		}
 		defer srv.stop() // before g.Close: the server stops before its publishers vanish
 		addr, pid = srv.addr, srv.cmd.Process.Pid
+		if srv.rpcAddr != "" {
+			qaddr = srv.rpcAddr
+		}
 	}
 
-	o := sim.RunOptions{Addr: addr, Surface: f.surface, Groups: []*sim.Group{g}, Source: src, Requests: requests,
+	o := sim.RunOptions{Addr: addr, QueryAddr: qaddr, Surface: f.surface, Groups: []*sim.Group{g}, Source: src, Requests: requests,
 		Duration: f.duration, IngestRate: f.ingestRate, Concurrency: f.concurrency, QueryRate: f.qps,
 		QueryOnly: f.queryOnly, Verify: f.verify, VerifyEvery: f.verifyEvery, VerifySample: f.verifyN,
 		SweepRates: rates, SweepTime: f.sweepTime, ServerPID: pid, Seed: f.seed}
@@ -299,21 +304,34 @@ func writeReport(rep *sim.Report, f *flags, stdout io.Writer) error {
 
 // server is a spawned conductor.
 type server struct {
-	cmd  *exec.Cmd
-	addr string
-	done chan struct{}
-	dir  string
+	cmd     *exec.Cmd
+	addr    string
+	rpcAddr string // the RPC surface, when spawned with it
+	done    chan struct{}
+	dir     string
 }
 
 // spawn starts bin on a free loopback port with an empty configuration file and
 // waits until /health answers.
-func spawn(ctx context.Context, bin string, extra []string, stderr io.Writer) (*server, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func spawn(ctx context.Context, bin string, extra []string, withRPC bool, stderr io.Writer) (*server, error) {
+	free := func() (int, error) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer ln.Close()
+		return ln.Addr().(*net.TCPAddr).Port, nil
+	}
+	port, err := free()
 	if err != nil {
 		return nil, err
 	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	rpcPort := 0
+	if withRPC {
+		if rpcPort, err = free(); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := os.MkdirTemp("", "conductor-bench")
 	if err != nil {
 		return nil, err
@@ -323,10 +341,10 @@ func spawn(ctx context.Context, bin string, extra []string, stderr io.Writer) (*
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	// RPC off unless extra turns it on (no fixed port shared between runs);
+	// RPC on a free port of its own when the rpc surface is queried, else off
 	// durable state in the run's own directory.
 	args := append([]string{"--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "WARN",
-		"--rpc-port", "0", "--state-dir", filepath.Join(dir, "state")}, extra...)
+		"--rpc-port", strconv.Itoa(rpcPort), "--state-dir", filepath.Join(dir, "state")}, extra...)
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {
@@ -334,6 +352,9 @@ func spawn(ctx context.Context, bin string, extra []string, stderr io.Writer) (*
 		return nil, err
 	}
 	s := &server{cmd: cmd, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{}), dir: dir}
+	if rpcPort != 0 {
+		s.rpcAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rpcPort))
+	}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
