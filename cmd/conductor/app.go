@@ -70,6 +70,7 @@ type settings struct {
 	shutdownTimeout time.Duration
 
 	stateDir       string
+	snapInterval   time.Duration
 	adminToken     string
 	adminTokenFile string
 	queryToken     string
@@ -109,6 +110,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		"largest ZMQ message (all frames) accepted from a publisher (larger: dropped as a decode error, a gap)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fs.DurationVar(&s.snapInterval, "snapshot-interval", 5*time.Minute,
+		"with --state-dir: write an index snapshot this often and at shutdown, restored at start (0: only at shutdown; negative: never)")
 	fs.StringVar(&s.stateDir, "state-dir", defaultStateDir(),
 		`directory for durable registrations ("" = off; default $XDG_STATE_HOME/conductor, else ~/.local/state/conductor)`)
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token for mutating and introspection endpoints (visible in process lists: prefer --admin-token-file or $CONDUCTOR_ADMIN_TOKEN)")
@@ -236,6 +239,7 @@ type app struct {
 	ln              net.Listener
 	gate            *httpd.Gate
 	state           *stateStore
+	snap            *snapshotter // nil: no snapshots
 	rpc             *httpd.RPCServer // nil when the RPC port is 0
 	rpcLn           net.Listener
 	static          []staticEntry
@@ -404,6 +408,9 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	}
 	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
 		shutdownTimeout: s.shutdownTimeout}
+	if state != nil && s.snapInterval >= 0 {
+		a.snap = &snapshotter{dir: s.stateDir, interval: s.snapInterval}
+	}
 	var pprofSrv *http.Server
 	if s.pprofAddr != "" {
 		var pln net.Listener
@@ -525,8 +532,16 @@ func (a *app) Addr() string { return a.ln.Addr().String() }
 // serve runs the HTTP server and the static registrations until ctx is done,
 // then shuts down: stop accepting, drain in-flight requests, stop subscribers.
 func (a *app) serve(ctx context.Context) int {
+	restoreSnapshot, haveSnapshot := a.snapshotGate() // holds applies until the snapshot is in
 	a.restoreState()
+	if haveSnapshot {
+		// The snapshot's sections need their registrations: the
+		// configuration file's are made now, not in the background.
+		a.registerStatic(context.Background())
+	}
+	restoreSnapshot()
 	a.persist()
+	a.startSnapshots()
 	a.log.Info("HTTP server listening", "addr", a.Addr())
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- a.srv.Serve(a.ln) }()
@@ -546,7 +561,9 @@ func (a *app) serve(ctx context.Context) int {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		a.registerStatic(staticCtx)
+		if !haveSnapshot {
+			a.registerStatic(staticCtx)
+		}
 		a.dp.start(staticCtx, a)
 	}()
 
@@ -579,6 +596,7 @@ func (a *app) serve(ctx context.Context) int {
 	if a.pprof != nil {
 		a.pprof.Close()
 	}
+	a.stopSnapshots()
 	a.ing.Close()
 	demo.close()
 	a.log.Info("conductor stopped")
