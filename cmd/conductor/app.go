@@ -239,7 +239,7 @@ type app struct {
 	ln              net.Listener
 	gate            *httpd.Gate
 	state           *stateStore
-	snap            *snapshotter // nil: no snapshots
+	snap            *snapshotter     // nil: no snapshots
 	rpc             *httpd.RPCServer // nil when the RPC port is 0
 	rpcLn           net.Listener
 	static          []staticEntry
