@@ -2,9 +2,14 @@ package httpd
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -167,6 +172,70 @@ func BenchmarkDump(b *testing.B) {
 				cancel()
 				d, _ = newDynamo(ix, newCoreRegistrar(ix), DynamoOptions{Logger: quietLogger()}) // a fresh server for the next iteration
 				_ = d.AddIndexer("m", "default", 16)
+				runtime.KeepAlive(rix)
+			}
+		})
+	}
+}
+
+// BenchmarkSnapshotFile: what a warm restart costs (cmd/conductor's
+// snapshot): the main form written to a file, SHA-256 of it (the meta's
+// checksum), fsync; then, at start, the checksum verified and the file
+// restored into a fresh index with the same registration.
+func BenchmarkSnapshotFile(b *testing.B) {
+	for _, n := range []int{1_000_000, 10_000_000} {
+		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
+			ix, _ := buildDumpIndex(b, n)
+			holdings := ix.TierBlocks()
+			path := filepath.Join(b.TempDir(), "index.snapshot")
+			b.ResetTimer()
+			for it := 0; it < b.N; it++ {
+				start, cpu0 := time.Now(), cpuTime()
+				f, err := os.Create(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h := sha256.New()
+				w := bufio.NewWriterSize(io.MultiWriter(f, h), 1<<20)
+				if err := WriteDump(ix, w); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				size, _ := f.Seek(0, io.SeekCurrent)
+				f.Close()
+				sum := h.Sum(nil)
+				b.ReportMetric(time.Since(start).Seconds(), "write_s")
+				b.ReportMetric((cpuTime() - cpu0).Seconds(), "write_cpu_s")
+				b.ReportMetric(float64(size)/1e6, "MB")
+
+				rix := core.New(core.Options{Logger: quietLogger(), ContextSizeHint: n})
+				rd, _ := newDynamo(rix, newCoreRegistrar(rix), DynamoOptions{Logger: quietLogger()})
+				if err := rd.Register(DynamoWorker{InstanceID: 1, Endpoint: "tcp://127.0.0.1:1", ModelName: "m", BlockSize: 16}); err != nil {
+					b.Fatal(err)
+				}
+				start, cpu0 = time.Now(), cpuTime()
+				rf, err := os.Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h.Reset()
+				if _, err := io.Copy(h, rf); err != nil || !bytes.Equal(h.Sum(nil), sum) {
+					b.Fatal("checksum", err)
+				}
+				if _, err := rf.Seek(0, io.SeekStart); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := RestoreDump(rix, rf, rd); err != nil {
+					b.Fatal(err)
+				}
+				rf.Close()
+				b.ReportMetric(time.Since(start).Seconds(), "restore_s")
+				b.ReportMetric((cpuTime() - cpu0).Seconds(), "restore_cpu_s")
+				if rix.TierBlocks() != holdings {
+					b.Fatalf("restored %v, source %v", rix.TierBlocks(), holdings)
+				}
 				runtime.KeepAlive(rix)
 			}
 		})
