@@ -76,6 +76,11 @@ type Registration struct {
 	// registration named none and the xxh3 default applies.
 	Profile         hash.Profile
 	ProfileExplicit bool
+	// Origin names the surface whose own registry holds the registration
+	// besides the index ("dynamo" for the Dynamo dialect's workers, "" for
+	// the Mooncake API, RPC and configuration files), so a restored
+	// registration goes back into that registry (cmd/conductor's state file).
+	Origin string
 	// Owner is the identity that made the registration (the bearer token's
 	// name; "admin" for the admin token and configuration files, "" on an
 	// open surface). Only the owner or the admin may unregister it

@@ -41,8 +41,23 @@ func (d *Dynamo) registration(w *DynamoWorker) core.Registration {
 		Endpoint: w.Endpoint, ReplayEndpoint: w.ReplayEndpoint, Type: t,
 		ModelName: ck.ModelName, LoraName: ck.LoraName, TenantID: ck.TenantID, BlockSize: ck.BlockSize,
 		InstanceID: strconv.FormatUint(w.InstanceID, 10), DPRank: int32(w.DPRank),
-		Profile: hash.DefaultProfile(),
+		Profile: hash.DefaultProfile(), Origin: DynamoOrigin,
 	}
+}
+
+// DynamoOrigin is core.Registration.Origin of Dynamo workers.
+const DynamoOrigin = "dynamo"
+
+// Restore registers again, on behalf of who, a worker registration this
+// surface made before a restart (Origin DynamoOrigin, from the durable state
+// file), rebuilding the Dynamo registry with it.
+func (d *Dynamo) Restore(who Principal, r core.Registration) error {
+	id, err := strconv.ParseUint(r.InstanceID, 10, 64)
+	if err != nil || r.DPRank < 0 {
+		return fmt.Errorf("restore: %s is not a Dynamo worker key: %w", r.Key(), core.ErrInvalid)
+	}
+	return d.register(who, DynamoWorker{InstanceID: id, Endpoint: r.Endpoint, ReplayEndpoint: r.ReplayEndpoint,
+		ModelName: r.ModelName, RoutingGroup: r.TenantID, BlockSize: r.BlockSize, DPRank: uint32(r.DPRank), Type: r.Type})
 }
 
 // Register registers one worker rank with Dynamo's rules: the indexer's block

@@ -50,6 +50,7 @@ type stateDoc struct {
 // stateEntry is one registration: its owner and its /register JSON body.
 type stateEntry struct {
 	Owner    string          `json:"owner"`
+	Origin   string          `json:"origin,omitempty"` // core.Registration.Origin
 	Register json.RawMessage `json:"register"`
 }
 
@@ -108,7 +109,7 @@ func (s *stateStore) save(regs []core.Registration) error {
 		if err != nil {
 			return err
 		}
-		entries = append(entries, stateEntry{Owner: regs[i].Owner, Register: b})
+		entries = append(entries, stateEntry{Owner: regs[i].Owner, Origin: regs[i].Origin, Register: b})
 	}
 	sort.Slice(entries, func(i, j int) bool { return bytes.Compare(entries[i].Register, entries[j].Register) < 0 })
 	body, err := json.Marshal(entries)
@@ -233,8 +234,14 @@ func (a *app) restoreState() {
 	ok, failed := 0, 0
 	for _, e := range ld.entries {
 		reg, err := httpd.DecodeRegistration(e.Register, true, httpd.DecodeOptions{})
-		if err == nil {
-			_, err = a.gate.Register(httpd.Principal{Name: e.Owner, Admin: true}, reg)
+		who := httpd.Principal{Name: e.Owner, Admin: true}
+		switch {
+		case err != nil:
+		case e.Origin == httpd.DynamoOrigin && a.dp != nil && a.dp.dyn != nil:
+			// back into the Dynamo registry too (its indexer and worker)
+			err = a.dp.dyn.Restore(who, reg)
+		default:
+			_, err = a.gate.Register(who, reg)
 		}
 		if err != nil {
 			failed++

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -230,4 +231,39 @@ func TestStateSurvivesSIGKILL(t *testing.T) {
 		t.Fatalf("services after restart: %v", svcs)
 	}
 	waitFor(t, "hit after restart (replayed)", func() bool { return hit(c2) })
+}
+
+// TestStateDynamoWorkersComeBack: a worker registered on the Dynamo port is
+// durable too, and after a restart it is back in the Dynamo registry (its
+// indexer answers /query, /workers lists it), not only in the index.
+func TestStateDynamoWorkersComeBack(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	dynAddr := func(c *child) string {
+		m := regexp.MustCompile(`Dynamo HTTP server listening.*addr=(\S+)`).FindStringSubmatch(c.logs.String())
+		if m == nil {
+			t.Fatalf("no Dynamo listener:\n%s", c.logs)
+		}
+		return "http://" + m[1]
+	}
+	c := startChild(t, 0, "--state-dir", dir, "--dynamo-port", "0")
+	code, _, body := httpDo(t, "POST", dynAddr(c)+"/register", "application/json",
+		[]byte(`{"instance_id":7,"endpoint":"tcp://127.0.0.1:1","model_name":"llama","block_size":16,"dp_rank":0}`))
+	if code != 201 {
+		t.Fatalf("dynamo register: %d %s", code, body)
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-c.done
+	c.done <- nil
+	c2 := startChild(t, 0, "--state-dir", dir, "--dynamo-port", "0")
+	d := dynAddr(c2)
+	code, _, body = httpDo(t, "POST", d+"/query", "application/json", []byte(`{"token_ids":[1,2,3],"model_name":"llama"}`))
+	if code != 200 {
+		t.Fatalf("dynamo query after restart: %d %s\n%s", code, body, tail(c2.logs.String()))
+	}
+	code, _, body = httpDo(t, "GET", d+"/workers", "", nil)
+	if code != 200 || !strings.Contains(string(body), `"instance_id":7`) {
+		t.Fatalf("workers after restart: %d %s", code, body)
+	}
 }
