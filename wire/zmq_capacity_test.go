@@ -162,7 +162,7 @@ func TestZMQUnregisterReleasesThreads(t *testing.T) {
 		runtime.GC()
 		debug.FreeOSMemory()
 		threads, rss = procStatus(t, "Threads"), procStatus(t, "VmRSS")
-		if (threads <= baseThreads+16 && rss <= baseRSS+32<<10) || time.Now().After(deadline) {
+		if (threads <= baseThreads+16 && (raceEnabled || rss <= baseRSS+32<<10)) || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -172,7 +172,9 @@ func TestZMQUnregisterReleasesThreads(t *testing.T) {
 	if threads > baseThreads+16 {
 		t.Errorf("threads after unregister: %d, baseline %d (+16 allowed)", threads, baseThreads)
 	}
-	if rss > baseRSS+32<<10 {
+	// The race detector's shadow memory is not returned like the heap: the
+	// RSS bound is checked by the plain run (make unit), threads by both.
+	if !raceEnabled && rss > baseRSS+32<<10 {
 		t.Errorf("RSS after unregister: %d MB, baseline %d MB (+32 MB allowed)", rss>>10, baseRSS>>10)
 	}
 }
