@@ -132,7 +132,9 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		}
 		s.ix.noteDrop(s, DropDecode, uint64(b.Skipped), "error", first)
 	}
+	s.run.start()
 	for i := range b.Events {
+		s.run.tick()
 		ev := &b.Events[i]
 		st.Events++
 		// Standardized event maps are recognised on every registration
@@ -152,6 +154,7 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		}
 		s.applyEngine(s.state[s.home], ev, rank, &st)
 	}
+	s.run.end()
 	c := &s.ix.counters
 	c.Events.Add(uint64(st.Events))
 	c.Dropped.Add(uint64(st.Dropped))
@@ -374,6 +377,7 @@ func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier,
 	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, k := range keys {
+		s.run.tick()
 		s.opCreated = false
 		c.blocks.Compute(k, s.addFn)
 		if s.opCreated {
@@ -429,6 +433,7 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, h := range hashes {
+		s.run.tick()
 		k := h
 		ref, mapped := engineRef{}, false
 		if viaMap {

@@ -336,6 +336,8 @@ type Subscription struct {
 	opCopies        uint32
 	opHoldings      int64
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)
+	// run bounds the applier's uninterrupted runs (applyrun.go).
+	run applyRun
 }
 
 // Key returns the subscription's service key.

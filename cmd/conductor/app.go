@@ -78,6 +78,9 @@ type settings struct {
 	demo           bool
 	hashMemoBytes  int
 	pprofAddr      string
+	memoryLimit    string // gcpolicy.go
+	gogc           string
+	gc             gcPolicy
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -114,6 +117,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
+	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; README: Memory and GC policy)")
+	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit) (default $GOGC, else 100)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -136,6 +141,11 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
 	}
+	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc)
+	if err != nil {
+		return s, err
+	}
+	s.gc = gc
 	return s, nil
 }
 
@@ -264,6 +274,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	if !levelOK {
 		log.Warn("invalid log level, using INFO", "source", levelSrc, "value", levelText)
 	}
+	s.gc.apply(log)
 
 	path, emptyEnv := configPath(s.configPath, env)
 	if emptyEnv {

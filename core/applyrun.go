@@ -1,0 +1,74 @@
+package core
+
+import (
+	"runtime"
+	"sync/atomic"
+	"time"
+)
+
+// ApplySliceBlocks is how much work the applier does between yields: after
+// this many block updates (each event counts one more), Apply calls
+// runtime.Gosched so that goroutines waiting for a P (queries, whose handlers
+// become runnable while a large batch is being applied) run first. Without it
+// a CPU-bound applier keeps its P until the runtime preempts it, 10 ms later;
+// on a 2-core machine that wait is the query p99 (BENCHMARKS.md, "Query tail
+// latency under full ingest"). 256 updates are about 0.1–0.3 ms of work and a
+// yield costs well under a microsecond when nothing else is runnable.
+const ApplySliceBlocks = 256
+
+// monoBase anchors applyRun's monotonic clock.
+var monoBase = time.Now()
+
+func monoNow() int64 { return int64(time.Since(monoBase)) }
+
+// applyRun bounds and measures the applier's uninterrupted runs. work and t0
+// belong to the subscription's single writer (under Subscription.mu); maxNs
+// and yields are read by metrics.
+type applyRun struct {
+	work   int   // block updates since the last yield (carried across batches)
+	t0     int64 // monoNow at the start of the current slice of this Apply
+	in     bool  // inside Apply (slices outside it, e.g. FlushHeld, are not timed)
+	maxNs  atomic.Int64
+	yields atomic.Uint64
+}
+
+// start opens a slice at the start of an Apply.
+func (r *applyRun) start() { r.t0, r.in = monoNow(), true }
+
+// tick counts one unit of work and yields when the slice is full.
+func (r *applyRun) tick() {
+	r.work++
+	if r.work < ApplySliceBlocks {
+		return
+	}
+	r.work = 0
+	if r.in {
+		r.note(monoNow())
+	}
+	r.yields.Add(1)
+	runtime.Gosched()
+	if r.in {
+		r.t0 = monoNow()
+	}
+}
+
+// end closes the Apply's last slice.
+func (r *applyRun) end() {
+	r.note(monoNow())
+	r.in = false
+}
+
+func (r *applyRun) note(now int64) {
+	if d := now - r.t0; d > r.maxNs.Load() {
+		r.maxNs.Store(d) // single writer: no lost update
+	}
+}
+
+// ApplyRunMax is the longest time Apply ran without yielding since the
+// subscription was registered: the longest a runnable query could have waited
+// behind this subscription's applier on a busy machine (a map resize or a GC
+// assist inside a slice shows here).
+func (s *Subscription) ApplyRunMax() time.Duration { return time.Duration(s.run.maxNs.Load()) }
+
+// ApplyYields is the number of times the applier yielded its P.
+func (s *Subscription) ApplyYields() uint64 { return s.run.yields.Load() }
