@@ -25,11 +25,14 @@ func monoNow() int64 { return int64(time.Since(monoBase)) }
 // belong to the subscription's single writer (under Subscription.mu); maxNs
 // and yields are read by metrics.
 type applyRun struct {
-	work   int   // block updates since the last yield (carried across batches)
-	t0     int64 // monoNow at the start of the current slice of this Apply
-	in     bool  // inside Apply (slices outside it, e.g. FlushHeld, are not timed)
-	maxNs  atomic.Int64
-	yields atomic.Uint64
+	work int   // block updates since the last yield (carried across batches)
+	t0   int64 // monoNow at the start of the current slice of this Apply
+	in   bool  // inside Apply (slices outside it, e.g. FlushHeld, are not timed)
+	// queries is the index's count of queries in flight (Index.Query).
+	queries *atomic.Int64
+	maxNs   atomic.Int64
+	yields  atomic.Uint64
+	defers  atomic.Uint64 // slices after which the applier stepped aside for queries
 }
 
 // start opens a slice at the start of an Apply.
@@ -47,8 +50,27 @@ func (r *applyRun) tick() {
 	}
 	r.yields.Add(1)
 	runtime.Gosched()
+	r.defer_()
 	if r.in {
 		r.t0 = monoNow()
+	}
+}
+
+// ApplyDeferMax bounds how long the applier steps aside, per slice, while
+// queries are in flight: it sleeps (releasing its thread to the OS, which on a
+// busy machine is what lets the query threads run) until no query is in flight
+// or this much time has passed. Ingest may slow while queries run; it never
+// stops (at most this much per slice) and no event is dropped.
+const ApplyDeferMax = 200 * time.Microsecond
+
+func (r *applyRun) defer_() {
+	if r.queries == nil || r.queries.Load() == 0 {
+		return
+	}
+	r.defers.Add(1)
+	deadline := monoNow() + int64(ApplyDeferMax)
+	for r.queries.Load() > 0 && monoNow() < deadline {
+		time.Sleep(20 * time.Microsecond)
 	}
 }
 
@@ -72,3 +94,7 @@ func (s *Subscription) ApplyRunMax() time.Duration { return time.Duration(s.run.
 
 // ApplyYields is the number of times the applier yielded its P.
 func (s *Subscription) ApplyYields() uint64 { return s.run.yields.Load() }
+
+// ApplyDeferrals is the number of times the applier stepped aside for
+// queries in flight (Options.QueryPriority).
+func (s *Subscription) ApplyDeferrals() uint64 { return s.run.defers.Load() }

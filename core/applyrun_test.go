@@ -77,3 +77,30 @@ func TestQueryDoesNotWaitForApplier(t *testing.T) {
 	}
 	s.mu.Unlock()
 }
+
+// TestApplyStepsAsideForQueries: with QueryPriority, the applier steps aside
+// after each full slice while a query is in flight, and still applies the
+// whole batch (the deferral is bounded); without it, or with no query in
+// flight, it never does.
+func TestApplyStepsAsideForQueries(t *testing.T) {
+	for _, c := range []struct {
+		prio     bool
+		inFlight int64
+		want     uint64
+	}{{true, 1, 3}, {true, 0, 0}, {false, 1, 0}} {
+		ix := New(Options{QueryPriority: c.prio})
+		s := mustRegister(t, ix, engineReg(t, "a", 0, cborProfile(t)))
+		ix.queries.Add(c.inFlight) // a query in flight for the whole batch
+		s.Apply(batchOf(10, 100, 1000))
+		ix.queries.Add(-c.inFlight)
+		if got := s.ApplyDeferrals(); got != c.want {
+			t.Errorf("priority=%v in flight=%d: %d deferrals, want %d (1010 units = 3 slices)", c.prio, c.inFlight, got, c.want)
+		}
+		if r := row(queryHashes(t, ix, "a", seq(1000)...), "a"); r == nil || r.LongestMatched != 1000*testBS {
+			t.Errorf("priority=%v: batch not applied whole: %+v", c.prio, r)
+		}
+		if ix.queries.Load() != 0 {
+			t.Errorf("queries in flight after the test's queries returned: %d", ix.queries.Load())
+		}
+	}
+}

@@ -204,6 +204,9 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 	}
 	ix.nextSub++
 	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c}
+	if ix.opts.QueryPriority {
+		sub.run.queries = &ix.queries
+	}
 	if r.AdditionalSalt != "" {
 		sub.regSalt = []byte(r.AdditionalSalt)
 	}

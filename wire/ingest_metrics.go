@@ -70,6 +70,7 @@ const (
 	// (core.ApplySliceBlocks).
 	mApplyRunMax = "conductor_ingest_apply_run_max_seconds"
 	mApplyYields = "conductor_ingest_apply_yields"
+	mApplyDefers = "conductor_ingest_apply_deferrals" // stepped aside for queries in flight
 )
 
 func newStreamMetrics(set *metrics.Set, k core.ServiceKey) *streamMetrics {
@@ -113,7 +114,8 @@ func newStreamMetrics(set *metrics.Set, k core.ServiceKey) *streamMetrics {
 func (m *streamMetrics) applierGauges(sub *core.Subscription, k core.ServiceKey) {
 	labels := `{instance="` + escapeLabel(k.InstanceID) + `",tenant="` + escapeLabel(k.TenantID) +
 		`",dp_rank="` + strconv.Itoa(int(k.DPRank)) + `"}`
-	m.names = append(m.names, mApplyRunMax+labels, mApplyYields+labels)
+	m.names = append(m.names, mApplyRunMax+labels, mApplyYields+labels, mApplyDefers+labels)
+	m.set.GetOrCreateGauge(mApplyDefers+labels, func() float64 { return float64(sub.ApplyDeferrals()) })
 	m.set.GetOrCreateGauge(mApplyRunMax+labels, func() float64 { return sub.ApplyRunMax().Seconds() })
 	m.set.GetOrCreateGauge(mApplyYields+labels, func() float64 { return float64(sub.ApplyYields()) })
 }
