@@ -49,10 +49,10 @@ func TestMain(m *testing.M) {
 
 // conductorBinary builds cmd/conductor once per test binary into a temporary
 // directory that TestMain removes; every test and benchmark shares the build.
-// CONDUCTOR_BIN names a prebuilt binary to run instead.
+// BENCH_CONDUCTOR_BIN names a prebuilt binary to run instead.
 func conductorBinary(tb testing.TB) string {
 	tb.Helper()
-	if bin := os.Getenv("CONDUCTOR_BIN"); bin != "" {
+	if bin := os.Getenv("BENCH_CONDUCTOR_BIN"); bin != "" {
 		// A prebuilt binary (comparing builds); never removed.
 		return bin
 	}

@@ -31,7 +31,7 @@ import (
 // default 2M) and steady (every batch also evicts the blocks stored
 // steadyWindow batches earlier; TAIL_STEADY_BLOCKS blocks, default 2M, after a
 // fill that is not measured), each with 4 querying connections and with none
-// (the ingest-only CPU per block). CONDUCTOR_BIN runs a prebuilt binary instead
+// (the ingest-only CPU per block). BENCH_CONDUCTOR_BIN runs a prebuilt binary instead
 // of building cmd/conductor (to compare two builds alternately); TAIL_ARGS adds
 // server flags (space-separated).
 
