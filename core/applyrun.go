@@ -8,12 +8,13 @@ import (
 
 // ApplySliceBlocks is how much work the applier does between yields: after
 // this many block updates (each event counts one more), Apply calls
-// runtime.Gosched so that goroutines waiting for a P (queries, whose handlers
-// become runnable while a large batch is being applied) run first. Without it
-// a CPU-bound applier keeps its P until the runtime preempts it, 10 ms later;
-// on a 2-core machine that wait is the query p99 (BENCHMARKS.md, "Query tail
-// latency under full ingest"). 256 updates are about 0.1–0.3 ms of work and a
-// yield costs well under a microsecond when nothing else is runnable.
+// runtime.Gosched so that goroutines waiting for a P (query handlers that
+// became runnable during a large batch) run first, instead of waiting for the
+// runtime to preempt a CPU-bound applier 10 ms later; with
+// Options.QueryPriority it also steps aside for queries in flight there
+// (stepAside). 256 updates are about 0.1–0.3 ms of work; a yield costs well
+// under a microsecond when nothing else is runnable. Measured effect:
+// BENCHMARKS.md, "Query tail latency under full ingest (issue #18)".
 const ApplySliceBlocks = 256
 
 // monoBase anchors applyRun's monotonic clock.
@@ -50,7 +51,7 @@ func (r *applyRun) tick() {
 	}
 	r.yields.Add(1)
 	runtime.Gosched()
-	r.defer_()
+	r.stepAside()
 	if r.in {
 		r.t0 = monoNow()
 	}
@@ -63,7 +64,7 @@ func (r *applyRun) tick() {
 // stops (at most this much per slice) and no event is dropped.
 const ApplyDeferMax = 200 * time.Microsecond
 
-func (r *applyRun) defer_() {
+func (r *applyRun) stepAside() {
 	if r.queries == nil || r.queries.Load() == 0 {
 		return
 	}
