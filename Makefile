@@ -17,7 +17,7 @@ BENCH_E2E_TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
 BENCH_E2E_LIMIT ?= 4000
 BENCH_E2E_OUT ?= bench/results
 
-.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e clean
+.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail clean
 
 all: build
 
@@ -108,6 +108,11 @@ bench-build: build
 bench-smoke: bench-build
 	./$(BENCH_BIN) -spawn $(BIN) -engines 4 -ranks 2 -requests 300 -device 512 -host 512 -disk 1024 -store 2048 -clear-every 40 \
 		-verify -verify-every 100 -verify-sample 32 -query-only 1s -concurrency 2 -quiet >/dev/null
+
+# bench-tail: query tail latency while one publisher ingests flat out (issue #18;
+# BENCHMARKS.md). TAIL_BLOCKS / TAIL_STEADY_BLOCKS size the runs (default 2M).
+bench-tail: deps
+	$(GO) test -run '^$$' -bench BenchmarkTailUnderIngest -benchtime 1x -timeout 30m ./bench/
 
 bench-e2e: bench-build
 	@test -r $(BENCH_E2E_TRACE) || { echo "trace $(BENCH_E2E_TRACE) not found (set BENCH_E2E_TRACE)" >&2; exit 1; }

@@ -48,6 +48,7 @@ type LoadResult struct {
 	Elapsed       time.Duration
 	RPS           float64
 	P50, P90, P99 time.Duration
+	P999          time.Duration
 	Max           time.Duration
 	ResponseBytes int // of the last response
 }
@@ -144,7 +145,7 @@ func RunLoad(ctx context.Context, o LoadOptions) (LoadResult, error) {
 	if len(all) > 0 {
 		q := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
 		res.RPS = float64(len(all)) / elapsed.Seconds()
-		res.P50, res.P90, res.P99, res.Max = q(0.50), q(0.90), q(0.99), all[len(all)-1]
+		res.P50, res.P90, res.P99, res.P999, res.Max = q(0.50), q(0.90), q(0.99), q(0.999), all[len(all)-1]
 	}
 	return res, nil
 }

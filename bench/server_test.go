@@ -49,8 +49,13 @@ func TestMain(m *testing.M) {
 
 // conductorBinary builds cmd/conductor once per test binary into a temporary
 // directory that TestMain removes; every test and benchmark shares the build.
+// BENCH_CONDUCTOR_BIN names a prebuilt binary to run instead.
 func conductorBinary(tb testing.TB) string {
 	tb.Helper()
+	if bin := os.Getenv("BENCH_CONDUCTOR_BIN"); bin != "" {
+		// A prebuilt binary (comparing builds); never removed.
+		return bin
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "conductor-bench-")
 		if err != nil {

@@ -140,7 +140,9 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		st.Recovered = true
 		return st
 	}
+	s.run.start()
 	for i := range b.Events {
+		s.run.tick()
 		ev := &b.Events[i]
 		st.Events++
 		// Standardized event maps are recognised on every registration
@@ -160,6 +162,7 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		}
 		s.applyEngine(s.state[s.home], ev, rank, &st)
 	}
+	s.run.end()
 	c := &s.ix.counters
 	c.Events.Add(uint64(st.Events))
 	c.Dropped.Add(uint64(st.Dropped))
@@ -382,6 +385,7 @@ func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier,
 	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, k := range keys {
+		s.run.tick()
 		s.opCreated = false
 		c.blocks.Compute(k, s.addFn)
 		if s.opCreated {
@@ -437,6 +441,7 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 	set := sc.keys[id.id()]
 	s.opHoldings = 0
 	for _, h := range hashes {
+		s.run.tick()
 		k := h
 		ref, mapped := engineRef{}, false
 		if viaMap {

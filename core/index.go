@@ -70,6 +70,10 @@ type Options struct {
 	// avoiding incremental resizes while a large index warms up (at about 13 B
 	// of bucket memory per hinted block). Default 0: start small and grow.
 	ContextSizeHint int
+	// QueryPriority makes appliers step aside while queries are in flight
+	// (ApplyDeferMax per slice of ApplySliceBlocks updates): query tail
+	// latency over ingest throughput when the two compete for CPU.
+	QueryPriority bool
 	// Logger receives rare, noteworthy events (drops, gaps). Default slog.Default().
 	Logger *slog.Logger
 	// HashMemo memoises block digests of vllm_v1 and sglang prompt chains for
@@ -169,6 +173,8 @@ type Counters struct {
 // contexts they feed. Safe for concurrent use.
 type Index struct {
 	opts Options
+	// queries counts Query calls in flight (applyrun.go).
+	queries atomic.Int64
 
 	// contexts is read lock-free by queries; written under mu.
 	contexts *xsync.MapOf[ContextKey, *context]

@@ -125,6 +125,8 @@ const noTier = uint8(NumTiers)
 //
 // An unknown context yields no rows and creates no state.
 func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
+	ix.queries.Add(1) // the applier steps aside while queries run (applyrun.go)
+	defer ix.queries.Add(-1)
 	res.Instances = res.Instances[:0]
 	res.ContextFound = false
 	tenant := req.TenantID

@@ -209,6 +209,9 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 	}
 	ix.nextSub++
 	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c, closing: make(chan struct{})}
+	if ix.opts.QueryPriority {
+		sub.run.queries = &ix.queries
+	}
 	if r.AdditionalSalt != "" {
 		sub.regSalt = []byte(r.AdditionalSalt)
 	}
@@ -353,6 +356,8 @@ type Subscription struct {
 	opCopies        uint32
 	opHoldings      int64
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)
+	// run bounds the applier's uninterrupted runs (applyrun.go).
+	run applyRun
 }
 
 // Key returns the subscription's service key.

@@ -66,6 +66,11 @@ const (
 	mQueueDrops       = "conductor_ingest_queue_drops_total"
 	mLastSeq          = "conductor_ingest_last_seq"
 	mLag              = "conductor_ingest_lag_seconds"
+	// The applier's longest run without yielding its P, and its yields
+	// (core.ApplySliceBlocks).
+	mApplyRunMax = "conductor_ingest_apply_run_max_seconds"
+	mApplyYields = "conductor_ingest_apply_yields"
+	mApplyDefers = "conductor_ingest_apply_deferrals" // stepped aside for queries in flight
 )
 
 func newStreamMetrics(set *metrics.Set, k core.ServiceKey) *streamMetrics {
@@ -102,6 +107,17 @@ func newStreamMetrics(set *metrics.Set, k core.ServiceKey) *streamMetrics {
 	gauge(mLastSeq, func() float64 { return float64(m.lastSeq.Load()) })
 	gauge(mLag, func() float64 { return math.Float64frombits(m.lagBits.Load()) })
 	return m
+}
+
+// applierGauges exports sub's applier figures beside the stream's metrics
+// (unregistered with them).
+func (m *streamMetrics) applierGauges(sub *core.Subscription, k core.ServiceKey) {
+	labels := `{instance="` + escapeLabel(k.InstanceID) + `",tenant="` + escapeLabel(k.TenantID) +
+		`",dp_rank="` + strconv.Itoa(int(k.DPRank)) + `"}`
+	m.names = append(m.names, mApplyRunMax+labels, mApplyYields+labels, mApplyDefers+labels)
+	m.set.GetOrCreateGauge(mApplyDefers+labels, func() float64 { return float64(sub.ApplyDeferrals()) })
+	m.set.GetOrCreateGauge(mApplyRunMax+labels, func() float64 { return sub.ApplyRunMax().Seconds() })
+	m.set.GetOrCreateGauge(mApplyYields+labels, func() float64 { return float64(sub.ApplyYields()) })
 }
 
 // unregister removes every series of the stream from the set.

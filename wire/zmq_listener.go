@@ -213,6 +213,7 @@ func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *lis
 		done:    make(chan struct{}),
 		wake:    waker{fd: -1}, // start opens it
 	}
+	l.m.applierGauges(sub, key)
 	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
 	l.rx.seq.threshold = g.opts.RestartThreshold
 	l.rx.reader = newFrameReader()

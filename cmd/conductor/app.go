@@ -83,6 +83,10 @@ type settings struct {
 	hashMemoBytes  int
 	pprofAddr      string
 	dynamo         dynamoSettings // dynamo.go
+	memoryLimit    string // gcpolicy.go
+	gogc           string
+	gc             gcPolicy
+	queryPriority  bool
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -128,6 +132,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
 	addDynamoFlags(fs, &s.dynamo)
+	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; README: Memory and GC policy)")
+	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
+	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit) (default $GOGC, else 100)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
 	}
@@ -160,6 +167,11 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if err := s.dynamo.validate(); err != nil {
 		return s, err
 	}
+	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc)
+	if err != nil {
+		return s, err
+	}
+	s.gc = gc
 	return s, nil
 }
 
@@ -290,6 +302,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	if !levelOK {
 		log.Warn("invalid log level, using INFO", "source", levelSrc, "value", levelText)
 	}
+	s.gc.apply(log)
 
 	path, emptyEnv := configPath(s.configPath, env)
 	if emptyEnv {
@@ -347,7 +360,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 
 	memo := hash.NewMemo(s.hashMemoBytes)
 	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots)
-	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log,
+	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
 		EngineMedia: cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)

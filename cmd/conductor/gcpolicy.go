@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+	"runtime/debug"
+	"strconv"
+	"strings"
+)
+
+// GC policy (README, "Memory and GC policy"). conductor's heap is dominated by
+// the block maps, which live as long as their blocks: a GC cycle marks all of
+// them, so its cost grows with the index while the garbage it frees (decode and
+// apply temporaries, old map tables after a resize) does not. GOGC trades RSS
+// for GC CPU: at 100 (the Go default, kept here) the heap may reach about
+// twice the live set before a cycle; lower values keep RSS nearer the live
+// heap and run more cycles. --memory-limit sets the runtime's soft limit
+// (debug.SetMemoryLimit): below it GOGC rules; near it the GC runs as often as
+// it must to stay under it, so RSS follows the live heap instead of doubling.
+// It is a soft limit: a live set above it is not an error, the GC then runs
+// continuously (capped at about half the CPU by the runtime), which costs ingest and
+// query throughput, so size it with headroom above the index's live heap
+// (about 60 B per held block, BENCHMARKS.md).
+
+// gcPolicy is the resolved policy: what to set and where it came from.
+type gcPolicy struct {
+	limit    int64 // bytes; < 0: leave the runtime's (GOMEMLIMIT or none)
+	limitSrc string
+	gogc     int // percent; -1 = off; gogcUnset: leave the runtime's (GOGC or 100)
+	gogcSrc  string
+}
+
+const gogcUnset = math.MinInt
+
+// resolveGCPolicy reads --memory-limit and --gogc. Flags left empty leave the
+// runtime's own defaults, which already honour GOMEMLIMIT and GOGC from the
+// environment.
+func resolveGCPolicy(memoryLimit, gogc string) (gcPolicy, error) {
+	p := gcPolicy{limit: -1, gogc: gogcUnset}
+	if memoryLimit != "" {
+		n, err := parseSize(memoryLimit)
+		if err != nil {
+			return p, fmt.Errorf("--memory-limit=%q: %w", memoryLimit, err)
+		}
+		p.limit, p.limitSrc = n, "--memory-limit"
+	}
+	switch g := strings.TrimSpace(gogc); {
+	case g == "":
+	case strings.EqualFold(g, "off"):
+		p.gogc, p.gogcSrc = -1, "--gogc"
+	default:
+		n, err := strconv.Atoi(g)
+		if err != nil || n <= 0 {
+			return p, fmt.Errorf("--gogc=%q: want a percentage > 0 or off", gogc)
+		}
+		p.gogc, p.gogcSrc = n, "--gogc"
+	}
+	if p.gogc == -1 && p.limit <= 0 {
+		return p, fmt.Errorf("--gogc=off needs --memory-limit (the heap would grow without bound)")
+	}
+	return p, nil
+}
+
+// apply sets the policy on the runtime and logs the effective values.
+func (p gcPolicy) apply(log *slog.Logger) {
+	if p.limit >= 0 {
+		limit := p.limit
+		if limit == 0 {
+			limit = math.MaxInt64 // 0 = no limit
+		}
+		debug.SetMemoryLimit(limit)
+	}
+	if p.gogc != gogcUnset {
+		debug.SetGCPercent(p.gogc)
+	}
+	limit := debug.SetMemoryLimit(-1) // reads without changing
+	gogc := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gogc)
+	attrs := []any{"gogc", gogc}
+	if limit == math.MaxInt64 {
+		attrs = append(attrs, "memory_limit", "none")
+	} else {
+		attrs = append(attrs, "memory_limit_bytes", limit)
+	}
+	log.Info("GC policy", attrs...)
+}
+
+// parseSize parses a byte count: a non-negative integer with an optional
+// suffix B, K/KB/KiB, M/MB/MiB, G/GB/GiB, T/TB/TiB (all powers of 1024, as
+// GOMEMLIMIT's suffixes are), in any case; "0" means no limit.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := 0
+	for i < len(t) && t[i] >= '0' && t[i] <= '9' {
+		i++
+	}
+	if i == 0 {
+		return 0, fmt.Errorf("want a byte count such as 8GiB")
+	}
+	n, err := strconv.ParseInt(t[:i], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("want a byte count such as 8GiB")
+	}
+	var shift uint
+	switch strings.ToLower(strings.TrimSpace(t[i:])) {
+	case "", "b":
+	case "k", "kb", "kib":
+		shift = 10
+	case "m", "mb", "mib":
+		shift = 20
+	case "g", "gb", "gib":
+		shift = 30
+	case "t", "tb", "tib":
+		shift = 40
+	default:
+		return 0, fmt.Errorf("unknown unit %q (want B, KiB, MiB, GiB or TiB)", t[i:])
+	}
+	if n > math.MaxInt64>>shift {
+		return 0, fmt.Errorf("too large")
+	}
+	return n << shift, nil
+}
