@@ -83,7 +83,7 @@ type settings struct {
 	hashMemoBytes  int
 	pprofAddr      string
 	dynamo         dynamoSettings // dynamo.go
-	memoryLimit    string // gcpolicy.go
+	memoryLimit    string         // gcpolicy.go
 	gogc           string
 	gc             gcPolicy
 	queryPriority  bool

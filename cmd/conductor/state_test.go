@@ -239,10 +239,9 @@ func TestStateSurvivesSIGKILL(t *testing.T) {
 func TestStateDynamoWorkersComeBack(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "state")
 	dynAddr := func(c *child) string {
-		m := regexp.MustCompile(`Dynamo HTTP server listening.*addr=(\S+)`).FindStringSubmatch(c.logs.String())
-		if m == nil {
-			t.Fatalf("no Dynamo listener:\n%s", c.logs)
-		}
+		re := regexp.MustCompile(`Dynamo HTTP server listening.*addr=(\S+)`)
+		var m []string
+		waitFor(t, "the Dynamo listener", func() bool { m = re.FindStringSubmatch(c.logs.String()); return m != nil })
 		return "http://" + m[1]
 	}
 	c := startChild(t, 0, "--state-dir", dir, "--dynamo-port", "0")
