@@ -248,7 +248,7 @@ func (c *context) rebuildLocked() {
 // dropOwnerKeys drops every holding of owner id (any tier) from the blocks
 // in keys, the owner's own key set. Cost is proportional to the owner's
 // blocks, not to the context's. It returns the number of blocks changed.
-func (c *context) dropOwnerKeys(id uint32, keys *keySet, holdings *[NumTiers]atomic.Int64) (blocks int) {
+func (c *context) dropOwnerKeys(id uint32, keys *keySet, holdings *[NumTiers]padI64) (blocks int) {
 	drop := func(o uint32) bool { return o == id }
 	keys.each(func(k uint64) {
 		c.blocks.Compute(k, func(old blockVal, loaded bool) (blockVal, bool) {

@@ -137,36 +137,51 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Counters are index-wide event counters (monotonic).
+// padU64 and padI64 are counters alone on a cache line (64 bytes): every
+// subscription's applier writes them from its own goroutine, and contiguous
+// atomics would make the appliers on different cores invalidate each
+// other's line on every batch (STYLE rule 7; xsync's padded counter).
+type padU64 struct {
+	atomic.Uint64
+	_ [56]byte
+}
+
+type padI64 struct {
+	atomic.Int64
+	_ [56]byte
+}
+
+// Counters are index-wide event counters (monotonic), each on a cache line
+// of its own.
 type Counters struct {
-	Events, Stored, Removed, Cleared atomic.Uint64
-	BlocksStored, BlocksRemoved      atomic.Uint64
+	Events, Stored, Removed, Cleared padU64
+	BlocksStored, BlocksRemoved      padU64
 	// Dropped counts events not applied: unknown medium, wrong block size or
 	// LoRA, non-main attention group, unknown context, unresolvable parent...
-	Dropped        atomic.Uint64
-	UnknownMedia   atomic.Uint64
-	PartialBlocks  atomic.Uint64
-	UnknownParents atomic.Uint64
-	DuplicateIDs   atomic.Uint64
-	EventIDGaps    atomic.Uint64
-	ClearedBlocks  atomic.Uint64
+	Dropped        padU64
+	UnknownMedia   padU64
+	PartialBlocks  padU64
+	UnknownParents padU64
+	DuplicateIDs   padU64
+	EventIDGaps    padU64
+	ClearedBlocks  padU64
 	// RankRejects counts events dropped for a publisher-named dp rank that is
 	// out of range or beyond MaxRanksPerSubscription.
-	RankRejects atomic.Uint64
+	RankRejects padU64
 	// StreamGapClears counts RFC streams cleared because an event_id gap
 	// could not be healed (the missing events never arrived).
-	StreamGapClears atomic.Uint64
+	StreamGapClears padU64
 	// StreamEvictions counts idle RFC stream cursors evicted at
 	// MaxStreamsPerSubscription.
-	StreamEvictions atomic.Uint64
+	StreamEvictions padU64
 	// DroppedBy counts dropped events per reason (DropReason).
 	DroppedBy dropCounts
 	// RecoveredSkips counts batches skipped because a restored peer dump
 	// already held them (stream.go).
-	RecoveredSkips atomic.Uint64
+	RecoveredSkips padU64
 	// RecoveryGaps counts restored streams whose first live batch came after
 	// a gap above the dump's watermark (their restored blocks were cleared).
-	RecoveryGaps atomic.Uint64
+	RecoveryGaps padU64
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the
@@ -189,7 +204,7 @@ type Index struct {
 	counters Counters
 	// holdings counts (block, owner) holdings per tier, kept as blocks change
 	// so that metrics need not walk the index.
-	holdings [NumTiers]atomic.Int64
+	holdings [NumTiers]padI64
 	// drops rate-limits drop warnings; fixed size (one slot per reason).
 	drops dropLog
 	// loras are the (lora_id → lora_name) pairs engines published (lora.go).

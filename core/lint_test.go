@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // TestRawAtomics enforces the house rule that concurrency code uses typed
@@ -39,5 +40,16 @@ func TestRawAtomics(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCountersPadded: every index-wide counter sits alone on a 64-byte cache
+// line (the appliers of different subscriptions write them concurrently).
+func TestCountersPadded(t *testing.T) {
+	if s := unsafe.Sizeof(padU64{}); s != 64 {
+		t.Fatalf("padU64 is %d bytes", s)
+	}
+	if s := unsafe.Sizeof(padI64{}); s != 64 {
+		t.Fatalf("padI64 is %d bytes", s)
 	}
 }

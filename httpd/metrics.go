@@ -143,25 +143,25 @@ func writeIndexMetrics(w io.Writer, ix *core.Index) {
 	c := ix.Counters()
 	for _, kv := range []struct {
 		name string
-		v    *atomic.Uint64
+		v    uint64
 	}{
-		{`conductor_index_events_total{kind="stored"}`, &c.Stored},
-		{`conductor_index_events_total{kind="removed"}`, &c.Removed},
-		{`conductor_index_events_total{kind="cleared"}`, &c.Cleared},
-		{`conductor_index_blocks_stored_total`, &c.BlocksStored},
-		{`conductor_index_blocks_removed_total`, &c.BlocksRemoved},
-		{`conductor_index_blocks_cleared_total`, &c.ClearedBlocks},
-		{`conductor_index_events_dropped_total`, &c.Dropped},
-		{`conductor_index_unknown_media_total`, &c.UnknownMedia},
-		{`conductor_index_partial_blocks_total`, &c.PartialBlocks},
-		{`conductor_index_unknown_parents_total`, &c.UnknownParents},
-		{`conductor_index_duplicate_event_ids_total`, &c.DuplicateIDs},
-		{`conductor_index_event_id_gaps_total`, &c.EventIDGaps},
-		{`conductor_index_stream_gap_clears_total`, &c.StreamGapClears},
-		{`conductor_index_stream_evictions_total`, &c.StreamEvictions},
-		{`conductor_index_rank_rejects_total`, &c.RankRejects},
+		{`conductor_index_events_total{kind="stored"}`, c.Stored.Load()},
+		{`conductor_index_events_total{kind="removed"}`, c.Removed.Load()},
+		{`conductor_index_events_total{kind="cleared"}`, c.Cleared.Load()},
+		{`conductor_index_blocks_stored_total`, c.BlocksStored.Load()},
+		{`conductor_index_blocks_removed_total`, c.BlocksRemoved.Load()},
+		{`conductor_index_blocks_cleared_total`, c.ClearedBlocks.Load()},
+		{`conductor_index_events_dropped_total`, c.Dropped.Load()},
+		{`conductor_index_unknown_media_total`, c.UnknownMedia.Load()},
+		{`conductor_index_partial_blocks_total`, c.PartialBlocks.Load()},
+		{`conductor_index_unknown_parents_total`, c.UnknownParents.Load()},
+		{`conductor_index_duplicate_event_ids_total`, c.DuplicateIDs.Load()},
+		{`conductor_index_event_id_gaps_total`, c.EventIDGaps.Load()},
+		{`conductor_index_stream_gap_clears_total`, c.StreamGapClears.Load()},
+		{`conductor_index_stream_evictions_total`, c.StreamEvictions.Load()},
+		{`conductor_index_rank_rejects_total`, c.RankRejects.Load()},
 	} {
-		metrics.WriteCounterUint64(w, kv.name, kv.v.Load())
+		metrics.WriteCounterUint64(w, kv.name, kv.v)
 	}
 	for r := core.DropReason(0); r < core.NumDropReasons; r++ {
 		metrics.WriteCounterUint64(w, fmt.Sprintf(`conductor_index_events_dropped_by_reason_total{reason=%q}`, r.String()), c.DroppedBy[r].Load())
