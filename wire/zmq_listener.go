@@ -164,6 +164,9 @@ type receiver struct {
 	pending      [][][]byte // live messages buffered by a replay, FIFO from head
 	pendingHead  int
 	pendingBytes int // of pending[pendingHead:], also reserved in Ingester.queued
+	// tailDrop: a live message was dropped (queue full) after the last one
+	// kept, so the gap may have no later message to reveal it.
+	tailDrop bool
 
 	stopping, paused  bool
 	connectReplay     bool
@@ -451,6 +454,18 @@ func (l *listener) step() {
 		}
 		if rx.pendingHead == len(rx.pending) {
 			rx.pending, rx.pendingHead = rx.pending[:0], 0
+			if rx.tailDrop {
+				// Messages were dropped after the last one kept: no later
+				// message may come to show the gap, so heal it now
+				// (TestZMQReplayHealsDroppedBatches, buffer-1).
+				rx.tailDrop = false
+				if l.canReplay() {
+					l.replay(0, false)
+				} else {
+					l.stale("the receive queue dropped messages and there is no replay endpoint")
+				}
+				return
+			}
 		}
 		l.pollCmds()
 		return

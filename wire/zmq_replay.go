@@ -224,8 +224,10 @@ func (l *listener) bufferLive() error {
 		if len(rx.pending)-rx.pendingHead >= l.opts.ReplayMaxBuffered ||
 			rx.pendingBytes+n > l.opts.ReceiveQueueBytes || !l.g.reserveQueue(n) {
 			l.queueDrop(n)
+			rx.tailDrop = true
 			continue
 		}
+		rx.tailDrop = false // this message shows the gap of any drop before it
 		rx.pending = append(rx.pending, copyFrames(frames))
 		rx.pendingBytes += n
 		if int64(rx.pendingBytes) > l.queuePeak.Load() {
