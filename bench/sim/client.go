@@ -35,7 +35,7 @@ type Client interface {
 type ClientFactory func() (Client, error)
 
 // Surfaces NewClient knows.
-var Surfaces = []string{"msgpack", "json", "rpc"}
+var Surfaces = []string{"msgpack", "json", "rpc", "dynamo"}
 
 // NewClient returns a factory for a surface of the indexer at addr (host:port):
 //
@@ -45,6 +45,10 @@ var Surfaces = []string{"msgpack", "json", "rpc"}
 //	         rpc_server_port; addr is that port), msgpack request with an
 //	         int32 LE token bin as the Python client sends it, JSON answer
 //	         {"ret", "hits"}
+//	dynamo   the Dynamo standalone indexer's POST /query (its port; addr is
+//	         that port): per instance gpu, cpu, disk and the device boundary
+//	         per rank, so answers are Coarse; the group registers through the
+//	         Dynamo port (numeric instance ids, xxh3 profile)
 //
 // Both compare the cumulative lowercase fields (device, cpu_local, cpu_share,
 // disk, dp, rank_matches, longest_matched), which every Mooncake-compatible
@@ -57,6 +61,8 @@ func NewClient(surface, addr string, timeout time.Duration) (ClientFactory, erro
 		return func() (Client, error) { return &mooncakeClient{h: newHTTPConn(addr, timeout), json: true}, nil }, nil
 	case "rpc":
 		return func() (Client, error) { return &rpcClient{h: newHTTPConn(addr, timeout)}, nil }, nil
+	case "dynamo":
+		return func() (Client, error) { return &dynamoClient{h: newHTTPConn(addr, timeout)}, nil }, nil
 	}
 	return nil, fmt.Errorf("sim: unknown query surface %q (want %s)", surface, strings.Join(Surfaces, ", "))
 }
@@ -85,6 +91,74 @@ func (c *mooncakeClient) Query(q *Query, a *Answer) error {
 		return err
 	}
 	return parseMsgpackAnswer(resp, a)
+}
+
+// dynamoClient queries the Dynamo dialect's /query.
+type dynamoClient struct {
+	h    *httpConn
+	body []byte
+}
+
+func (c *dynamoClient) Close() { c.h.close() }
+
+func (c *dynamoClient) Query(q *Query, a *Answer) error {
+	a.Reset()
+	c.body = append(c.body[:0], `{"model_name":`...)
+	c.body = strconv.AppendQuote(c.body, q.Model)
+	c.body = append(c.body, `,"token_ids":[`...)
+	for i, t := range q.Tokens {
+		if i > 0 {
+			c.body = append(c.body, ',')
+		}
+		c.body = strconv.AppendInt(c.body, int64(t), 10)
+	}
+	c.body = append(c.body, "]}"...)
+	resp, err := c.h.post("/query", "application/json", c.body)
+	if err != nil {
+		return err
+	}
+	return parseDynamoAnswer(resp, a)
+}
+
+// parseDynamoAnswer reads {"instances": {id: {longest_matched, gpu, dp, cpu,
+// disk}}} into a Coarse answer: device = gpu, cpu_local = cpu, cpu_share =
+// disk = disk (Dynamo folds the shared tier into disk), ranks with their
+// device boundary only. Rows with nothing matched are dropped, as the
+// Mooncake dialects report every registered instance but the truth compares
+// by instance.
+func parseDynamoAnswer(b []byte, a *Answer) error {
+	var top struct {
+		Instances map[string]struct {
+			Longest int64            `json:"longest_matched"`
+			GPU     int64            `json:"gpu"`
+			CPU     int64            `json:"cpu"`
+			Disk    int64            `json:"disk"`
+			DP      map[string]int64 `json:"dp"`
+		} `json:"instances"`
+	}
+	if err := json.Unmarshal(b, &top); err != nil {
+		return fmt.Errorf("sim: dynamo answer: %w", err)
+	}
+	a.Coarse = true
+	for id, r := range top.Instances {
+		if !(r.GPU <= r.CPU && r.CPU <= r.Disk) || r.Longest != max(r.GPU, r.CPU, r.Disk) {
+			return fmt.Errorf("sim: dynamo answer: instance %s: gpu %d cpu %d disk %d longest %d not cumulative", id, r.GPU, r.CPU, r.Disk, r.Longest)
+		}
+		row := Row{Instance: id, Longest: r.Longest, Tiers: [numTiers]int64{r.GPU, r.CPU, r.Disk, r.Disk}}
+		for rk, dev := range r.DP {
+			n, err := strconv.ParseInt(rk, 10, 32)
+			if err != nil {
+				return fmt.Errorf("sim: dynamo answer: rank %q: %w", rk, err)
+			}
+			rr := RankRow{Rank: int32(n)}
+			rr.Tiers[tierDevice] = dev
+			row.Ranks = append(row.Ranks, rr)
+		}
+		slices.SortFunc(row.Ranks, func(x, y RankRow) int { return int(x.Rank) - int(y.Rank) })
+		a.Rows = append(a.Rows, row)
+	}
+	sortRows(a)
+	return nil
 }
 
 // rpcClient queries the Python client's RPC surface.

@@ -143,7 +143,11 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	}
 	defer ctl.Close()
 	for _, g := range o.Groups {
-		if err := Register(o.Addr, g.Registrations()); err != nil {
+		register := func() error { return Register(o.Addr, g.Registrations()) }
+		if o.Surface == "dynamo" { // the Dynamo registry must know the workers
+			register = func() error { return RegisterDynamo(qaddr, g.Registrations()) }
+		}
+		if err := register(); err != nil {
 			return nil, err
 		}
 	}

@@ -190,3 +190,28 @@ func TestRunVerifyRPCSurface(t *testing.T) {
 		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
 	}
 }
+
+// TestRunVerifyDynamoSurface: workers registered through the Dynamo port
+// (numeric ids, xxh3) and every answer of its /query checked against the
+// ground truth projected onto what Dynamo reports (gpu, cpu, disk, dp).
+func TestRunVerifyDynamoSurface(t *testing.T) {
+	addr, dynAddr := startConductorDynamo(t)
+	g, err := NewGroup(GroupConfig{Model: "smoke-dyn", Policy: RoundRobin, Engines: []EngineConfig{
+		{ID: "11", Dialect: VLLMMap, Ranks: 2, Device: 120, Host: 120}, {ID: "12", Dialect: VLLMArray, Device: 100, Disk: 100}},
+		Profile: hash.Spec{Strategy: "xxh3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, RunOptions{Addr: addr, QueryAddr: dynAddr, Surface: "dynamo", Groups: []*Group{g}, Source: smokeSource(),
+		Requests: 60, Concurrency: 2, QueryRate: 500, QueryOnly: 300 * time.Millisecond, Verify: true, VerifyEvery: 30,
+		VerifySample: 16, QuiesceTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
+		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
+	}
+}

@@ -56,3 +56,41 @@ func startConductorRPC(tb testing.TB) (httpAddr, rpcAddr string) {
 	})
 	return ln.Addr().String(), rln.Addr().String()
 }
+
+// startConductorDynamo is startConductor with the Dynamo dialect on a second
+// listener; it returns both addresses.
+func startConductorDynamo(tb testing.TB) (httpAddr, dynAddr string) {
+	tb.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ix := core.New(core.Options{Logger: log})
+	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv, err := httpd.New(ix, ing, httpd.Options{Logger: log, ExtraMetrics: []*metrics.Set{ing.Metrics()}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dyn, err := httpd.NewDynamo(srv, httpd.DynamoOptions{Logger: log})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = dyn.Serve(dln) }()
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		_ = dyn.Shutdown(ctx)
+		ing.Close()
+	})
+	return ln.Addr().String(), dln.Addr().String()
+}

@@ -12,6 +12,11 @@ import (
 // cpu_local ≤ cpu_share ≤ disk.
 type Answer struct {
 	Rows []Row // ascending by Instance
+	// Coarse marks an answer of a surface that reports less than the four
+	// cumulative tiers per rank (the Dynamo dialect: gpu, cpu = through
+	// cpu_local, disk = through every tier, and the device boundary per
+	// rank): Diff then compares only those.
+	Coarse bool
 }
 
 // Row is one instance. Tiers are maxima over its ranks and Longest is the
@@ -45,6 +50,9 @@ func (a *Answer) Row(id string) *Row {
 // Diff describes how got differs from want, or returns "" when they agree
 // exactly (instances, ranks, every tier boundary, longest_matched).
 func Diff(want, got *Answer) string {
+	if got.Coarse {
+		want = coarsen(want)
+	}
 	var b strings.Builder
 	for i := range want.Rows {
 		w := &want.Rows[i]
@@ -136,6 +144,24 @@ func (g *Group) matched(n, promptLen int) int64 {
 	c := int64(n) * int64(g.cfg.BlockSize)
 	if g.profile.Strategy == hash.StrategySGLang {
 		c = min(c, int64(promptLen))
+	}
+	return c
+}
+
+// coarsen projects a full answer onto what a coarse surface reports (see
+// Answer.Coarse): cpu_share folds into disk, and ranks keep only their device
+// boundary. The Dynamo client fills its rows the same way.
+func coarsen(a *Answer) *Answer {
+	c := &Answer{Coarse: true, Rows: make([]Row, len(a.Rows))}
+	for i, r := range a.Rows {
+		r.Tiers[tierShare] = r.Tiers[tierDisk]
+		ranks := make([]RankRow, len(r.Ranks))
+		for j, rr := range r.Ranks {
+			ranks[j] = RankRow{Rank: rr.Rank}
+			ranks[j].Tiers[tierDevice] = rr.Tiers[tierDevice]
+		}
+		r.Ranks = ranks
+		c.Rows[i] = r
 	}
 	return c
 }

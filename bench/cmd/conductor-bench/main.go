@@ -154,6 +154,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conductor-bench:", err)
 		return code
 	}
+	if f.surface == "dynamo" && f.profile != "xxh3" {
+		return fail(2, fmt.Errorf("-surface dynamo needs -profile xxh3: Dynamo workers hash with the RFC #1527 standard"))
+	}
 	spec, err := profileSpec(f.profile, f.seedText)
 	if err != nil {
 		return fail(2, err)
@@ -214,7 +217,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	engines := make([]sim.EngineConfig, f.engines)
 	for i := range engines {
 		d := dialects[i%len(dialects)]
-		engines[i] = sim.EngineConfig{ID: fmt.Sprintf("%s-%02d", strings.SplitN(d.String(), "-", 2)[0], i), Dialect: d,
+		id := fmt.Sprintf("%s-%02d", strings.SplitN(d.String(), "-", 2)[0], i)
+		if f.surface == "dynamo" {
+			id = strconv.Itoa(i + 1) // Dynamo instance ids are numbers
+		}
+		engines[i] = sim.EngineConfig{ID: id, Dialect: d,
 			Ranks: f.ranks, Device: f.device, Host: f.host, Disk: f.disk, ClearEvery: f.clearEvery}
 	}
 	g, err := sim.NewGroup(sim.GroupConfig{Model: f.model, BlockSize: f.blockSize, Profile: spec, Engines: engines,
@@ -226,14 +233,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 	addr, pid, qaddr := f.addr, f.serverPID, f.queryAddr
 	if f.spawn != "" {
-		srv, err := spawn(ctx, f.spawn, strings.Fields(f.spawnArgs), f.surface == "rpc", stderr)
+		srv, err := spawn(ctx, f.spawn, strings.Fields(f.spawnArgs), f.surface, stderr)
 		if err != nil {
 			return fail(1, err)
 		}
 		defer srv.stop() // before g.Close: the server stops before its publishers vanish
 		addr, pid = srv.addr, srv.cmd.Process.Pid
-		if srv.rpcAddr != "" {
-			qaddr = srv.rpcAddr
+		if srv.queryAddr != "" {
+			qaddr = srv.queryAddr
 		}
 	}
 
@@ -304,16 +311,16 @@ func writeReport(rep *sim.Report, f *flags, stdout io.Writer) error {
 
 // server is a spawned conductor.
 type server struct {
-	cmd     *exec.Cmd
-	addr    string
-	rpcAddr string // the RPC surface, when spawned with it
-	done    chan struct{}
-	dir     string
+	cmd       *exec.Cmd
+	addr      string
+	queryAddr string // the RPC or Dynamo surface, when spawned with one
+	done      chan struct{}
+	dir       string
 }
 
 // spawn starts bin on a free loopback port with an empty configuration file and
 // waits until /health answers.
-func spawn(ctx context.Context, bin string, extra []string, withRPC bool, stderr io.Writer) (*server, error) {
+func spawn(ctx context.Context, bin string, extra []string, surface string, stderr io.Writer) (*server, error) {
 	free := func() (int, error) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -326,11 +333,17 @@ func spawn(ctx context.Context, bin string, extra []string, withRPC bool, stderr
 	if err != nil {
 		return nil, err
 	}
-	rpcPort := 0
-	if withRPC {
+	rpcPort, dynPort := 0, 0
+	switch surface {
+	case "rpc":
 		if rpcPort, err = free(); err != nil {
 			return nil, err
 		}
+	case "dynamo":
+		if dynPort, err = free(); err != nil {
+			return nil, err
+		}
+		extra = append([]string{"--dynamo-port", strconv.Itoa(dynPort)}, extra...)
 	}
 	dir, err := os.MkdirTemp("", "conductor-bench")
 	if err != nil {
@@ -341,7 +354,8 @@ func spawn(ctx context.Context, bin string, extra []string, withRPC bool, stderr
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	// RPC on a free port of its own when the rpc surface is queried, else off
+	// RPC (or Dynamo) on a free port of its own when that surface is queried,
+	// RPC off otherwise
 	// durable state in the run's own directory.
 	args := append([]string{"--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "WARN",
 		"--rpc-port", strconv.Itoa(rpcPort), "--state-dir", filepath.Join(dir, "state")}, extra...)
@@ -352,8 +366,8 @@ func spawn(ctx context.Context, bin string, extra []string, withRPC bool, stderr
 		return nil, err
 	}
 	s := &server{cmd: cmd, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{}), dir: dir}
-	if rpcPort != 0 {
-		s.rpcAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(rpcPort))
+	if p := max(rpcPort, dynPort); p != 0 {
+		s.queryAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 	}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(15 * time.Second)
