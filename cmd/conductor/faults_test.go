@@ -228,14 +228,21 @@ func (p *faultProc) prime(e *engine) {
 		}
 		return n
 	}
-	before := count()
+	// Two increases seen in separate rounds: the first may come from the
+	// replay on connect (the ring), before the SUB's subscription reached
+	// the publisher; the second needs a live message, so after it nothing the
+	// test publishes falls in the join window.
+	before, seen := count(), 0
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		if _, err := e.pub.Publish(bench.AppendVLLMBatch(nil, bench.EraMap, 1, 0)); err != nil {
 			p.t.Fatal(err)
 		}
-		if count() > before {
-			return
+		if c := count(); c > before {
+			if seen++; seen == 2 {
+				return
+			}
+			before = c
 		}
 		if time.Now().After(deadline) {
 			p.t.Fatalf("%s never received:\n%s", e.inst, tail(p.logs.String()))
