@@ -43,51 +43,6 @@ func dynamoRollHashes(hs []uint64, seed uint64) {
 	}
 }
 
-// hashBits parses a JSON array of 64-bit integers, signed or unsigned, keeping
-// each as its 64-bit pattern (Dynamo serialises block hashes as i64 or u64).
-func (r *jsonReader) hashBits(buf *[]uint64, field string, max int) ([]uint64, *RequestError) {
-	dst := (*buf)[:0]
-	if r.syntax != nil {
-		return dst, nil
-	}
-	empty, ok := r.arrayStart()
-	if !ok {
-		return dst, reqErr(ErrInvalidType, field, field+" must be an array")
-	}
-	if empty {
-		return dst, nil
-	}
-	var fe *RequestError
-	for i := 0; ; i++ {
-		if fe != nil {
-			r.skipValue(1)
-		} else if c := r.peek(); c == '-' || isDigit(c) {
-			v := r.number()
-			switch {
-			case r.syntax != nil:
-			case v.kind == kindFloat:
-				fe = elemErr(ErrInvalidType, field, i, field+" element must be an integer")
-			case v.kind == kindBigInt:
-				fe = elemErr(ErrOutOfRange, field, i, field+" element must fit 64 bits")
-			case len(dst) >= max:
-				fe = reqErr(ErrOutOfRange, field, field+" has more than "+strconv.Itoa(max)+" elements")
-			case v.kind == kindInt:
-				dst = append(dst, uint64(v.i))
-			default:
-				dst = append(dst, v.u)
-			}
-		} else {
-			r.skipValue(1)
-			fe = elemErr(ErrInvalidType, field, i, field+" element must be an integer")
-		}
-		if r.syntax != nil || !r.arrayNext() {
-			break
-		}
-	}
-	*buf = dst[:0]
-	return dst, fe
-}
-
 // parseDynamoQuery reads a /query or /query_by_hash body into st.q (strings
 // are views of the body). It returns the indexer key.
 func (d *Dynamo) parseDynamoQuery(r *jsonReader, byHash bool, st *dynState) (dynKey, *RequestError) {

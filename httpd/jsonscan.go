@@ -752,6 +752,18 @@ func (r *jsonReader) int32Elem() (v int64, ok bool) {
 // negatives and values above 2^64-1 are out_of_range, fractions or exponents
 // invalid_type, each naming the element index.
 func (r *jsonReader) uint64s(buf *[]uint64, field string, max int) ([]uint64, *RequestError) {
+	return r.words(buf, field, max, false)
+}
+
+// hashBits parses a JSON array of 64-bit integers, signed or unsigned, keeping
+// each as its 64-bit pattern (Dynamo serialises block hashes as i64 or u64).
+func (r *jsonReader) hashBits(buf *[]uint64, field string, max int) ([]uint64, *RequestError) {
+	return r.words(buf, field, max, true)
+}
+
+// words is uint64s (signed false) and hashBits (signed true: a negative
+// int64 is kept as its bit pattern).
+func (r *jsonReader) words(buf *[]uint64, field string, max int, signed bool) ([]uint64, *RequestError) {
 	dst := (*buf)[:0]
 	if r.syntax != nil {
 		return dst, nil
@@ -773,7 +785,9 @@ func (r *jsonReader) uint64s(buf *[]uint64, field string, max int) ([]uint64, *R
 			case r.syntax != nil:
 			case v.kind == kindFloat:
 				fe = elemErr(ErrInvalidType, field, i, field+" element must be an integer")
-			case v.kind == kindBigInt || (v.kind == kindInt && v.i < 0):
+			case v.kind == kindBigInt && signed:
+				fe = elemErr(ErrOutOfRange, field, i, field+" element must fit 64 bits")
+			case v.kind == kindBigInt || (v.kind == kindInt && v.i < 0 && !signed):
 				fe = elemErr(ErrOutOfRange, field, i, field+" element must be an unsigned 64-bit integer")
 			case len(dst) >= max:
 				fe = reqErr(ErrOutOfRange, field, field+" has more than "+strconv.Itoa(max)+" elements")

@@ -85,7 +85,7 @@ func (c *mooncakeClient) Query(q *Query, a *Answer) error {
 		}
 		return parseJSONAnswer(resp, a)
 	}
-	c.body = appendMsgpackQuery(c.body[:0], q)
+	c.body = appendMsgpackQuery(c.body[:0], q, "model")
 	resp, err := c.h.post("/query", "application/msgpack", c.body)
 	if err != nil {
 		return err
@@ -171,28 +171,12 @@ func (c *rpcClient) Close() { c.h.close() }
 
 func (c *rpcClient) Query(q *Query, a *Answer) error {
 	a.Reset()
-	c.body = appendRPCQuery(c.body[:0], q)
+	c.body = appendMsgpackQuery(c.body[:0], q, "model_name") // the Python argument name
 	resp, err := c.h.post("/rpc/Query", "application/msgpack", c.body)
 	if err != nil {
 		return err
 	}
 	return parseRPCAnswer(resp, a)
-}
-
-// appendRPCQuery is the Python client's Query request: the Mooncake msgpack
-// body with the Python argument names.
-func appendRPCQuery(dst []byte, q *Query) []byte {
-	dst = msgp.AppendMapHeader(dst, 3)
-	dst = msgp.AppendString(dst, "model_name")
-	dst = msgp.AppendString(dst, q.Model)
-	dst = msgp.AppendString(dst, "block_size")
-	dst = msgp.AppendInt(dst, q.BlockSize)
-	dst = msgp.AppendString(dst, "token_ids")
-	dst = msgp.AppendBytesHeader(dst, uint32(4*len(q.Tokens)))
-	for _, t := range q.Tokens {
-		dst = binary.LittleEndian.AppendUint32(dst, uint32(t))
-	}
-	return dst
 }
 
 // parseRPCAnswer reads {"ret": 0, "hits": {id: row}}; a non-zero ret is an
@@ -216,9 +200,11 @@ func parseRPCAnswer(b []byte, a *Answer) error {
 	return parseJSONAnswer(wrapped, a)
 }
 
-func appendMsgpackQuery(dst []byte, q *Query) []byte {
+// appendMsgpackQuery is a msgpack query body with the token ids as an int32
+// LE bin; modelKey is "model" (Mooncake) or "model_name" (the RPC surface).
+func appendMsgpackQuery(dst []byte, q *Query, modelKey string) []byte {
 	dst = msgp.AppendMapHeader(dst, 3)
-	dst = msgp.AppendString(dst, "model")
+	dst = msgp.AppendString(dst, modelKey)
 	dst = msgp.AppendString(dst, q.Model)
 	dst = msgp.AppendString(dst, "block_size")
 	dst = msgp.AppendInt(dst, q.BlockSize)
