@@ -18,48 +18,22 @@ import (
 // startConductor runs conductor's index, ZMQ ingester and HTTP server in this
 // process (wired as cmd/conductor wires them) on 127.0.0.1:0.
 func startConductor(tb testing.TB) string {
-	addr, _ := startConductorRPC(tb)
+	addr, _ := startSurfaces(tb, "")
 	return addr
 }
 
 // startConductorRPC is startConductor with the Python client's RPC surface
 // on a second listener; it returns both addresses.
-func startConductorRPC(tb testing.TB) (httpAddr, rpcAddr string) {
-	tb.Helper()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	ix := core.New(core.Options{Logger: log})
-	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	srv, err := httpd.New(ix, ing, httpd.Options{Logger: log, ExtraMetrics: []*metrics.Set{ing.Metrics()}})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	rpc := httpd.NewRPC(srv)
-	go func() { _ = srv.Serve(ln) }()
-	go func() { _ = rpc.Serve(rln) }()
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-		_ = rpc.Shutdown(ctx)
-		ing.Close()
-	})
-	return ln.Addr().String(), rln.Addr().String()
-}
+func startConductorRPC(tb testing.TB) (httpAddr, rpcAddr string) { return startSurfaces(tb, "rpc") }
 
 // startConductorDynamo is startConductor with the Dynamo dialect on a second
 // listener; it returns both addresses.
-func startConductorDynamo(tb testing.TB) (httpAddr, dynAddr string) {
+func startConductorDynamo(tb testing.TB) (httpAddr, dynAddr string) { return startSurfaces(tb, "dynamo") }
+
+// startSurfaces starts the Mooncake API and, when second is "rpc" or
+// "dynamo", that surface on a listener of its own ("" for its address
+// otherwise).
+func startSurfaces(tb testing.TB, second string) (httpAddr, secondAddr string) {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ix := core.New(core.Options{Logger: log})
@@ -71,26 +45,37 @@ func startConductorDynamo(tb testing.TB) (httpAddr, dynAddr string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	dyn, err := httpd.NewDynamo(srv, httpd.DynamoOptions{Logger: log})
-	if err != nil {
-		tb.Fatal(err)
+	type surface interface {
+		Serve(net.Listener) error
+		Shutdown(context.Context) error
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	surfaces := []surface{srv}
+	switch second {
+	case "rpc":
+		surfaces = append(surfaces, httpd.NewRPC(srv))
+	case "dynamo":
+		dyn, err := httpd.NewDynamo(srv, httpd.DynamoOptions{Logger: log})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		surfaces = append(surfaces, dyn)
 	}
-	dln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	addrs := make([]string, 2)
+	for i, s := range surfaces {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		addrs[i] = ln.Addr().String()
+		go func() { _ = s.Serve(ln) }()
 	}
-	go func() { _ = srv.Serve(ln) }()
-	go func() { _ = dyn.Serve(dln) }()
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = srv.Shutdown(ctx)
-		_ = dyn.Shutdown(ctx)
+		for _, s := range surfaces {
+			_ = s.Shutdown(ctx)
+		}
 		ing.Close()
 	})
-	return ln.Addr().String(), dln.Addr().String()
+	return addrs[0], addrs[1]
 }
