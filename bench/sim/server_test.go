@@ -28,7 +28,9 @@ func startConductorRPC(tb testing.TB) (httpAddr, rpcAddr string) { return startS
 
 // startConductorDynamo is startConductor with the Dynamo dialect on a second
 // listener; it returns both addresses.
-func startConductorDynamo(tb testing.TB) (httpAddr, dynAddr string) { return startSurfaces(tb, "dynamo") }
+func startConductorDynamo(tb testing.TB) (httpAddr, dynAddr string) {
+	return startSurfaces(tb, "dynamo")
+}
 
 // startSurfaces starts the Mooncake API and, when second is "rpc" or
 // "dynamo", that surface on a listener of its own ("" for its address
