@@ -444,28 +444,9 @@ func (d *Dynamo) opError(ctx *fasthttp.RequestCtx, st *dynState, status int, msg
 // {"error", "reason", "field"?, "index"?} (Dynamo answers a bare message; the extra keys
 // say which field).
 func (d *Dynamo) reqError(ctx *fasthttp.RequestCtx, st *dynState, status int, re *RequestError) {
-	n := 2
-	if re.Field != "" {
-		n++
-	}
-	if re.Index >= 0 {
-		n++
-	}
 	e := &st.enc
 	e.reset(true)
-	e.mapHeader(n)
-	e.str("error")
-	e.str(re.Msg)
-	e.str("reason")
-	e.str(ReasonOf(re))
-	if re.Field != "" {
-		e.str("field")
-		e.str(re.Field)
-	}
-	if re.Index >= 0 {
-		e.str("index")
-		e.int(int64(re.Index))
-	}
+	appendErrorEnvelope(e, re)
 	d.body(ctx, status, e.buf)
 }
 

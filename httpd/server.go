@@ -407,6 +407,16 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState,
 	if s.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		s.opts.Logger.Debug("request rejected", "path", ep.String(), "reason", ReasonOf(e), "err", e.Error())
 	}
+	enc := &st.enc
+	enc.reset(json)
+	appendErrorEnvelope(enc, e)
+	s.writeBody(ctx, e.status(), json, enc.buf)
+}
+
+// appendErrorEnvelope writes {"error", "reason", "field"?, "index"?}: the
+// refusal envelope of every surface that names its cause (the Mooncake API
+// and the Dynamo dialect).
+func appendErrorEnvelope(enc *encoder, e *RequestError) {
 	n := 2
 	if e.Field != "" {
 		n++
@@ -414,8 +424,6 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState,
 	if e.Index >= 0 {
 		n++
 	}
-	enc := &st.enc
-	enc.reset(json)
 	enc.mapHeader(n)
 	enc.str("error")
 	enc.str(e.Msg)
@@ -429,7 +437,6 @@ func (s *Server) writeError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState,
 		enc.str("index")
 		enc.int(int64(e.Index))
 	}
-	s.writeBody(ctx, e.status(), json, enc.buf)
 }
 
 // writeOpError answers an operational error (404, 405, 500) with {"error": msg}.

@@ -143,44 +143,18 @@ func (s *tamperSource) Next() ([]int32, bool) {
 	return s.inner.Next()
 }
 
-// TestRunVerifyJSONSurface: the same check through the JSON dialect (its
-// cumulative lowercase fields), with the load in open loop.
-func TestRunVerifyJSONSurface(t *testing.T) {
-	addr := startConductor(t)
-	g, err := NewGroup(GroupConfig{Model: "smoke-json", Policy: CacheAware, StoreBlocks: 300, Engines: []EngineConfig{
-		{ID: "j-a", Dialect: SGLangArray, Ranks: 2, Device: 120, Host: 120}, {ID: "j-b", Dialect: SGLangMap, Device: 100, Disk: 100}},
-		Profile: hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"}})
+// verifySurface runs a short verified workload of cfg against the surface at
+// qaddr (addr for registrations and quiescing) and asserts 100% agreement.
+func verifySurface(t *testing.T, addr, qaddr, surface string, cfg GroupConfig) {
+	t.Helper()
+	g, err := NewGroup(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer g.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	rep, err := Run(ctx, RunOptions{Addr: addr, Surface: "json", Groups: []*Group{g}, Source: smokeSource(), Requests: 60,
-		Concurrency: 2, QueryRate: 500, QueryOnly: 300 * time.Millisecond, Verify: true, VerifyEvery: 30, VerifySample: 16,
-		QuiesceTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
-		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
-	}
-}
-
-// TestRunVerifyRPCSurface: the same exact checks through the Python client's
-// RPC surface (msgpack request, {"ret", "hits"} answer).
-func TestRunVerifyRPCSurface(t *testing.T) {
-	addr, rpcAddr := startConductorRPC(t)
-	g, err := NewGroup(GroupConfig{Model: "smoke-rpc", Policy: RoundRobin, Engines: []EngineConfig{
-		{ID: "r-a", Dialect: VLLMMap, Ranks: 2, Device: 120, Host: 120}, {ID: "r-b", Dialect: VLLMArray, Device: 100, Disk: 100}},
-		Profile: hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, RunOptions{Addr: addr, QueryAddr: rpcAddr, Surface: "rpc", Groups: []*Group{g}, Source: smokeSource(),
+	rep, err := Run(ctx, RunOptions{Addr: addr, QueryAddr: qaddr, Surface: surface, Groups: []*Group{g}, Source: smokeSource(),
 		Requests: 60, Concurrency: 2, QueryRate: 500, QueryOnly: 300 * time.Millisecond, Verify: true, VerifyEvery: 30,
 		VerifySample: 16, QuiesceTimeout: 20 * time.Second})
 	if err != nil {
@@ -189,6 +163,24 @@ func TestRunVerifyRPCSurface(t *testing.T) {
 	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
 		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
 	}
+}
+
+// TestRunVerifyJSONSurface: the same check through the JSON dialect (its
+// cumulative lowercase fields), with the load in open loop.
+func TestRunVerifyJSONSurface(t *testing.T) {
+	addr := startConductor(t)
+	verifySurface(t, addr, "", "json", GroupConfig{Model: "smoke-json", Policy: CacheAware, StoreBlocks: 300, Engines: []EngineConfig{
+		{ID: "j-a", Dialect: SGLangArray, Ranks: 2, Device: 120, Host: 120}, {ID: "j-b", Dialect: SGLangMap, Device: 100, Disk: 100}},
+		Profile: hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"}})
+}
+
+// TestRunVerifyRPCSurface: the same exact checks through the Python client's
+// RPC surface (msgpack request, {"ret", "hits"} answer).
+func TestRunVerifyRPCSurface(t *testing.T) {
+	addr, rpcAddr := startConductorRPC(t)
+	verifySurface(t, addr, rpcAddr, "rpc", GroupConfig{Model: "smoke-rpc", Policy: RoundRobin, Engines: []EngineConfig{
+		{ID: "r-a", Dialect: VLLMMap, Ranks: 2, Device: 120, Host: 120}, {ID: "r-b", Dialect: VLLMArray, Device: 100, Disk: 100}},
+		Profile: hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}})
 }
 
 // TestRunVerifyDynamoSurface: workers registered through the Dynamo port
@@ -196,22 +188,7 @@ func TestRunVerifyRPCSurface(t *testing.T) {
 // ground truth projected onto what Dynamo reports (gpu, cpu, disk, dp).
 func TestRunVerifyDynamoSurface(t *testing.T) {
 	addr, dynAddr := startConductorDynamo(t)
-	g, err := NewGroup(GroupConfig{Model: "smoke-dyn", Policy: RoundRobin, Engines: []EngineConfig{
+	verifySurface(t, addr, dynAddr, "dynamo", GroupConfig{Model: "smoke-dyn", Policy: RoundRobin, Engines: []EngineConfig{
 		{ID: "11", Dialect: VLLMMap, Ranks: 2, Device: 120, Host: 120}, {ID: "12", Dialect: VLLMArray, Device: 100, Disk: 100}},
 		Profile: hash.Spec{Strategy: "xxh3"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	rep, err := Run(ctx, RunOptions{Addr: addr, QueryAddr: dynAddr, Surface: "dynamo", Groups: []*Group{g}, Source: smokeSource(),
-		Requests: 60, Concurrency: 2, QueryRate: 500, QueryOnly: 300 * time.Millisecond, Verify: true, VerifyEvery: 30,
-		VerifySample: 16, QuiesceTimeout: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
-		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
-	}
 }
