@@ -1,6 +1,6 @@
 //go:build !race
 
-package wire
+package ingest
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package wire_test
+package ingest_test
 
 import (
 	"bufio"
@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // Capacity tests (issue 9, items 8–10): registrations pending on closed loopback
@@ -85,7 +85,7 @@ func pendingRegistration(t *testing.T, inst string, i int, port string) core.Reg
 }
 
 // registerPending registers n pending listeners named prefix-i.
-func registerPending(t *testing.T, g *wire.Ingester, prefix string, n int) []core.ServiceKey {
+func registerPending(t *testing.T, g *ingest.Ingester, prefix string, n int) []core.ServiceKey {
 	t.Helper()
 	keys := make([]core.ServiceKey, 0, n)
 	for _, r := range registerPendingRegs(t, g, prefix, n) {
@@ -94,7 +94,7 @@ func registerPending(t *testing.T, g *wire.Ingester, prefix string, n int) []cor
 	return keys
 }
 
-func registerPendingRegs(t *testing.T, g *wire.Ingester, prefix string, n int) []core.Registration {
+func registerPendingRegs(t *testing.T, g *ingest.Ingester, prefix string, n int) []core.Registration {
 	t.Helper()
 	regs := make([]core.Registration, 0, n)
 	port := freePort(t)
@@ -114,7 +114,7 @@ func registerPendingRegs(t *testing.T, g *wire.Ingester, prefix string, n int) [
 // used to burn ~37% of a core (a zmq_poll timeout every PollInterval each).
 func TestZMQPendingListenersIdleCPU(t *testing.T) {
 	const n = 1000
-	opts := wire.IngestOptions{Logger: testLogger(t), ReconnectMax: time.Second} // production poll interval and backoff start
+	opts := ingest.IngestOptions{Logger: testLogger(t), ReconnectMax: time.Second} // production poll interval and backoff start
 	h := newHarness(t, opts)
 	registerPending(t, h.g, "idle", n)
 	time.Sleep(2 * time.Second) // backoff reaches ReconnectMax
@@ -138,7 +138,7 @@ func TestZMQPendingListenersIdleCPU(t *testing.T) {
 // ~224 MB RSS after unregistering 1000).
 func TestZMQUnregisterReleasesThreads(t *testing.T) {
 	const n = 1000
-	h := newHarness(t, wire.IngestOptions{Logger: testLogger(t)})
+	h := newHarness(t, ingest.IngestOptions{Logger: testLogger(t)})
 	// Warm up the context (its I/O and reaper threads stay for its life).
 	for _, k := range registerPending(t, h.g, "warm", 1) {
 		if _, err := h.g.Unregister(k); err != nil {
@@ -186,14 +186,14 @@ func TestZMQUnregisterReleasesThreads(t *testing.T) {
 // index allows more, so the Ingester's own limit is what refuses. Under -race
 // (ten times slower here) or -short it runs at MaxListeners=512.
 func TestZMQSupportedListeners(t *testing.T) {
-	n := wire.DefaultMaxListeners
-	opts := wire.IngestOptions{Logger: testLogger(t)}
+	n := ingest.DefaultMaxListeners
+	opts := ingest.IngestOptions{Logger: testLogger(t)}
 	if raceEnabled || testing.Short() {
 		n = 512
 		opts.MaxListeners = n
 	}
 	ix := core.New(core.Options{Logger: opts.Logger, MaxRegistrations: n + 100})
-	g, err := wire.NewIngester(ix, opts)
+	g, err := ingest.NewIngester(ix, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestZMQSupportedListeners(t *testing.T) {
 	t.Logf("%d listeners in %v: fds %d -> %d (%.2f each), threads %d -> %d", n, took.Round(time.Millisecond),
 		baseFD, fds, float64(fds-baseFD)/float64(n), baseThreads, threads)
 	_, err = g.Register(pendingRegistration(t, "cap-one-more", n, freePort(t)))
-	if !errors.Is(err, core.ErrLimit) || !errors.Is(err, wire.ErrListenerLimit) {
+	if !errors.Is(err, core.ErrLimit) || !errors.Is(err, ingest.ErrListenerLimit) {
 		t.Fatalf("registration %d: err %v, want ErrListenerLimit (core.ErrLimit)", n+1, err)
 	}
 	if len(ix.Services()) != n || len(g.Listeners()) != n {
@@ -217,9 +217,9 @@ func TestZMQSupportedListeners(t *testing.T) {
 		t.Fatalf("identical re-registration at the limit: created=%v err=%v", created, err)
 	}
 	// Each pending listener (no replay endpoint) holds at most its share of
-	// wire.ListenerFDs (the SUB's TCP socket exists only while connecting).
-	if per := float64(fds-baseFD) / float64(n); per > float64(wire.ListenerFDs) {
-		t.Fatalf("%.2f fds per listener, budget %d", per, wire.ListenerFDs)
+	// ingest.ListenerFDs (the SUB's TCP socket exists only while connecting).
+	if per := float64(fds-baseFD) / float64(n); per > float64(ingest.ListenerFDs) {
+		t.Fatalf("%.2f fds per listener, budget %d", per, ingest.ListenerFDs)
 	}
 }
 
@@ -350,7 +350,7 @@ func TestZMQReceiveQueueBytesLive(t *testing.T) {
 	opts := fastOpts(t)
 	opts.ReceiveQueueBytes = bound
 	h := newHarness(t, opts)
-	wire.StallAfterFirstBigLive(h.g, 300*time.Millisecond)
+	ingest.StallAfterFirstBigLive(h.g, 300*time.Millisecond)
 	pub := newPublisher(t, bench.PublisherOptions{})
 	payloads := make([][]byte, n)
 	for i := range payloads {
@@ -384,15 +384,15 @@ func TestZMQReceiveQueueBytesLive(t *testing.T) {
 }
 
 // TestZMQListenerSocketsAndFDs: a listener with a replay endpoint, connected and
-// past its first replay, holds at most wire.ListenerSockets libzmq sockets (the
+// past its first replay, holds at most ingest.ListenerSockets libzmq sockets (the
 // context's socket cap is set to exactly that many per listener, so one more
-// socket each would fail a registration) and wire.ListenerFDs descriptors (plus
+// socket each would fail a registration) and ingest.ListenerFDs descriptors (plus
 // the two the in-process publisher accepts for it).
 func TestZMQListenerSocketsAndFDs(t *testing.T) {
 	const n = 16
 	opts := fastOpts(t)
 	opts.MaxListeners = n
-	opts.MaxSockets = n * wire.ListenerSockets
+	opts.MaxSockets = n * ingest.ListenerSockets
 	h := newHarness(t, opts)
 	pubs := make([]*bench.Publisher, n)
 	for i := range pubs {
@@ -413,14 +413,14 @@ func TestZMQListenerSocketsAndFDs(t *testing.T) {
 	for _, k := range keys {
 		waitFor(t, "connected and replayed", func() bool {
 			st := h.status(k)
-			return st.State == wire.ListenerActive && st.ReplaysSucceeded > 0
+			return st.State == ingest.ListenerActive && st.ReplaysSucceeded > 0
 		})
 	}
 	fds := countFDs(t)
 	per := float64(fds-baseFD) / n
 	t.Logf("%d listeners with replay endpoints: fds %d -> %d (%.2f each, publisher side included)", n, baseFD, fds, per)
-	if per > float64(wire.ListenerFDs+2) {
-		t.Fatalf("%.2f fds per listener, want <= %d + 2 (publisher side)", per, wire.ListenerFDs)
+	if per > float64(ingest.ListenerFDs+2) {
+		t.Fatalf("%.2f fds per listener, want <= %d + 2 (publisher side)", per, ingest.ListenerFDs)
 	}
 	// Pause and Resume reopen the sockets within the same cap.
 	if err := h.g.Pause(keys[0]); err != nil {
@@ -429,5 +429,5 @@ func TestZMQListenerSocketsAndFDs(t *testing.T) {
 	if err := h.g.Resume(keys[0]); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "resumed listener active", func() bool { return h.status(keys[0]).State == wire.ListenerActive })
+	waitFor(t, "resumed listener active", func() bool { return h.status(keys[0]).State == ingest.ListenerActive })
 }

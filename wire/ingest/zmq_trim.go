@@ -1,4 +1,4 @@
-package wire
+package ingest
 
 /*
 #include <stdlib.h> // defines __GLIBC__ under glibc

@@ -1,4 +1,4 @@
-package wire_test
+package ingest_test
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // TestZMQPauseResumeDuringReplay forces the interleaving behind issue 9 item 1:
@@ -21,7 +21,7 @@ func TestZMQPauseResumeDuringReplay(t *testing.T) {
 	opts.ReplayTimeout = 2 * time.Second // the replay waits here while we pause
 	opts.ReplayTotalTimeout = 4 * time.Second
 	h := newHarness(t, opts)
-	wire.HoldPauseUntilNextCommand(h.g)
+	ingest.HoldPauseUntilNextCommand(h.g)
 	pub := newPublisher(t, bench.PublisherOptions{NoReplay: true})
 	r := registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t))
 	r.ReplayEndpoint = "tcp://127.0.0.1:" + freePort(t) // nothing answers: the replay waits
@@ -37,7 +37,7 @@ func TestZMQPauseResumeDuringReplay(t *testing.T) {
 		if err := h.g.Resume(k); err != nil {
 			t.Fatal(err)
 		}
-		if st := h.status(k); st.State == wire.ListenerPaused {
+		if st := h.status(k); st.State == ingest.ListenerPaused {
 			t.Fatalf("round %d: status %+v", round, st)
 		}
 	}

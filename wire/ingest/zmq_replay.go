@@ -1,4 +1,4 @@
-package wire
+package ingest
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	zmq "github.com/pebbe/zmq4"
+
+	"github.com/seed-c7a81618/conductor/wire"
 )
 
 // replayOutcome is how one replay ended.
@@ -68,7 +70,7 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 	if err := l.ensureDealer(); err != nil {
 		return l.replayFailure(err)
 	}
-	rx.req = AppendReplayRequest(rx.req[:0], from)
+	rx.req = wire.AppendReplayRequest(rx.req[:0], from)
 	l.m.replaysRequested.Inc()
 	if err := sendFrames(rx.dealer, rx.req); err != nil {
 		return l.replayFailure(fmt.Errorf("send request: %w", err))
@@ -126,7 +128,7 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 					return l.replayFailure(fmt.Errorf("receive: %w", err))
 				}
 				recvDeadline = time.Now().Add(l.opts.ReplayTimeout)
-				seq, payload, end, err := ParseReplayReply(frames)
+				seq, payload, end, err := wire.ParseReplayReply(frames)
 				if err != nil {
 					return l.replayFailure(fmt.Errorf("reply: %w", err))
 				}

@@ -1,4 +1,4 @@
-package wire_test
+package ingest_test
 
 import (
 	"bytes"
@@ -13,7 +13,7 @@ import (
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // Integration tests over real ZMQ on loopback: bench.Publisher plays the engine
@@ -44,7 +44,7 @@ func testEngineEras(t *testing.T, era bench.Era, replyFrames int) {
 		t.Fatalf("ranks: %+v", got.Ranks)
 	}
 	st := h.status(k)
-	if st.State != wire.ListenerActive || st.DecodeErrors != 0 || st.StaleClears != 0 || st.Restarts != 0 {
+	if st.State != ingest.ListenerActive || st.DecodeErrors != 0 || st.StaleClears != 0 || st.Restarts != 0 {
 		t.Fatalf("status: %+v", st)
 	}
 }
@@ -471,10 +471,10 @@ func TestZMQGarbagePublisher(t *testing.T) {
 	publish(t, good, store(8))
 	waitFor(t, "valid batches after the garbage", func() bool { return h.holds("bad", 7) && h.holds("good", 8) })
 	sb, sg := h.status(kb), h.status(kg)
-	if sb.DecodeErrors != uint64(len(raws)) || sb.State != wire.ListenerActive || sb.StaleClears != 0 || sb.Gaps != 0 || sb.LastError == "" {
+	if sb.DecodeErrors != uint64(len(raws)) || sb.State != ingest.ListenerActive || sb.StaleClears != 0 || sb.Gaps != 0 || sb.LastError == "" {
 		t.Fatalf("bad status: %+v", sb)
 	}
-	if sg.DecodeErrors != 0 || sg.State != wire.ListenerActive {
+	if sg.DecodeErrors != 0 || sg.State != ingest.ListenerActive {
 		t.Fatalf("good status: %+v", sg)
 	}
 }
@@ -493,14 +493,14 @@ func TestZMQPendingUntilPublisherAppears(t *testing.T) {
 		t.Fatalf("Register blocked for %v", d)
 	}
 	waitFor(t, "a pending status saying why", func() bool { return strings.Contains(h.status(k).LastError, "not connected") })
-	if st := h.status(k); st.State != wire.ListenerPending {
+	if st := h.status(k); st.State != ingest.ListenerPending {
 		t.Fatalf("status: %+v", st)
 	}
 	pub := newPublisher(t, bench.PublisherOptions{Endpoint: ep, ReplayEndpoint: rep})
 	publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
 		bench.EngineStored{Hashes: []uint64{42}, BlockSize: testBS, Medium: "GPU"}))
 	waitFor(t, "block from the late publisher", func() bool { return h.holds("late", 42) })
-	if st := h.status(k); st.State != wire.ListenerActive {
+	if st := h.status(k); st.State != ingest.ListenerActive {
 		t.Fatalf("status: %+v", st)
 	}
 }
@@ -519,7 +519,7 @@ func TestZMQPauseResume(t *testing.T) {
 	if err := h.g.Pause(k); err != nil {
 		t.Fatal(err)
 	}
-	if st := h.status(k); st.State != wire.ListenerPaused {
+	if st := h.status(k); st.State != ingest.ListenerPaused {
 		t.Fatalf("status after pause: %+v", st)
 	}
 	publish(t, pub, store(2))
@@ -534,7 +534,7 @@ func TestZMQPauseResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "blocks 2 and 3 after resume", func() bool { return h.holds("vllm-a", 2) && h.holds("vllm-a", 3) })
-	if st := h.status(k); st.State != wire.ListenerActive || st.StaleClears != 0 || st.LastSeq != 2 {
+	if st := h.status(k); st.State != ingest.ListenerActive || st.StaleClears != 0 || st.LastSeq != 2 {
 		t.Fatalf("status after resume: %+v", st)
 	}
 	if err := h.g.Pause(core.ServiceKey{InstanceID: "nobody"}); !errors.Is(err, core.ErrNotFound) {
@@ -552,13 +552,13 @@ func TestZMQRegisterErrors(t *testing.T) {
 		bad := r
 		bad.Endpoint = ep
 		var fe *core.FieldError
-		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) || !errors.Is(err, core.ErrInvalid) ||
+		if _, err := h.g.Register(bad); !errors.Is(err, ingest.ErrBadEndpoint) || !errors.Is(err, core.ErrInvalid) ||
 			!errors.As(err, &fe) || fe.Field != "endpoint" {
 			t.Errorf("endpoint %q: got %v", ep, err)
 		}
 		bad = r
 		bad.ReplayEndpoint = ep
-		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) || !errors.As(err, &fe) || fe.Field != "replay_endpoint" {
+		if _, err := h.g.Register(bad); !errors.Is(err, ingest.ErrBadEndpoint) || !errors.As(err, &fe) || fe.Field != "replay_endpoint" {
 			t.Errorf("replay endpoint %q: got %v", ep, err)
 		}
 	}
@@ -572,7 +572,7 @@ func TestZMQRegisterErrors(t *testing.T) {
 			bad.ReplayEndpoint = longIPC
 		}
 		var fe *core.FieldError
-		if _, err := h.g.Register(bad); !errors.Is(err, wire.ErrBadEndpoint) || !errors.Is(err, core.ErrInvalid) ||
+		if _, err := h.g.Register(bad); !errors.Is(err, ingest.ErrBadEndpoint) || !errors.Is(err, core.ErrInvalid) ||
 			!errors.As(err, &fe) || fe.Field != field {
 			t.Errorf("%s refused by libzmq: got %v", field, err)
 		}

@@ -1,4 +1,4 @@
-package wire_test
+package ingest_test
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // Helpers of the ZMQ integration tests: an index + Ingester harness, publishers
@@ -58,8 +58,8 @@ func testLogger(t *testing.T) *slog.Logger {
 }
 
 // fastOpts are IngestOptions with test-sized timeouts.
-func fastOpts(t *testing.T) wire.IngestOptions {
-	return wire.IngestOptions{
+func fastOpts(t *testing.T) ingest.IngestOptions {
+	return ingest.IngestOptions{
 		PollInterval:       20 * time.Millisecond,
 		ReconnectMin:       10 * time.Millisecond,
 		ReconnectMax:       100 * time.Millisecond,
@@ -72,10 +72,10 @@ func fastOpts(t *testing.T) wire.IngestOptions {
 type harness struct {
 	t  *testing.T
 	ix *core.Index
-	g  *wire.Ingester
+	g  *ingest.Ingester
 }
 
-func newHarness(t *testing.T, opts wire.IngestOptions) *harness {
+func newHarness(t *testing.T, opts ingest.IngestOptions) *harness {
 	t.Helper()
 	log := opts.Logger
 	if log == nil {
@@ -83,7 +83,7 @@ func newHarness(t *testing.T, opts wire.IngestOptions) *harness {
 		opts.Logger = log
 	}
 	ix := core.New(core.Options{Logger: log})
-	g, err := wire.NewIngester(ix, opts)
+	g, err := ingest.NewIngester(ix, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func (h *harness) holds(inst string, hsh uint64) bool {
 }
 
 // status returns the listener status of k.
-func (h *harness) status(k core.ServiceKey) wire.ListenerStatus {
+func (h *harness) status(k core.ServiceKey) ingest.ListenerStatus {
 	h.t.Helper()
 	for _, s := range h.g.Listeners() {
 		if s.Key == k {
@@ -199,7 +199,7 @@ func (h *harness) status(k core.ServiceKey) wire.ListenerStatus {
 		}
 	}
 	h.t.Fatalf("no listener %v", k)
-	return wire.ListenerStatus{}
+	return ingest.ListenerStatus{}
 }
 
 // waitFor polls cond every few milliseconds until it holds or waitLimit passes.

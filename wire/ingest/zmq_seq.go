@@ -1,4 +1,4 @@
-package wire
+package ingest
 
 // seqTracker is a subscriber's view of one publisher's sequence numbers. It is a
 // pure state machine (no I/O) so that every decision of the receive loop is

@@ -1,4 +1,4 @@
-package wire_test
+package ingest_test
 
 import (
 	"fmt"
@@ -11,7 +11,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // TestZMQRegisterUnregisterNoLeak registers and unregisters one subscription 1000
@@ -67,7 +67,7 @@ func TestZMQCloseReleasesEverything(t *testing.T) {
 	pub := newPublisher(t, bench.PublisherOptions{})
 	baseG, baseFD := stableCounts(t)
 	ix := core.New(core.Options{Logger: testLogger(t)})
-	g, err := wire.NewIngester(ix, fastOpts(t))
+	g, err := ingest.NewIngester(ix, fastOpts(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestZMQCloseReleasesEverything(t *testing.T) {
 		h.register(r)
 	}
 	waitFor(t, "listener a active", func() bool {
-		return h.status(core.ServiceKey{InstanceID: "a", TenantID: "default"}).State == wire.ListenerActive
+		return h.status(core.ServiceKey{InstanceID: "a", TenantID: "default"}).State == ingest.ListenerActive
 	})
 	g.Close()
 	g.Close() // idempotent
@@ -122,7 +122,7 @@ func TestZMQManyListeners(t *testing.T) {
 		t.Fatalf("%d listeners, first %v last %v", len(ls), ls[0].Key, ls[len(ls)-1].Key)
 	}
 	for _, st := range ls[:n] {
-		if st.State != wire.ListenerPending {
+		if st.State != ingest.ListenerPending {
 			t.Fatalf("idle listener %v is %v", st.Key, st.State)
 		}
 	}
@@ -138,7 +138,7 @@ func TestZMQConcurrentControl(t *testing.T) {
 	t.Logf("seed %d", seed)
 	baseG, baseFD := stableCounts(t)
 	ix := core.New(core.Options{Logger: testLogger(t)})
-	g, err := wire.NewIngester(ix, fastOpts(t))
+	g, err := ingest.NewIngester(ix, fastOpts(t))
 	if err != nil {
 		t.Fatal(err)
 	}

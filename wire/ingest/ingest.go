@@ -1,4 +1,4 @@
-package wire
+package ingest
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 	zmq "github.com/pebbe/zmq4"
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/wire"
 )
 
 // Sentinel errors of the ZMQ ingest layer; wrapped with context, test with errors.Is.
@@ -268,18 +269,18 @@ func (g *Ingester) releaseQueue(n int) {
 	}
 }
 
-func dialectOf(t core.PublisherType) (Dialect, error) {
+func dialectOf(t core.PublisherType) (wire.Dialect, error) {
 	switch t {
 	case core.PublisherVLLM:
-		return DialectVLLM, nil
+		return wire.DialectVLLM, nil
 	case core.PublisherSGLang:
-		return DialectSGLang, nil
+		return wire.DialectSGLang, nil
 	case core.PublisherMooncake:
-		return DialectMooncake, nil
+		return wire.DialectMooncake, nil
 	case core.PublisherStandard:
-		return DialectStandard, nil
+		return wire.DialectStandard, nil
 	}
-	return 0, fmt.Errorf("publisher type %d: %w", t, ErrUnknownDialect)
+	return 0, fmt.Errorf("publisher type %d: %w", t, wire.ErrUnknownDialect)
 }
 
 // normKey applies core's key normalisation (tenant "" is "default").

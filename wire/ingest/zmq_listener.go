@@ -1,4 +1,4 @@
-package wire
+package ingest
 
 import (
 	"errors"
@@ -12,6 +12,7 @@ import (
 
 	zmq "github.com/pebbe/zmq4"
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/wire"
 )
 
 // listener is one subscription's receiver. Its goroutine (run) owns every socket
@@ -102,7 +103,7 @@ type listener struct {
 	sub     *core.Subscription
 	reg     core.Registration
 	key     core.ServiceKey
-	dialect Dialect
+	dialect wire.Dialect
 	id      uint64
 	m       *streamMetrics
 
@@ -148,7 +149,7 @@ type receiver struct {
 	// reopened the sockets (TestZMQPauseResumeDuringReplay).
 	epoch uint64
 
-	dec   Decoder
+	dec   wire.Decoder
 	batch core.Batch
 	seq   seqTracker
 	seed  maphash.Seed
@@ -190,7 +191,7 @@ const (
 	// control and monitor sockets are looked at again.
 	drainMax = 512
 	// maxKeptFrames: frames beyond this are read (to keep the stream aligned) but
-	// not kept; ParseLive / ParseReplayReply then refuse the message.
+	// not kept; wire.ParseLive / wire.ParseReplayReply then refuse the message.
 	maxKeptFrames = 5
 	// errLogEvery rate-limits decode-error logging per stream.
 	errLogEvery = 10 * time.Second
@@ -200,7 +201,7 @@ const (
 		zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
 
-func newListener(g *Ingester, sub *core.Subscription, d Dialect, id uint64) *listener {
+func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64) *listener {
 	reg := sub.Registration()
 	key := sub.Key()
 	l := &listener{
@@ -612,7 +613,7 @@ func (l *listener) readAhead() {
 // handleLive processes one live message (see the protocol on listener).
 func (l *listener) handleLive(frames [][]byte) {
 	rx := &l.rx
-	_, s, payload, err := ParseLive(frames)
+	_, s, payload, err := wire.ParseLive(frames)
 	if err != nil {
 		l.decodeError(fmt.Errorf("live message: %w", err))
 		return
@@ -689,7 +690,7 @@ func (l *listener) consume(s uint64, payload []byte) {
 	st := l.sub.Apply(&rx.batch)
 	l.account(&st, rx.batch.Skipped)
 	l.m.batches.Inc()
-	if l.dialect == DialectMooncake || l.dialect == DialectStandard {
+	if l.dialect == wire.DialectMooncake || l.dialect == wire.DialectStandard {
 		rx.heldDirty = true
 	}
 	if lag, ok := batchLag(&rx.batch, l.dialect); ok {
@@ -723,13 +724,13 @@ func (l *listener) account(st *core.ApplyStats, skipped int) {
 
 // batchLag returns now minus the batch's publisher timestamp, in seconds: engine
 // batches carry float seconds, Mooncake (and RFC) batches integer milliseconds.
-func batchLag(b *core.Batch, d Dialect) (float64, bool) {
+func batchLag(b *core.Batch, d wire.Dialect) (float64, bool) {
 	now := time.Now()
 	switch {
 	// An integer timestamp (TimestampU; the decoder mirrors it into
 	// TimestampF) is milliseconds in the Mooncake and standard dialects:
 	// check it before the float seconds (TestBatchLagUnits).
-	case b.TimestampU > 0 && (d == DialectMooncake || d == DialectStandard):
+	case b.TimestampU > 0 && (d == wire.DialectMooncake || d == wire.DialectStandard):
 		return float64(now.UnixMilli()-int64(b.TimestampU)) / 1e3, true
 	case b.TimestampF > 0:
 		return float64(now.UnixNano())/1e9 - b.TimestampF, true
