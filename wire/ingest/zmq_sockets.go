@@ -16,7 +16,24 @@ import (
 // recv reads one whole multipart message from s without blocking, through the
 // frame reader (every socket passed checkHandle when it was opened). The frames
 // are valid until the next recv.
-func (l *listener) recv(s *zmq.Socket) ([][]byte, error) { return l.rx.reader.read(s) }
+func (l *listener) recv(s *zmq.Socket) ([][]byte, error) {
+	if pebbeRecv {
+		frames, err := s.RecvMessageBytes(zmq.DONTWAIT)
+		if err != nil {
+			return nil, err
+		}
+		frames = frames[:min(len(frames), maxKeptFrames)]
+		total := 0
+		for _, f := range frames {
+			total += len(f)
+		}
+		if m := l.rx.reader.max; m > 0 && total > m {
+			return nil, ErrMessageTooBig
+		}
+		return frames, nil
+	}
+	return l.rx.reader.read(s)
+}
 
 func isEAGAIN(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
 

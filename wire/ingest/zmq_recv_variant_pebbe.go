@@ -1,0 +1,5 @@
+//go:build pebberecv
+
+package ingest
+
+const pebbeRecv = true
