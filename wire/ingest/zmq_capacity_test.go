@@ -149,7 +149,9 @@ func TestZMQUnregisterReleasesThreads(t *testing.T) {
 	debug.FreeOSMemory()
 	baseThreads, baseRSS := procStatus(t, "Threads"), procStatus(t, "VmRSS")
 	keys := registerPending(t, h.g, "thr", n)
-	time.Sleep(200 * time.Millisecond) // let every listener reach its blocking poll
+	// Every listener blocked in zmq_poll holds an OS thread: wait for them all
+	// (not a sleep), so the release below is measured from a real peak.
+	waitFor(t, fmt.Sprintf("%d listener threads", n), func() bool { return procStatus(t, "Threads") >= baseThreads+n })
 	peakThreads, peakRSS := procStatus(t, "Threads"), procStatus(t, "VmRSS")
 	for _, k := range keys {
 		if _, err := h.g.Unregister(k); err != nil {
