@@ -13,8 +13,12 @@
 // operations (Register, Unregister, Pause, Resume, Close) on Ingester. Every
 // stream exports conductor_ingest_* series into IngestOptions.Metrics.
 //
-// This package needs cgo and libzmq (pebbe/zmq4 plus a small binding for
-// polling and receiving, zmq_poll.go and zmq_recv.go). Package wire, which it
+// This package needs cgo and libzmq, which it calls through a small binding of
+// its own (zmq_sock.go: context, sockets, options, connect, monitor, send;
+// zmq_recv.go: one cgo call per whole multipart message into a reused buffer;
+// zmq_poll.go: zmq_poll over the sockets and an eventfd). It opens every socket
+// it uses itself, so it reads no other module's private fields; pebbe/zmq4 is
+// used only by the tests' and benchmarks' publishers. Package wire, which it
 // imports for the payload decoders and the multipart framing functions
 // (ParseLive, AppendReplayRequest, ParseReplayReply), is pure Go, so decoders
 // can be fuzzed and tested without either. Dependencies: ingest → wire → core

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 
 	"github.com/VictoriaMetrics/metrics"
-	zmq "github.com/pebbe/zmq4"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/wire"
 )
@@ -113,7 +112,7 @@ type ListenerStatus struct {
 type Ingester struct {
 	ix   *core.Index
 	opts IngestOptions
-	zctx *zmq.Context
+	zctx *zcontext
 
 	// opMu serialises control operations; it is held across a listener's start
 	// and join, which are bounded (no network wait).
@@ -149,12 +148,12 @@ func NewIngester(ix *core.Index, opts IngestOptions) (*Ingester, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
-	zctx, err := zmq.NewContext()
+	zctx, err := newZContext()
 	if err != nil {
 		return nil, fmt.Errorf("NewIngester: zmq context: %w", err)
 	}
-	if err := zctx.SetMaxSockets(opts.MaxSockets); err != nil {
-		_ = zctx.Term()
+	if err := zctx.setMaxSockets(opts.MaxSockets); err != nil {
+		_ = zctx.term()
 		return nil, fmt.Errorf("NewIngester: MaxSockets=%d: %w: %w", opts.MaxSockets, err, ErrInvalidIngestOptions)
 	}
 	return &Ingester{
@@ -399,5 +398,5 @@ func (g *Ingester) Close() {
 		l.m.unregister()
 	}
 	// Every socket of this context is closed (LINGER 0), so Term returns at once.
-	_ = g.zctx.Term()
+	_ = g.zctx.term()
 }

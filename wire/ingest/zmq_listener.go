@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/wire"
 )
@@ -138,7 +137,7 @@ type cmdReq struct {
 
 // receiver is the goroutine-owned part of a listener.
 type receiver struct {
-	subSoc, monSoc, dealer *zmq.Socket
+	subSoc, monSoc, dealer *zsocket
 	// poll is [wake, mon, sub], rpoll (a replay's) [wake, mon, sub, dealer];
 	// n == 0 when absent (no SUB, or no DEALER for rpoll).
 	poll, rpoll pollSet
@@ -158,6 +157,9 @@ type receiver struct {
 	// reader receives whole messages into its reused buffer (one cgo call per
 	// message).
 	reader *frameReader
+	// monReader reads monitor events (its own small buffer: monitor messages
+	// are a few dozen bytes, and reading one must not clobber frames of reader).
+	monReader *frameReader
 	// held keeps the payload of the live message that triggered a replay: the
 	// replay reads through reader, whose buffer the payload aliases.
 	held []byte
@@ -197,8 +199,8 @@ const (
 	errLogEvery = 10 * time.Second
 	// No EVENT_CONNECT_RETRIED: a publisher that is down would wake the goroutine
 	// at every reconnection attempt.
-	monitorEvents = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED |
-		zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+	monitorEvents = evHandshakeSucceeded | evDisconnected |
+		evHandshakeFailedDetail | evHandshakeFailedProto | evHandshakeFailedAuth
 )
 
 func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64) *listener {
@@ -220,7 +222,8 @@ func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64)
 	l.m.applierGauges(sub, key)
 	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
 	l.rx.seq.threshold = g.opts.RestartThreshold
-	l.rx.reader = newFrameReader()
+	l.rx.reader = newFrameReader(initialFrameBuf)
+	l.rx.monReader = newFrameReader(monitorFrameBuf)
 	if g.opts.MaxMessageBytes > 0 {
 		l.rx.reader.max = int(min(g.opts.MaxMessageBytes, math.MaxInt))
 	}
@@ -523,12 +526,17 @@ func (l *listener) drainWake() { l.wake.drain() }
 func (l *listener) drainMonitor() {
 	rx := &l.rx
 	for {
-		ev, addr, _, err := rx.monSoc.RecvEvent(zmq.DONTWAIT)
+		frames, err := rx.monReader.read(rx.monSoc)
 		if err != nil {
 			return
 		}
+		ev, peer, ok := parseMonitorEvent(frames)
+		if !ok {
+			continue // not an event libzmq sends
+		}
+		addr := string(peer)
 		switch {
-		case ev&zmq.EVENT_HANDSHAKE_SUCCEEDED != 0:
+		case ev&evHandshakeSucceeded != 0:
 			if rx.everConnected {
 				l.m.reconnects.Inc()
 			}
@@ -539,14 +547,14 @@ func (l *listener) drainMonitor() {
 			if l.canReplay() {
 				rx.connectReplay = true
 			}
-		case ev&zmq.EVENT_DISCONNECTED != 0:
+		case ev&evDisconnected != 0:
 			rx.connected = false
 			l.setState(ListenerPending)
 			l.setErr("disconnected from " + addr)
 			l.warnMonitor("listener disconnected; libzmq reconnects", "peer", addr)
 		default: // handshake failures
-			l.setErr(fmt.Sprintf("%v with %s", ev, addr))
-			l.warnMonitor("ZMTP handshake failed", "event", ev.String(), "peer", addr)
+			l.setErr(fmt.Sprintf("%s with %s", eventName(ev), addr))
+			l.warnMonitor("ZMTP handshake failed", "event", eventName(ev), "peer", addr)
 		}
 	}
 }

@@ -19,11 +19,8 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"syscall"
 	"time"
-
-	zmq "github.com/pebbe/zmq4"
 )
 
 // waker is a listener's wake-up channel into its zmq_poll: a Linux eventfd (one
@@ -68,10 +65,11 @@ func (w *waker) close() {
 // the waker's fd, the others sockets. pebbe/zmq4's Poller cannot poll a raw fd
 // and allocates per call; this one polls in one cgo call without allocating.
 //
-// items holds libzmq handles (C pointers) only, so passing it to C is allowed.
+// items holds libzmq handles (C pointers, from zmq_sock.go) only, so passing it
+// to C is allowed. A socket must stay open while it is in a poll set: the
+// listener rebuilds its poll sets whenever it closes one (rebuildPollers).
 type pollSet struct {
 	items [4]C.zmq_pollitem_t
-	socks [4]*zmq.Socket // kept reachable while polled
 	n     int
 }
 
@@ -89,11 +87,10 @@ func (p *pollSet) reset(w waker) {
 	p.items[0].events = C.ZMQ_POLLIN
 }
 
-// add appends s, polled for input; checkHandle(s) must have passed.
-func (p *pollSet) add(s *zmq.Socket) {
-	p.items[p.n].socket = socketHandle(s)
+// add appends s, polled for input.
+func (p *pollSet) add(s *zsocket) {
+	p.items[p.n].socket = s.h
 	p.items[p.n].events = C.ZMQ_POLLIN
-	p.socks[p.n] = s
 	p.n++
 }
 
@@ -113,12 +110,8 @@ func (p *pollSet) poll(timeout time.Duration) (int, error) {
 		ms = C.long(timeout / time.Millisecond)
 	}
 	rc, err := C.cd_poll(&p.items[0], C.int(p.n), ms)
-	runtime.KeepAlive(p.socks)
 	if rc < 0 {
-		if e, ok := err.(syscall.Errno); ok {
-			return 0, zmq.Errno(e)
-		}
-		return 0, err
+		return 0, zerr(err)
 	}
 	return int(rc), nil
 }

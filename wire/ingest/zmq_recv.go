@@ -73,27 +73,18 @@ static int cd_recv(void *s, cd_rx *rx, char *buf, size_t cap, size_t *lens, int 
 	return 0;
 }
 
-static int cd_socket_type(void *s) {
-	int t = -1;
-	size_t sz = sizeof t;
-	if (zmq_getsockopt(s, ZMQ_TYPE, &t, &sz) != 0) return -1;
-	return t;
-}
 */
 import "C"
 
 import (
-	"runtime"
-	"syscall"
 	"unsafe"
-
-	zmq "github.com/pebbe/zmq4"
 )
 
 // frameReader receives whole multipart messages in one cgo call each, into a
 // reused buffer: the receive loop's hot path allocates nothing per message.
 // pebbe/zmq4's RecvBytes makes five cgo calls and one allocation per frame, plus a
-// getsockopt per frame for RCVMORE, which cost more than decoding the payload.
+// getsockopt per frame for RCVMORE, which cost more than decoding the payload
+// (measured end to end: BENCHMARKS.md, "ingest: receive path").
 //
 // The frames read returns alias the reader's buffer: they are valid until the
 // next read or free. A frameReader belongs to the goroutine owning the socket.
@@ -103,6 +94,7 @@ type frameReader struct {
 	lens   [maxKeptFrames]C.size_t
 	nf     C.int // frame count of the last message (a field: a local would escape)
 	frames [][]byte
+	init   int // the buffer's initial size
 	// max refuses messages whose kept frames exceed it with ErrMessageTooBig,
 	// before they are copied (so the buffer never grows for them). 0: no limit.
 	max int
@@ -112,15 +104,21 @@ const (
 	// initialFrameBuf is small: a listener that never receives (a publisher
 	// that is down) should cost little; the buffer grows to the messages seen.
 	initialFrameBuf = 4 << 10
+	// monitorFrameBuf holds a monitor event (6 bytes and an endpoint).
+	monitorFrameBuf = 256
 	// maxKeptFrameBuf: a buffer grown past this for one huge message is dropped
 	// at the next read, so one outlier does not pin its size per listener.
 	maxKeptFrameBuf = 4 << 20
 )
 
-func newFrameReader() *frameReader {
+// newFrameReader returns a reader whose buffer starts at initial bytes
+// (initialFrameBuf for live and replay messages, monitorFrameBuf for monitor
+// events).
+func newFrameReader(initial int) *frameReader {
 	return &frameReader{
 		rx:     (*C.cd_rx)(C.calloc(1, C.sizeof_cd_rx)),
-		buf:    make([]byte, initialFrameBuf),
+		buf:    make([]byte, initial),
+		init:   initial,
 		frames: make([][]byte, 0, maxKeptFrames),
 	}
 }
@@ -138,19 +136,14 @@ func (r *frameReader) free() {
 // maxKeptFrames are received and dropped (the caller then sees maxKeptFrames
 // frames and refuses the message), so the stream never desynchronises. An empty
 // socket returns an error for which isEAGAIN is true.
-func (r *frameReader) read(s *zmq.Socket) ([][]byte, error) {
+func (r *frameReader) read(s *zsocket) ([][]byte, error) {
 	if len(r.buf) > maxKeptFrameBuf {
-		r.buf = make([]byte, initialFrameBuf) // the previous frames are no longer in use
+		r.buf = make([]byte, r.init) // the previous frames are no longer in use
 	}
-	h := socketHandle(s)
-	rc, err := C.cd_recv(h, r.rx, (*C.char)(unsafe.Pointer(&r.buf[0])), C.size_t(len(r.buf)),
-		&r.lens[0], &r.nf, C.int(zmq.DONTWAIT))
-	runtime.KeepAlive(s)
+	rc, err := C.cd_recv(s.h, r.rx, (*C.char)(unsafe.Pointer(&r.buf[0])), C.size_t(len(r.buf)),
+		&r.lens[0], &r.nf, C.int(zDONTWAIT))
 	if rc < 0 {
-		if e, ok := err.(syscall.Errno); ok {
-			return nil, zmq.Errno(e)
-		}
-		return nil, err
+		return nil, zerr(err)
 	}
 	kept := min(int(r.nf), maxKeptFrames)
 	total := 0
@@ -179,49 +172,4 @@ func (r *frameReader) read(s *zmq.Socket) ([][]byte, error) {
 		off += n
 	}
 	return r.frames, nil
-}
-
-// pebbeSocket mirrors the layout of pebbe/zmq4 v1.4.0's Socket, whose libzmq
-// handle (soc) is not exported.
-type pebbeSocket struct {
-	soc    unsafe.Pointer
-	ctx    *zmq.Context
-	opened bool
-	err    error
-}
-
-// socketHandle returns the libzmq handle of s.
-//
-// Safety: zmq.Socket (pebbe/zmq4 v1.4.0, pinned in go.mod and go.sum and
-// guarded by TestPebbeVersionPinned) is
-// {soc unsafe.Pointer; ctx *Context; opened bool; err error}; pebbeSocket mirrors
-// it, so reading the first word through it is reading soc. The handle is only used
-// while s is open and reachable (callers KeepAlive s past the cgo call). A layout
-// change in an upgrade would make this read garbage, and handing garbage to
-// libzmq may crash rather than fail, so the real guard is the version pin
-// (TestPebbeVersionPinned); on top of it TestSocketHandle checks the mirror's
-// size and that the handle answers ZMQ_TYPE like s.GetType(), and handleMatches
-// repeats that check on every socket before it is read or polled (checkHandle
-// refuses a socket that fails it).
-func socketHandle(s *zmq.Socket) unsafe.Pointer {
-	return (*pebbeSocket)(unsafe.Pointer(s)).soc
-}
-
-// handleMatches reports whether socketHandle(s) is s's libzmq socket: its type
-// as libzmq reports it equals pebbe's.
-func handleMatches(s *zmq.Socket) bool {
-	if unsafe.Sizeof(pebbeSocket{}) != unsafe.Sizeof(zmq.Socket{}) {
-		return false
-	}
-	want, err := s.GetType()
-	if err != nil {
-		return false
-	}
-	h := socketHandle(s)
-	if h == nil {
-		return false
-	}
-	got := C.cd_socket_type(h)
-	runtime.KeepAlive(s)
-	return int(got) == int(want)
 }

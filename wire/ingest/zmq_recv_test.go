@@ -4,71 +4,143 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
-	"unsafe"
-
-	zmq "github.com/pebbe/zmq4"
 )
 
-// pairSockets returns a connected inproc PAIR pair in a fresh context.
-func pairSockets(t testing.TB) (tx, rx *zmq.Socket) {
+// pairSockets returns a connected inproc PAIR pair in a fresh context, both
+// opened through the package's binding (zmq_sock.go). The binding is checked
+// against an independent implementation by the integration tests, whose
+// publishers are pebbe/zmq4 sockets.
+func pairSockets(t testing.TB) (tx, rx *zsocket) {
 	t.Helper()
-	ctx, err := zmq.NewContext()
+	ctx, err := newZContext()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rx, err = ctx.NewSocket(zmq.PAIR)
-	if err != nil {
+	if rx, err = ctx.socket(zPAIR); err != nil {
 		t.Fatal(err)
 	}
-	tx, err = ctx.NewSocket(zmq.PAIR)
-	if err != nil {
+	if tx, err = ctx.socket(zPAIR); err != nil {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("inproc://recv-test-%p", t)
-	if err := rx.Bind(addr); err != nil {
+	if err := rx.bind(addr); err != nil {
 		t.Fatal(err)
 	}
-	if err := tx.Connect(addr); err != nil {
+	if err := tx.connect(addr); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		_ = tx.Close()
-		_ = rx.Close()
-		_ = ctx.Term()
+		_ = tx.close()
+		_ = rx.close()
+		_ = ctx.term()
 	})
 	return tx, rx
 }
 
-// TestSocketHandle proves socketHandle's layout assumption (see its Safety note).
-func TestSocketHandle(t *testing.T) {
-	if unsafe.Sizeof(pebbeSocket{}) != unsafe.Sizeof(zmq.Socket{}) {
-		t.Fatalf("zmq.Socket layout changed: %d bytes, mirror %d", unsafe.Sizeof(zmq.Socket{}), unsafe.Sizeof(pebbeSocket{}))
+// sendMsg sends frames as one multipart message.
+func sendMsg(t testing.TB, s *zsocket, frames ...[]byte) {
+	t.Helper()
+	for j, f := range frames {
+		flags := 0
+		if j < len(frames)-1 {
+			flags = zSNDMORE
+		}
+		if err := s.send(f, flags); err != nil {
+			t.Fatal(err)
+		}
 	}
-	ctx, err := zmq.NewContext()
+}
+
+// TestZSocketBinding: sockets report the type they were opened with, the
+// listeners' options are accepted, libzmq's errors come back as errnos that
+// match syscall's under errors.Is with libzmq's message, and close and term
+// are idempotent and ordered as libzmq requires.
+func TestZSocketBinding(t *testing.T) {
+	ctx, err := newZContext()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ctx.Term()
-	for _, typ := range []zmq.Type{zmq.SUB, zmq.DEALER, zmq.PAIR, zmq.ROUTER} {
-		s, err := ctx.NewSocket(typ)
+	if err := ctx.setMaxSockets(16); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		typ  int
+		want int
+	}{{zSUB, 2}, {zPAIR, 0}, {zDEALER, 5}} { // ZMQ_SUB, ZMQ_PAIR, ZMQ_DEALER in zmq.h
+		s, err := ctx.socket(zopt(c.typ))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !handleMatches(s) {
-			t.Errorf("%v: handle does not answer ZMQ_TYPE like the socket", typ)
+		if got := s.socketType(); got != c.want {
+			t.Errorf("socket %d: ZMQ_TYPE %d, want %d", c.typ, got, c.want)
 		}
-		_ = s.Close()
+		if err := setInts(s, optLinger, 0, optIPv6, 1, optRcvHWM, 1000, optReconnectIvl, 100, optReconnectIvlMax, 1000); err != nil {
+			t.Errorf("socket %d: %v", c.typ, err)
+		}
+		if err := s.close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.close(); err != nil {
+			t.Fatalf("second close: %v", err)
+		}
+	}
+	s, err := ctx.socket(zSUB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ep, want := range map[string]syscall.Errno{
+		"nonsense":                 syscall.EINVAL,
+		"tcp://":                   syscall.EINVAL,
+		"nosuchproto://x":          syscall.EPROTONOSUPPORT,
+		"tcp://127.0.0.1:notaport": syscall.EINVAL,
+	} {
+		err := s.connect(ep)
+		if !errors.Is(err, want) || err.Error() == "" {
+			t.Errorf("connect %q: %v, want %v", ep, err, want)
+		}
+	}
+	if err := s.setInt(9999, 1); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("unknown option: %v, want EINVAL", err)
+	}
+	_ = s.close()
+	if err := ctx.term(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctx.socket(zPAIR); !errors.Is(err, errClosed) {
+		t.Fatalf("socket after term: %v", err)
+	}
+	// libzmq's private errnos print libzmq's message, not "errno N".
+	if msg := zmqErrno(156384763).Error(); msg == "" || msg == syscall.Errno(156384763).Error() {
+		t.Errorf("EFSM prints %q", msg)
+	}
+}
+
+// TestParseMonitorEvent: the v1 monitor message layout of zmq_socket_monitor(3).
+func TestParseMonitorEvent(t *testing.T) {
+	f := func(frames [][]byte, wantEv uint16, wantPeer string, wantOK bool) {
+		t.Helper()
+		ev, peer, ok := parseMonitorEvent(frames)
+		if ok != wantOK || ok && (ev != wantEv || string(peer) != wantPeer) {
+			t.Fatalf("%q: %d %q %v", frames, ev, peer, ok)
+		}
+	}
+	head := make([]byte, 6)
+	head[0], head[1] = 0x00, 0x10 // 0x1000 HANDSHAKE_SUCCEEDED, little-endian (amd64, arm64)
+	f([][]byte{head, []byte("tcp://127.0.0.1:5557")}, evHandshakeSucceeded, "tcp://127.0.0.1:5557", true)
+	f([][]byte{head}, 0, "", false)
+	f([][]byte{head[:5], []byte("x")}, 0, "", false)
+	f([][]byte{head, []byte("x"), []byte("y")}, 0, "", false)
+	if eventName(evDisconnected) != "DISCONNECTED" || eventName(3) != "event 3" {
+		t.Fatal(eventName(evDisconnected), eventName(3))
 	}
 }
 
 func TestFrameReader(t *testing.T) {
 	tx, rx := pairSockets(t)
-	r := newFrameReader()
+	r := newFrameReader(initialFrameBuf)
 	defer r.free()
-	if !handleMatches(rx) {
-		t.Fatal("fast path unavailable")
-	}
 	big := bytes.Repeat([]byte{0xab}, 3*initialFrameBuf+17) // forces growth
 	cases := [][][]byte{
 		{[]byte("topic"), {0, 0, 0, 0, 0, 0, 0, 7}, []byte("payload")},
@@ -79,15 +151,7 @@ func TestFrameReader(t *testing.T) {
 		{[]byte("after"), []byte("the"), []byte("long one")},
 	}
 	for i, msg := range cases {
-		for j, f := range msg {
-			flag := zmq.Flag(0)
-			if j < len(msg)-1 {
-				flag = zmq.SNDMORE
-			}
-			if _, err := tx.SendBytes(f, flag); err != nil {
-				t.Fatal(err)
-			}
-		}
+		sendMsg(t, tx, msg...)
 		got, err := r.read(rx)
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
@@ -111,9 +175,7 @@ func TestFrameReader(t *testing.T) {
 	// A huge message grows the buffer; the next read drops it again.
 	huge := bytes.Repeat([]byte{1}, maxKeptFrameBuf+1)
 	for _, m := range [][]byte{huge, []byte("small")} {
-		if _, err := tx.SendBytes(m, 0); err != nil {
-			t.Fatal(err)
-		}
+		sendMsg(t, tx, m)
 		got, err := r.read(rx)
 		if err != nil || len(got) != 1 || !bytes.Equal(got[0], m) {
 			t.Fatalf("read %d bytes: %v", len(m), err)
@@ -129,24 +191,12 @@ func TestFrameReader(t *testing.T) {
 // current buffer or not, and the stream stays aligned for the next message.
 func TestFrameReaderMax(t *testing.T) {
 	tx, rx := pairSockets(t)
-	r := newFrameReader()
+	r := newFrameReader(initialFrameBuf)
 	defer r.free()
 	r.max = 1000
-	send := func(frames ...[]byte) {
-		t.Helper()
-		for j, f := range frames {
-			flag := zmq.Flag(0)
-			if j < len(frames)-1 {
-				flag = zmq.SNDMORE
-			}
-			if _, err := tx.SendBytes(f, flag); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	f := func(frames [][]byte, wantErr error) {
 		t.Helper()
-		send(frames...)
+		sendMsg(t, tx, frames...)
 		got, err := r.read(rx)
 		if !errors.Is(err, wantErr) {
 			t.Fatalf("%d frames: err %v, want %v", len(frames), err, wantErr)

@@ -6,8 +6,6 @@ import (
 	"math"
 	"time"
 
-	zmq "github.com/pebbe/zmq4"
-
 	"github.com/seed-c7a81618/conductor/wire"
 )
 
@@ -293,13 +291,13 @@ func copyFrames(frames [][]byte) [][]byte {
 
 // sendFrames sends one multipart message without blocking (a DEALER queues to
 // its connecting peer, so this fails only on a real error).
-func sendFrames(s *zmq.Socket, frames [][]byte) error {
+func sendFrames(s *zsocket, frames [][]byte) error {
 	for i, f := range frames {
-		flag := zmq.DONTWAIT
+		flags := zDONTWAIT
 		if i < len(frames)-1 {
-			flag |= zmq.SNDMORE
+			flags |= zSNDMORE
 		}
-		if _, err := s.SendBytes(f, flag); err != nil {
+		if err := s.send(f, flags); err != nil {
 			return err
 		}
 	}

@@ -4,8 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
-
-	zmq "github.com/pebbe/zmq4"
+	"time"
 
 	"github.com/seed-c7a81618/conductor/core"
 )
@@ -14,28 +13,22 @@ import (
 // goroutine, which owns the sockets.
 
 // recv reads one whole multipart message from s without blocking, through the
-// frame reader (every socket passed checkHandle when it was opened). The frames
-// are valid until the next recv.
-func (l *listener) recv(s *zmq.Socket) ([][]byte, error) {
-	if pebbeRecv {
-		frames, err := s.RecvMessageBytes(zmq.DONTWAIT)
-		if err != nil {
-			return nil, err
+// frame reader. The frames are valid until the next recv.
+func (l *listener) recv(s *zsocket) ([][]byte, error) { return l.rx.reader.read(s) }
+
+func isEAGAIN(err error) bool { return errors.Is(err, syscall.EAGAIN) }
+
+// setInts sets int socket options in order, stopping at the first error.
+func setInts(s *zsocket, kv ...int) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := s.setInt(zopt(kv[i]), kv[i+1]); err != nil {
+			return fmt.Errorf("option %d=%d: %w", kv[i], kv[i+1], err)
 		}
-		frames = frames[:min(len(frames), maxKeptFrames)]
-		total := 0
-		for _, f := range frames {
-			total += len(f)
-		}
-		if m := l.rx.reader.max; m > 0 && total > m {
-			return nil, ErrMessageTooBig
-		}
-		return frames, nil
 	}
-	return l.rx.reader.read(s)
+	return nil
 }
 
-func isEAGAIN(err error) bool { return zmq.AsErrno(err) == zmq.Errno(syscall.EAGAIN) }
+func ms(d time.Duration) int { return int(d / time.Millisecond) }
 
 // openSub creates the SUB socket and its monitor and starts connecting. A connect
 // error means libzmq refuses the endpoint (ErrBadEndpoint).
@@ -43,36 +36,30 @@ func (l *listener) openSub() error {
 	rx := &l.rx
 	rx.gen++
 	monAddr := fmt.Sprintf("inproc://conductor-ingest-mon-%d-%d", l.id, rx.gen)
-	s, err := l.g.zctx.NewSocket(zmq.SUB)
+	s, err := l.g.zctx.socket(zSUB)
 	if err != nil {
 		return fmt.Errorf("SUB socket: %w", limitErr(err))
 	}
-	var mon *zmq.Socket
+	var mon *zsocket
 	err = firstErr(
-		s.SetLinger(0),
-		s.SetIpv6(true),
-		s.SetRcvhwm(l.opts.RcvHWM),
-		s.SetReconnectIvl(l.opts.ReconnectMin),
-		s.SetReconnectIvlMax(l.opts.ReconnectMax),
-		s.SetSubscribe(""),
-		s.Monitor(monAddr, monitorEvents),
+		setInts(s, optLinger, 0, optIPv6, 1, optRcvHWM, l.opts.RcvHWM,
+			optReconnectIvl, ms(l.opts.ReconnectMin), optReconnectIvlMax, ms(l.opts.ReconnectMax)),
+		s.subscribeAll(),
+		s.monitor(monAddr, monitorEvents),
 	)
 	if err == nil {
-		mon, err = l.g.zctx.NewSocket(zmq.PAIR)
+		mon, err = l.g.zctx.socket(zPAIR)
 		if err == nil {
-			_ = mon.SetLinger(0)
-			err = mon.Connect(monAddr)
+			_ = mon.setInt(optLinger, 0)
+			err = mon.connect(monAddr)
 		}
-	}
-	if err == nil {
-		err = firstErr(checkHandle(s), checkHandle(mon))
 	}
 	if err != nil {
 		closeSocket(s)
 		closeSocket(mon)
 		return fmt.Errorf("SUB socket setup: %w", limitErr(err))
 	}
-	if err := s.Connect(l.reg.Endpoint); err != nil {
+	if err := s.connect(l.reg.Endpoint); err != nil {
 		closeSocket(s)
 		closeSocket(mon)
 		return &core.FieldError{Field: "endpoint", Err: fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)}
@@ -92,7 +79,7 @@ func (l *listener) closeSub() {
 		// thread) after the reading PAIR is gone would block that thread for
 		// good, and with it every later socket close of the context.
 		// TestZMQRegisterUnregisterNoLeak catches it.
-		_ = rx.subSoc.Monitor("", 0)
+		_ = rx.subSoc.monitor("", 0)
 	}
 	if rx.subSoc != nil {
 		rx.epoch++
@@ -109,17 +96,17 @@ func (l *listener) ensureDealer() error {
 	if rx.dealer != nil {
 		return nil
 	}
-	d, err := l.g.zctx.NewSocket(zmq.DEALER)
+	d, err := l.g.zctx.socket(zDEALER)
 	if err != nil {
 		return fmt.Errorf("DEALER socket: %w", limitErr(err))
 	}
 	// RCVHWM 0: a replay of a whole ring must not be cut by the pipe's HWM
 	// (a ROUTER drops what does not fit).
-	if err = firstErr(d.SetLinger(0), d.SetIpv6(true), d.SetRcvhwm(0), checkHandle(d)); err != nil {
+	if err = setInts(d, optLinger, 0, optIPv6, 1, optRcvHWM, 0); err != nil {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}
-	if err = d.Connect(l.reg.ReplayEndpoint); err != nil {
+	if err = d.connect(l.reg.ReplayEndpoint); err != nil {
 		closeSocket(d)
 		return &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)}
 	}
@@ -140,8 +127,7 @@ func (l *listener) resetDealer() {
 	l.rebuildPollers()
 }
 
-// rebuildPollers lays out the poll sets for the open sockets (their handles
-// were checked when they were opened: checkHandle).
+// rebuildPollers lays out the poll sets for the open sockets.
 func (l *listener) rebuildPollers() {
 	rx := &l.rx
 	rx.poll.n, rx.rpoll.n = 0, 0
@@ -157,15 +143,6 @@ func (l *listener) rebuildPollers() {
 		rx.rpoll.add(rx.subSoc)
 		rx.rpoll.add(rx.dealer)
 	}
-}
-
-// checkHandle fails when socketHandle cannot read s's libzmq handle (a
-// pebbe/zmq4 layout other than the pinned one): such a socket cannot be polled.
-func checkHandle(s *zmq.Socket) error {
-	if !handleMatches(s) {
-		return fmt.Errorf("cannot read the libzmq handle of %v (pebbe/zmq4 layout changed?)", s)
-	}
-	return nil
 }
 
 // fail handles a socket-level failure: every socket but the wake pair is closed
@@ -193,27 +170,20 @@ func (l *listener) closeAll() {
 	l.resetDealer()
 	l.dropPending()
 	l.rx.reader.free()
+	l.rx.monReader.free()
 }
 
 // limitErr marks a resource exhaustion (libzmq's socket cap, the fd limit, no
 // memory) as a limit: a registration refused for it is answered 400
 // limit_exceeded (ErrListenerLimit wraps core.ErrLimit in Register), not 500.
 func limitErr(err error) error {
-	switch zmq.AsErrno(err) {
-	case zmq.Errno(syscall.EMFILE), zmq.Errno(syscall.ENFILE), zmq.Errno(syscall.ENOMEM):
-		return fmt.Errorf("%w: %w", err, ErrListenerLimit)
-	}
 	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) {
 		return fmt.Errorf("%w: %w", err, ErrListenerLimit)
 	}
 	return err
 }
 
-func closeSocket(s *zmq.Socket) {
-	if s != nil {
-		_ = s.Close()
-	}
-}
+func closeSocket(s *zsocket) { _ = s.close() }
 
 func firstErr(errs ...error) error {
 	for _, e := range errs {

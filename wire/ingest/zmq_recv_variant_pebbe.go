@@ -1,5 +1,0 @@
-//go:build pebberecv
-
-package ingest
-
-const pebbeRecv = true
