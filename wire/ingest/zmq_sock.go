@@ -21,6 +21,8 @@ static int cd_getsockopt_int(void *s, int opt) {
 	return v;
 }
 
+static int cd_subscribe_all(void *s) { return zmq_setsockopt(s, ZMQ_SUBSCRIBE, "", 0); }
+
 static int cd_send(void *s, const void *buf, size_t len, int flags) {
 	int rc;
 	do { rc = zmq_send(s, buf, len, flags); } while (rc < 0 && errno == EINTR);
@@ -163,7 +165,7 @@ func (s *zsocket) socketType() int { return int(C.cd_getsockopt_int(s.h, C.ZMQ_T
 
 // subscribeAll subscribes a SUB socket to every topic (ZMQ_SUBSCRIBE "").
 func (s *zsocket) subscribeAll() error {
-	if rc, err := C.zmq_setsockopt(s.h, C.ZMQ_SUBSCRIBE, nil, 0); rc != 0 {
+	if rc, err := C.cd_subscribe_all(s.h); rc != 0 {
 		return zerr(err)
 	}
 	return nil
