@@ -241,6 +241,7 @@ const (
 	optLinger          = C.ZMQ_LINGER
 	optIPv6            = C.ZMQ_IPV6
 	optRcvHWM          = C.ZMQ_RCVHWM
+	optSndHWM          = C.ZMQ_SNDHWM // the benchmarks' senders
 	optReconnectIvl    = C.ZMQ_RECONNECT_IVL
 	optReconnectIvlMax = C.ZMQ_RECONNECT_IVL_MAX
 )
