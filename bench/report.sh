@@ -59,13 +59,14 @@ splice() {
   fi
 }
 
-SUITES=${SUITES:-hash core-apply core-query wire httpd}
+SUITES=${SUITES:-hash core-apply core-query wire ingest-recv httpd}
 for s in $SUITES; do
   case $s in
     hash) suite hash ./hash/ '.' ;;
     core-apply) suite core-apply ./core/ 'BenchmarkApply|BenchmarkClearOwner' -cpu 1 ;;
     core-query) suite core-query ./core/ 'BenchmarkQuery' -benchtime=200ms ;;
     wire) suite wire ./wire/ '.' ;;
+    ingest-recv) suite ingest-recv ./wire/ingest/ 'BenchmarkRecvPath' ;;
     httpd) suite httpd ./httpd/ 'BenchmarkQueryHandler$|BenchmarkJSONTokens|BenchmarkDecodeInt32Array' ;;
     *) echo "unknown suite $s" >&2; exit 2 ;;
   esac
