@@ -23,12 +23,14 @@ type Expect struct {
 // LoadOptions.Expect says it must (or cannot be decoded).
 var ErrLoadAnswer = errors.New("bench: wrong /query answer")
 
-// checkAnswer decodes a Mooncake /query response body (msgpack
-// `{"instances": {id: {"longest_matched": n, …}}}` when contentType is
-// application/msgpack, JSON `{tenant: {id: {"longest_matched": n, …}}}`
-// otherwise) and checks e against it. It allocates for JSON; RunLoad calls it
-// only for a body that differs from the last one it checked.
-func checkAnswer(contentType string, body []byte, e *Expect) error {
+// Check decodes a Mooncake /query response body (msgpack
+// `{"instances": {id: {"longest_matched": n, …}}}` when contentType names
+// msgpack, JSON `{tenant: {id: {"longest_matched": n, …}}}` otherwise) and
+// returns an error wrapping ErrLoadAnswer unless the row of e.Instance has
+// longest_matched e.LongestMatched. It allocates for JSON; RunLoad calls it
+// only for a body that differs from the last one it checked. FuzzExpectCheck
+// (fuzz/harness) compares it with bench/sim's answer parser.
+func (e *Expect) Check(contentType string, body []byte) error {
 	var got int64
 	var found bool
 	var err error

@@ -16,7 +16,7 @@ import (
 // socket replaying one fixed response per request (it allocates nothing
 // either: AllocsPerRun counts every goroutine's allocations).
 func TestLoadConnZeroAllocs(t *testing.T) {
-	// JSON: checkAnswer allocates for it, so this also proves that an
+	// JSON: Expect.Check allocates for it, so this also proves that an
 	// identical body is not decoded again.
 	body := []byte(`{"default":{"engine-a":{"longest_matched":1024}}}`)
 	resp := fmt.Appendf(nil, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)

@@ -36,7 +36,7 @@ func TestCheckAnswer(t *testing.T) {
 	want := &Expect{Instance: "engine-a", LongestMatched: 1024}
 	f := func(ct string, body []byte, ok bool) {
 		t.Helper()
-		err := checkAnswer(ct, body, want)
+		err := want.Check(ct, body)
 		if ok != (err == nil) || err != nil && !errors.Is(err, ErrLoadAnswer) {
 			t.Fatalf("%s %q: err %v, want ok=%v", ct, body, err, ok)
 		}

@@ -173,7 +173,7 @@ type loadConn struct {
 	ct      string
 	expect  *Expect
 	body    []byte // the last response body (reused)
-	checked []byte // the last body that passed checkAnswer
+	checked []byte // the last body that passed Expect.Check
 	lat     []time.Duration
 	lastLen int
 }
@@ -222,7 +222,7 @@ func (c *loadConn) do() error {
 	if c.expect == nil || c.checked != nil && bytes.Equal(c.body, c.checked) {
 		return nil
 	}
-	if err := checkAnswer(c.ct, c.body, c.expect); err != nil {
+	if err := c.expect.Check(c.ct, c.body); err != nil {
 		return err
 	}
 	c.checked = append(c.checked[:0], c.body...)

@@ -289,7 +289,7 @@ func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, resp := s.post(tb, "/query", ct, body)
-		if checkAnswer(ct, resp, &Expect{Instance: "engine-a", LongestMatched: int64(want)}) == nil {
+		if (&Expect{Instance: "engine-a", LongestMatched: int64(want)}).Check(ct, resp) == nil {
 			return
 		}
 		if time.Now().After(deadline) {

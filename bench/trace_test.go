@@ -183,7 +183,7 @@ func waitMatchedByHash(tb testing.TB, s *serverProc, keys []uint64) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_, resp := s.post(tb, "/query_by_hash", "application/json", []byte(sb.String()))
-		if checkAnswer("application/json", resp, &Expect{Instance: "engine-a", LongestMatched: int64(want)}) == nil {
+		if (&Expect{Instance: "engine-a", LongestMatched: int64(want)}).Check("application/json", resp) == nil {
 			return
 		}
 		if time.Now().After(deadline) {
