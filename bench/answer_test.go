@@ -31,7 +31,7 @@ func msgpackAnswer(rows map[string]int64) []byte {
 	return b
 }
 
-func TestCheckAnswer(t *testing.T) {
+func TestExpectCheck(t *testing.T) {
 	const mp, js = "application/msgpack", "application/json"
 	want := &Expect{Instance: "engine-a", LongestMatched: 1024}
 	f := func(ct string, body []byte, ok bool) {

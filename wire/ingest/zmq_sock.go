@@ -115,9 +115,13 @@ func (c *zcontext) term() error {
 	return nil
 }
 
-// zsocket is a libzmq socket opened through zcontext.socket. h is a C
-// pointer (it never points into Go memory), so it may be passed to C and
-// stored in C structures (the poll items) freely.
+// zsocket is a libzmq socket opened through zcontext.socket.
+//
+// Safety: h is the pointer zmq_socket returned, C memory that never points
+// into Go memory, so it may be passed to C and stored in C structures (the poll
+// items) freely. It is valid until close, which sets it to nil; the owning
+// goroutine (the listener's) closes a socket only after taking it out of its
+// poll sets (rebuildPollers), so no poll or receive sees a closed handle.
 type zsocket struct{ h unsafe.Pointer }
 
 // Socket types (zmq.h).
@@ -212,7 +216,11 @@ const (
 	zSNDMORE  = C.ZMQ_SNDMORE
 )
 
-// send queues one frame (zmq_send copies b before returning).
+// send queues one frame.
+//
+// Safety: b's memory is passed to C for the duration of the call only
+// (zmq_send copies it into a message before returning), and it holds no Go
+// pointers, as the cgo rules require.
 func (s *zsocket) send(b []byte, flags int) error {
 	var p unsafe.Pointer
 	if len(b) > 0 {
