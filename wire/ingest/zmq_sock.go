@@ -120,8 +120,9 @@ func (c *zcontext) term() error {
 // Safety: h is the pointer zmq_socket returned, C memory that never points
 // into Go memory, so it may be passed to C and stored in C structures (the poll
 // items) freely. It is valid until close, which sets it to nil; the owning
-// goroutine (the listener's) closes a socket only after taking it out of its
-// poll sets (rebuildPollers), so no poll or receive sees a closed handle.
+// goroutine (the listener's) rebuilds its poll sets after closing a socket and
+// before it polls again (closeSub, resetDealer: rebuildPollers), so no poll or
+// receive sees a closed handle.
 type zsocket struct{ h unsafe.Pointer }
 
 // Socket types (zmq.h).
