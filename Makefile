@@ -92,7 +92,7 @@ test-faults: deps
 
 # bench-report regenerates BENCHMARKS.md's generated (in-process) tables
 # with -count=$(COUNT) and benchstat; SUITES= picks some (hash core-apply
-# core-query wire httpd). Run it on a quiet machine: about 20 minutes.
+# core-query wire ingest-recv httpd). Run it on a quiet machine: about 20 minutes.
 COUNT ?= 6
 bench-report: deps
 	COUNT=$(COUNT) $(if $(SUITES),SUITES="$(SUITES)") ./bench/report.sh

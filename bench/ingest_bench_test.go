@@ -9,6 +9,7 @@ import (
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // Ingest benchmarks. Provenance: the design's target is ≥ 2M blocks/s end to end
@@ -63,7 +64,7 @@ func BenchmarkIngestZMQ(b *testing.B) {
 func benchIngestZMQ(b *testing.B, blocks int, steady bool) {
 	log := slog.New(slog.DiscardHandler)
 	ix := core.New(core.Options{Logger: log})
-	g, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log})
+	g, err := ingest.NewIngester(ix, ingest.IngestOptions{Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"strconv"
@@ -39,6 +40,13 @@ type LoadOptions struct {
 	Warmup int
 	// ExpectStatus is the status every response must have. Default 200.
 	ExpectStatus int
+	// Expect is checked against every response body (ErrLoadAnswer fails the
+	// run). Required when ExpectStatus is 200: a run that only checks the
+	// status would score a server answering 200 `{}`. A body identical to the
+	// last one its connection checked is accepted without decoding it again,
+	// so the check costs a comparison and no allocation per request
+	// (TestLoadConnZeroAllocs).
+	Expect *Expect
 }
 
 // LoadResult summarises a load run. Latencies are per request, measured from
@@ -61,7 +69,8 @@ func (r LoadResult) String() string {
 // ErrLoadStatus is returned when a response has an unexpected status.
 var ErrLoadStatus = errors.New("bench: unexpected HTTP status")
 
-// RunLoad runs the load described by o against a live server.
+// RunLoad runs the load described by o against a live server. Every response
+// must have o.ExpectStatus and, for 200, the answer o.Expect describes.
 func RunLoad(ctx context.Context, o LoadOptions) (LoadResult, error) {
 	if o.Path == "" {
 		o.Path = "/query"
@@ -81,6 +90,9 @@ func RunLoad(ctx context.Context, o LoadOptions) (LoadResult, error) {
 	if o.ExpectStatus == 0 {
 		o.ExpectStatus = 200
 	}
+	if o.ExpectStatus == 200 && o.Expect == nil {
+		return LoadResult{}, errors.New("bench: RunLoad needs LoadOptions.Expect to check the answers")
+	}
 	req := fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
 		o.Path, o.Addr, o.ContentType, len(o.Body))
 	req = append(req, o.Body...)
@@ -92,7 +104,8 @@ func RunLoad(ctx context.Context, o LoadOptions) (LoadResult, error) {
 			return LoadResult{}, err
 		}
 		defer c.Close()
-		conns[i] = &loadConn{c: c, r: bufio.NewReaderSize(c, 64<<10), req: req, want: o.ExpectStatus}
+		conns[i] = &loadConn{c: c, r: bufio.NewReaderSize(c, 64<<10), req: req, want: o.ExpectStatus,
+			ct: o.ContentType, expect: o.Expect}
 		for w := 0; w < o.Warmup; w++ {
 			if err := conns[i].do(); err != nil {
 				return LoadResult{}, err
@@ -151,12 +164,16 @@ func RunLoad(ctx context.Context, o LoadOptions) (LoadResult, error) {
 }
 
 // loadConn is one keep-alive HTTP/1.1 connection with a minimal response
-// reader (status line, Content-Length, body).
+// reader (status line, Content-Length, body) and the answer check.
 type loadConn struct {
 	c       net.Conn
 	r       *bufio.Reader
 	req     []byte
 	want    int
+	ct      string
+	expect  *Expect
+	body    []byte // the last response body (reused)
+	checked []byte // the last body that passed Expect.Check
 	lat     []time.Duration
 	lastLen int
 }
@@ -194,12 +211,20 @@ func (c *loadConn) do() error {
 	if n < 0 {
 		return errors.New("bench: response without Content-Length")
 	}
-	if _, err := c.r.Discard(n); err != nil {
+	c.body = slices.Grow(c.body[:0], n)[:n]
+	if _, err := io.ReadFull(c.r, c.body); err != nil {
 		return err
 	}
 	c.lastLen = n
 	if status != c.want {
 		return fmt.Errorf("%w: %d", ErrLoadStatus, status)
 	}
+	if c.expect == nil || c.checked != nil && bytes.Equal(c.body, c.checked) {
+		return nil
+	}
+	if err := c.expect.Check(c.ct, c.body); err != nil {
+		return err
+	}
+	c.checked = append(c.checked[:0], c.body...)
 	return nil
 }

@@ -86,6 +86,12 @@ func startLoadServer(tb testing.TB) (addr string, prompt []int32) {
 	return ln.Addr().String(), prompt
 }
 
+// expectPrompt is the answer to a query of the first n tokens of the load
+// prompt: engine-a matches them up to the 512 blocks it holds.
+func expectPrompt(n int) *Expect {
+	return &Expect{Instance: "engine-a", LongestMatched: int64(min(n, loadBlocks*loadBS))}
+}
+
 // queryBody encodes a /query body for tokens: msgpack int array, msgpack LE
 // bin, or JSON.
 func queryBody(form string, tokens []int32) (body []byte, contentType string) {
@@ -137,7 +143,7 @@ func BenchmarkLoadQuery(b *testing.B) {
 				b.ReportAllocs()
 				b.ResetTimer()
 				res, err := RunLoad(context.Background(), LoadOptions{Addr: addr, ContentType: ct, Body: body,
-					Connections: 4, Requests: b.N, Warmup: 20})
+					Connections: 4, Requests: b.N, Warmup: 20, Expect: expectPrompt(n)})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -155,7 +161,8 @@ func TestLoadSmoke(t *testing.T) {
 	addr, prompt := startLoadServer(t)
 	for _, form := range []string{"msgpack", "bin", "json"} {
 		body, ct := queryBody(form, prompt[:1024])
-		res, err := RunLoad(context.Background(), LoadOptions{Addr: addr, ContentType: ct, Body: body, Requests: 200, Warmup: 5})
+		res, err := RunLoad(context.Background(), LoadOptions{Addr: addr, ContentType: ct, Body: body, Requests: 200, Warmup: 5,
+			Expect: expectPrompt(1024)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +172,8 @@ func TestLoadSmoke(t *testing.T) {
 	}
 	// a wrong expectation surfaces as ErrLoadStatus
 	body, ct := queryBody("msgpack", prompt[:16])
-	_, err := RunLoad(context.Background(), LoadOptions{Addr: addr, Path: "/nope", ContentType: ct, Body: body, Requests: 1, Warmup: -1})
+	_, err := RunLoad(context.Background(), LoadOptions{Addr: addr, Path: "/nope", ContentType: ct, Body: body, Requests: 1, Warmup: -1,
+		Expect: expectPrompt(16)})
 	if err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("err %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -290,10 +289,7 @@ func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, resp := s.post(tb, "/query", ct, body)
-		var r map[string]map[string]struct {
-			LongestMatched int `json:"longest_matched"`
-		}
-		if json.Unmarshal(resp, &r) == nil && r["default"]["engine-a"].LongestMatched == want {
+		if (&Expect{Instance: "engine-a", LongestMatched: int64(want)}).Check(ct, resp) == nil {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -312,18 +308,19 @@ type serverRun struct {
 	MemoMisses float64
 }
 
-// measure runs a warm-up, then n requests of body over conns connections, and
-// reads the server's CPU and memo counters around the measured part only.
-func measure(tb testing.TB, s *serverProc, ct string, body []byte, conns, n int) serverRun {
+// measure runs a warm-up, then n requests of body over conns connections
+// (every answer checked against want), and reads the server's CPU and memo
+// counters around the measured part only.
+func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect, conns, n int) serverRun {
 	tb.Helper()
 	if _, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
-		Connections: conns, Requests: min(n/10+conns, 500), Warmup: -1}); err != nil {
+		Connections: conns, Requests: min(n/10+conns, 500), Warmup: -1, Expect: want}); err != nil {
 		tb.Fatal(err)
 	}
 	h0, m0 := s.metric(tb, "conductor_hash_memo_hits_total"), s.metric(tb, "conductor_hash_memo_misses_total")
 	c0 := s.cpu(tb)
 	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
-		Connections: conns, Requests: n, Warmup: -1})
+		Connections: conns, Requests: n, Warmup: -1, Expect: want})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -365,7 +362,7 @@ func BenchmarkServerCPU(b *testing.B) {
 			for _, n := range []int{1024, 8192, loadMax} {
 				b.Run(fmt.Sprintf("memo=%s/%s/tokens=%d", memo, form, n), func(b *testing.B) {
 					body, ct := queryBody(form, prompt[:n])
-					r := measure(b, s, ct, body, 4, b.N)
+					r := measure(b, s, ct, body, expectPrompt(n), 4, b.N)
 					b.ReportMetric(float64(r.CPUPerReq.Nanoseconds())/1e3, "server-µs/req")
 					b.ReportMetric(r.Load.RPS, "req/s")
 					b.ReportMetric(float64(r.Load.P99.Microseconds()), "p99-µs")
@@ -385,7 +382,7 @@ func TestServerCPUHarness(t *testing.T) {
 	for _, memo := range []string{"0", "1048576"} {
 		s, prompt := startLoadChild(t, "--hash-memo-bytes", memo)
 		body, ct := queryBody("bin", prompt[:8192])
-		r := measure(t, s, ct, body, 4, 300)
+		r := measure(t, s, ct, body, expectPrompt(8192), 4, 300)
 		if r.Load.Requests != 300 || r.CPUPerReq < 0 {
 			t.Fatalf("memo=%s: %+v", memo, r)
 		}

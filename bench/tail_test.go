@@ -300,7 +300,7 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 	if conns > 0 {
 		// Warm the query path before measuring.
 		if _, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
-			Connections: conns, Requests: 200, Warmup: -1}); err != nil {
+			Connections: conns, Requests: 200, Warmup: -1, Expect: expectPrompt(8192)}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -316,7 +316,7 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 	if conns > 0 {
 		go func() {
 			r, err := RunLoad(ctx, LoadOptions{Addr: s.addr, ContentType: ct, Body: body, Connections: conns,
-				Duration: time.Hour, Warmup: -1})
+				Duration: time.Hour, Warmup: -1, Expect: expectPrompt(8192)})
 			done <- loadOut{r, err}
 		}()
 	} else {

@@ -183,10 +183,7 @@ func waitMatchedByHash(tb testing.TB, s *serverProc, keys []uint64) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		_, resp := s.post(tb, "/query_by_hash", "application/json", []byte(sb.String()))
-		var r map[string]map[string]struct {
-			LongestMatched int `json:"longest_matched"`
-		}
-		if json.Unmarshal(resp, &r) == nil && r["default"]["engine-a"].LongestMatched == want {
+		if (&Expect{Instance: "engine-a", LongestMatched: int64(want)}).Check("application/json", resp) == nil {
 			return
 		}
 		if time.Now().After(deadline) {

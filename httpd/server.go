@@ -18,7 +18,7 @@ import (
 )
 
 // Registrar starts and stops event consumption for registrations; the ZMQ
-// ingester (wire.Ingester) implements it. It must be safe for concurrent use.
+// ingester (ingest.Ingester in wire/ingest) implements it. It must be safe for concurrent use.
 type Registrar interface {
 	// Register subscribes r. created=false means an identical registration
 	// already existed (idempotent success). Errors wrapping core.ErrConflict or

@@ -17,6 +17,11 @@
 // ParseLive, AppendReplayRequest and ParseReplayReply handle the ZMQ multipart framing
 // as pure functions, so transport code stays free of byte fiddling.
 //
+// The package is pure Go: no cgo, no sockets. The ZMQ transport (sockets,
+// subscribers, sequence tracking, replay, ingest control and metrics) is the
+// subpackage wire/ingest, which imports this one, so decoders build, test and fuzz
+// without libzmq (fuzz/run.sh builds fuzz/ with CGO_ENABLED=0 to keep it so).
+//
 // # Errors
 //
 // A payload either fails as a whole or yields a batch. Envelope problems (empty input,

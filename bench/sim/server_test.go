@@ -12,7 +12,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/httpd"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // startConductor runs conductor's index, ZMQ ingester and HTTP server in this
@@ -39,7 +39,7 @@ func startSurfaces(tb testing.TB, second string) (httpAddr, secondAddr string) {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ix := core.New(core.Options{Logger: log})
-	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log})
+	ing, err := ingest.NewIngester(ix, ingest.IngestOptions{Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}

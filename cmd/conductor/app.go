@@ -22,7 +22,7 @@ import (
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/httpd"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // version is set at build time with -ldflags "-X main.version=…"; otherwise
@@ -106,11 +106,11 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.IntVar(&s.maxConns, "max-connections", httpd.DefaultMaxConns, "most open HTTP connections over every surface (past it → 503 and close)")
 	fs.IntVar(&s.maxQueryTokens, "max-query-tokens", 0, "most token_ids / seq_hashes per query (default 1048576)")
 	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations,
-		fmt.Sprintf("most registrations, at most %d (past it → 400 limit_exceeded)", wire.MaxListenersLimit))
-	fs.IntVar(&s.rxQueueBytes, "receive-queue-bytes", wire.DefaultReceiveQueueBytes,
+		fmt.Sprintf("most registrations, at most %d (past it → 400 limit_exceeded)", ingest.MaxListenersLimit))
+	fs.IntVar(&s.rxQueueBytes, "receive-queue-bytes", ingest.DefaultReceiveQueueBytes,
 		"bytes one registration's receive queue may hold during a replay (past it: dropped, counted, healed as a gap)")
-	fs.Int64Var(&s.rxQueuedBytes, "max-queued-bytes", wire.DefaultMaxQueuedBytes, "bytes all receive queues together may hold")
-	fs.Int64Var(&s.maxMessageBytes, "max-message-bytes", wire.DefaultMaxMessageBytes,
+	fs.Int64Var(&s.rxQueuedBytes, "max-queued-bytes", ingest.DefaultMaxQueuedBytes, "bytes all receive queues together may hold")
+	fs.Int64Var(&s.maxMessageBytes, "max-message-bytes", ingest.DefaultMaxMessageBytes,
 		"largest ZMQ message (all frames) accepted from a publisher (larger: dropped as a decode error, a gap)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
@@ -144,9 +144,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	if s.httpPort > 65535 || s.httpPort < -1 {
 		return s, fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
 	}
-	if s.maxRegistration > wire.MaxListenersLimit {
+	if s.maxRegistration > ingest.MaxListenersLimit {
 		return s, fmt.Errorf("--max-registrations=%d: at most %d (each waiting registration holds an OS thread)",
-			s.maxRegistration, wire.MaxListenersLimit)
+			s.maxRegistration, ingest.MaxListenersLimit)
 	}
 	if s.rxQueueBytes <= 0 || s.rxQueuedBytes <= 0 || s.maxMessageBytes <= 0 {
 		return s, fmt.Errorf("--receive-queue-bytes, --max-queued-bytes and --max-message-bytes must be > 0")
@@ -246,7 +246,7 @@ func configPath(flagPath string, env func(string) (string, bool)) (path string, 
 type app struct {
 	log             *slog.Logger
 	ix              *core.Index
-	ing             *wire.Ingester
+	ing             *ingest.Ingester
 	srv             *httpd.Server
 	ln              net.Listener
 	gate            *httpd.Gate
@@ -368,8 +368,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	}
 	ix := core.New(ixOpts)
 	// One listener per registration: the Ingester's limit follows the index's
-	// (wire.MaxListenersLimit caps both; above it NewIngester refuses to start).
-	ing, err := wire.NewIngester(ix, wire.IngestOptions{Logger: log, MaxListeners: fds.registrations,
+	// (ingest.MaxListenersLimit caps both; above it NewIngester refuses to start).
+	ing, err := ingest.NewIngester(ix, ingest.IngestOptions{Logger: log, MaxListeners: fds.registrations,
 		ReceiveQueueBytes: s.rxQueueBytes, MaxQueuedBytes: s.rxQueuedBytes, MaxMessageBytes: s.maxMessageBytes})
 	if err != nil {
 		log.Error("cannot start the ingester", "err", err)
@@ -520,10 +520,10 @@ func accessOf(s *settings, env func(string) (string, bool)) (*httpd.Access, *htt
 
 // listenerMetrics exposes conductor_listeners{state=…}: subscriptions per
 // receiver state, read from the ingester at scrape time.
-func listenerMetrics(ing *wire.Ingester) *metrics.Set {
+func listenerMetrics(ing *ingest.Ingester) *metrics.Set {
 	set := metrics.NewSet()
 	set.RegisterMetricsWriter(func(w io.Writer) {
-		states := []wire.ListenerState{wire.ListenerPending, wire.ListenerActive, wire.ListenerFailed, wire.ListenerPaused}
+		states := []ingest.ListenerState{ingest.ListenerPending, ingest.ListenerActive, ingest.ListenerFailed, ingest.ListenerPaused}
 		n := make([]uint64, len(states))
 		for _, l := range ing.Listeners() {
 			for i, st := range states {

@@ -13,7 +13,7 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/seed-c7a81618/conductor/httpd"
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // The Dynamo standalone-indexer surface of the process: flags, the second
@@ -217,15 +217,15 @@ func newDynamoPart(a *app, s dynamoSettings, env func(string) (string, bool), li
 // listenerInfos reports the ingester's listeners for /workers. While the
 // apply gate is closed (peer recovery, the minimum-workers gate) a connected
 // listener is still "pending", as in Dynamo: it queues but applies nothing.
-func listenerInfos(ing *wire.Ingester, gated bool) []httpd.ListenerInfo {
+func listenerInfos(ing *ingest.Ingester, gated bool) []httpd.ListenerInfo {
 	ls := ing.Listeners()
 	out := make([]httpd.ListenerInfo, len(ls))
 	for i, l := range ls {
 		out[i] = httpd.ListenerInfo{Key: l.Key, State: l.State.String(), LastError: l.LastError}
-		if l.State == wire.ListenerActive {
+		if l.State == ingest.ListenerActive {
 			out[i].LastError = ""
 			if gated {
-				out[i].State = wire.ListenerPending.String()
+				out[i].State = ingest.ListenerPending.String()
 			}
 		}
 	}

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/seed-c7a81618/conductor/wire"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // File descriptor budget. conductor's descriptors go to HTTP connections (one
 // each, over every surface) and to ZMQ registrations (their sockets' mailboxes
-// and TCP connections, fdsPerRegistration = wire.ListenerFDs each), plus a fixed reserve for
+// and TCP connections, fdsPerRegistration = ingest.ListenerFDs each), plus a fixed reserve for
 // everything else (listeners, logs, the state directory, libzmq's own
 // threads). The budget is planned once at start so that neither side can
 // starve the other: past its share, HTTP refuses connections (503) and
@@ -17,7 +17,7 @@ import (
 // failing with EMFILE (issue #9 item 2).
 const (
 	fdReserve          = 64
-	fdsPerRegistration = wire.ListenerFDs
+	fdsPerRegistration = ingest.ListenerFDs
 )
 
 // fdPlan is the budget the process runs with.

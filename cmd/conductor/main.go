@@ -1,8 +1,8 @@
 // Command conductor is the KV-cache indexer process: it serves the Mooncake
 // indexer HTTP API (JSON and msgpack, package httpd), the Python client's RPC
 // surface on its own port (httpd.RPCServer) and consumes KV events from
-// the registered ZMQ publishers (package wire) into the prefix index (package
-// core).
+// the registered ZMQ publishers (package wire/ingest, decoding with package
+// wire) into the prefix index (package core).
 //
 // Configuration, lowest precedence first:
 //

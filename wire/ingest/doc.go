@@ -1,0 +1,30 @@
+// Package ingest is the ZMQ transport of KV events: it subscribes to the
+// publishers of registered subscriptions and feeds what package wire decodes
+// into the index.
+//
+// An Ingester owns one libzmq context and one listener per subscription. Each
+// listener's goroutine owns that subscription's sockets (a SUB to the
+// publisher, a PAIR reading the SUB's monitor, a DEALER to the replay endpoint),
+// polls them together with an eventfd the controller writes to wake it, tracks
+// sequence numbers (gap, duplicate, restart, stale), replays from the
+// publisher's ring, buffers live messages in a bounded receive queue while a
+// replay runs, and is the subscription's single writer (core.Subscription). The
+// protocol is written down on listener (zmq_listener.go); the control
+// operations (Register, Unregister, Pause, Resume, Close) on Ingester. Every
+// stream exports conductor_ingest_* series into IngestOptions.Metrics.
+//
+// This package needs cgo and libzmq, which it calls through a small binding of
+// its own (zmq_sock.go: context, sockets, options, connect, monitor, send;
+// zmq_recv.go: one cgo call per whole multipart message into a reused buffer;
+// zmq_poll.go: zmq_poll over the sockets and an eventfd). It opens every socket
+// it uses itself, so it reads no other module's private fields; pebbe/zmq4 is
+// used only by the tests' and benchmarks' publishers. Package wire, which it
+// imports for the payload decoders and the multipart framing functions
+// (ParseLive, AppendReplayRequest, ParseReplayReply), is pure Go, so decoders
+// can be fuzzed and tested without either. Dependencies: ingest → wire → core
+// → hash.
+//
+// All exported methods are safe for concurrent use; frames received from a
+// socket are valid until the listener's next receive, and decoded events are
+// copied by core before the payload is reused.
+package ingest

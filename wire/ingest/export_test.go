@@ -1,0 +1,38 @@
+package ingest
+
+import (
+	"sync"
+	"time"
+)
+
+// Test-only access to the listener's yield hook (Ingester.testCmdHook).
+
+// HoldPauseUntilNextCommand makes every listener of g, after handling and
+// acknowledging a Pause, wait (up to a second) until the controller has queued its
+// next command, so that the listener picks that command up in the same pass as the
+// Pause. With a Resume next, this is the interleaving that left a replay running
+// on reopened sockets without a DEALER (issue 9, item 1). Call before Register.
+func HoldPauseUntilNextCommand(g *Ingester) {
+	g.testCmdHook = func(l *listener, op cmdOp) {
+		if op != cmdPause {
+			return
+		}
+		deadline := time.Now().Add(time.Second)
+		for len(l.cmds) == 0 && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Microsecond)
+		}
+	}
+}
+
+// StallAfterFirstBigLive makes the listener that handles g's first live message
+// of at least readAheadBytes pause for d after it, as if applying it were slow,
+// so that the messages published meanwhile wait in libzmq. Call before
+// Register.
+func StallAfterFirstBigLive(g *Ingester, d time.Duration) {
+	var once sync.Once
+	g.testLiveHook = func(_ *listener, big bool) {
+		if big {
+			once.Do(func() { time.Sleep(d) })
+		}
+	}
+}

@@ -1,0 +1,780 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"log/slog"
+	"math"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/wire"
+)
+
+// listener is one subscription's receiver. Its goroutine (run) owns every socket
+// it uses — SUB to the publisher, a PAIR reading the SUB's libzmq monitor, and a
+// DEALER to the replay endpoint — and is the subscription's single writer. It
+// polls them with an eventfd that the controller writes to wake it (waker), so a
+// listener costs at most ListenerSockets libzmq sockets (SUB, both ends of its
+// monitor, DEALER) and ListenerFDs file descriptors (TestZMQListenerSocketsAndFDs).
+//
+// # Idle cost
+//
+// The goroutine blocks in zmq_poll without a timeout unless it has time-based
+// work (RFC events held in core to flush after PollInterval, a replay's
+// deadlines): a registration whose publisher is down costs no CPU in Go, and
+// libzmq retries the TCP connection with exponential backoff (ReconnectMin
+// doubling to ReconnectMax) without waking it, since its monitor does not
+// report retries (TestZMQPendingListenersIdleCPU). While it blocks in zmq_poll
+// the goroutine holds an OS thread; on exit it takes that thread down with it
+// (runtime.LockOSThread without unlocking), so unregistering returns the threads
+// (TestZMQUnregisterReleasesThreads).
+//
+// # Receive protocol
+//
+// Each live message must be [topic, seq(8 bytes BE), payload]; any other shape, a
+// sequence above INT64_MAX, or an undecodable payload is counted as a decode error
+// and dropped (a decodable sequence is still consumed, so a bad payload does not
+// look like a gap). Messages are read whole (every frame up to the last), so a
+// truncated or over-long multipart cannot desynchronise the stream. The topic is
+// ignored: the registered publisher type selects the decoder.
+//
+// Sequence decisions are made by seqTracker (zmq_seq.go):
+//
+//   - next (last+1): decode and apply.
+//   - gap (> last+1): with a replay endpoint, replay from last (see below) while
+//     buffering live messages; then the live message is applied, dropped as a
+//     duplicate, or — if the ring no longer held the gap — the stream is stale.
+//     Without a replay endpoint (or while replay is backing off after a failure)
+//     a gap makes the stream stale at once.
+//   - stale: the subscription's blocks are cleared (Subscription.Clear, counted and
+//     logged) and the message that revealed the gap starts a new baseline. What is
+//     in the index afterwards is true, if incomplete; nothing is silently wrong.
+//   - restart (the live sequence went backwards, or fell more than
+//     RestartThreshold below the last applied one): the stream's blocks are
+//     cleared and ingestion restarts as for a new stream.
+//   - first (no baseline): with a replay endpoint and seq > 0, what the ring holds
+//     before seq is replayed first; then the message is applied.
+//   - duplicate (≤ last, within RestartThreshold, not a live regression): dropped.
+//
+// # Replay
+//
+// A replay sends [empty, start_seq(8 bytes BE)] on the DEALER and accepts replies
+// ["", seq, payload] and ["", topic, seq, payload] until one whose last frame is
+// empty (the end marker). The start is last (not last+1) when a baseline exists: a
+// reply for last whose payload differs from what was applied at last proves that
+// the publisher restarted (its ring is a new incarnation's), which the sequence
+// numbers alone cannot show after a reconnect; the stream is then cleared and
+// replayed from 0. (A new incarnation whose batch at that sequence is
+// byte-identical to the old one's passes for the same; engine batches carry a
+// timestamp, so in practice they never are.) Replies are deduplicated by sequence; a reply past last+1 means
+// the ring lost part of the gap (stale). While a replay runs, live messages are
+// buffered in the receive queue and are handled after it, in order, so a late
+// live Stored(A) cannot resurrect a replayed Removed(A): its sequence is by then a
+// duplicate. The queue is bounded in messages (ReplayMaxBuffered) and bytes
+// (ReceiveQueueBytes, and MaxQueuedBytes for all listeners); a live message that
+// does not fit is still read (libzmq's own queue is bounded in messages only)
+// and dropped, counted as a queue drop: the next message kept is a gap, healed
+// by the next replay (TestZMQReceiveQueueBytes).
+// Each reply must arrive within ReplayTimeout and the whole replay within
+// ReplayTotalTimeout. A failed replay (timeout, malformed reply, socket error)
+// closes the DEALER (a late reply must not be mistaken for the next replay's) and
+// holds further replays off for a backoff (ReconnectMin doubling to ReconnectMax).
+//
+// On every (re)connection (the SUB's ZMTP handshake, seen on its monitor) a
+// subscription with a replay endpoint replays proactively, from its baseline or
+// from 0, so what was published before it connected (a slow joiner) or while it
+// was disconnected or paused is recovered as far as the ring allows.
+//
+// # Control
+//
+// The controller (Ingester, under its opMu) sends a cmdReq on cmds and writes the
+// waker's eventfd; the goroutine, polling that fd with its sockets, drains cmds,
+// acts, and closes the request's ack channel. done is closed when the
+// goroutine has closed every socket and returned.
+type listener struct {
+	g       *Ingester
+	opts    *IngestOptions
+	log     *slog.Logger
+	sub     *core.Subscription
+	reg     core.Registration
+	key     core.ServiceKey
+	dialect wire.Dialect
+	id      uint64
+	m       *streamMetrics
+
+	// Published for Listeners(); written by the goroutine.
+	state   atomic.Uint32 // ListenerState
+	lastErr atomic.Pointer[string]
+	hasSeq  atomic.Bool
+	// queuePeak is the most bytes the receive queue has held.
+	queuePeak atomic.Int64
+
+	cmds chan cmdReq
+	done chan struct{}
+	// wake is written by the controller (under Ingester.opMu) and read by the
+	// goroutine; created before the goroutine starts, closed after it ended.
+	wake waker
+
+	rx receiver // owned by the goroutine
+}
+
+type cmdOp uint8
+
+const (
+	cmdStop cmdOp = iota + 1
+	cmdPause
+	cmdResume
+)
+
+type cmdReq struct {
+	op  cmdOp
+	ack chan struct{} // nil: no acknowledgement wanted
+}
+
+// receiver is the goroutine-owned part of a listener.
+type receiver struct {
+	subSoc, monSoc, dealer *zsocket
+	// poll is [wake, mon, sub], rpoll (a replay's) [wake, mon, sub, dealer];
+	// n == 0 when absent (no SUB, or no DEALER for rpoll).
+	poll, rpoll pollSet
+	gen         uint64
+	// epoch changes whenever the SUB socket is closed (Pause, failure): work
+	// that spans command handling (a replay, a held live message) captures it
+	// and stops when it changed, even if a Resume in the same batch of commands
+	// reopened the sockets (TestZMQPauseResumeDuringReplay).
+	epoch uint64
+
+	dec   wire.Decoder
+	batch core.Batch
+	seq   seqTracker
+	seed  maphash.Seed
+	req   [][]byte
+
+	// reader receives whole messages into its reused buffer (one cgo call per
+	// message).
+	reader *frameReader
+	// monReader reads monitor events (its own small buffer: monitor messages
+	// are a few dozen bytes, and reading one must not clobber frames of reader).
+	monReader *frameReader
+	// held keeps the payload of the live message that triggered a replay: the
+	// replay reads through reader, whose buffer the payload aliases.
+	held []byte
+
+	pending      [][][]byte // live messages buffered by a replay, FIFO from head
+	pendingHead  int
+	pendingBytes int // of pending[pendingHead:], also reserved in Ingester.queued
+	// tailDrop: a live message was dropped (queue full) after the last one
+	// kept, so the gap may have no later message to reveal it.
+	tailDrop bool
+
+	stopping, paused  bool
+	connectReplay     bool
+	connected         bool // a handshake succeeded since the SUB was opened
+	everConnected     bool
+	backoff           time.Duration
+	replayBackoff     time.Duration
+	replayNotBefore   time.Time
+	heldDirty         bool // RFC events may be held in core: FlushHeld when idle
+	errLogNext        time.Time
+	errLogSuppressed  int
+	monLogNext        time.Time
+	monLogSuppressed  int
+	replayFailLogNext time.Time
+	dropLogNext       time.Time
+	dropLogSuppressed int
+}
+
+const (
+	// drainMax bounds how many messages are handled per poll wake-up before the
+	// control and monitor sockets are looked at again.
+	drainMax = 512
+	// maxKeptFrames: frames beyond this are read (to keep the stream aligned) but
+	// not kept; wire.ParseLive / wire.ParseReplayReply then refuse the message.
+	maxKeptFrames = 5
+	// errLogEvery rate-limits decode-error logging per stream.
+	errLogEvery = 10 * time.Second
+	// No EVENT_CONNECT_RETRIED: a publisher that is down would wake the goroutine
+	// at every reconnection attempt.
+	monitorEvents = evHandshakeSucceeded | evDisconnected |
+		evHandshakeFailedDetail | evHandshakeFailedProto | evHandshakeFailedAuth
+)
+
+func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64) *listener {
+	reg := sub.Registration()
+	key := sub.Key()
+	l := &listener{
+		g:       g,
+		opts:    &g.opts,
+		sub:     sub,
+		reg:     reg,
+		key:     key,
+		dialect: d,
+		id:      id,
+		m:       newStreamMetrics(g.opts.Metrics, key),
+		cmds:    make(chan cmdReq, 4),
+		done:    make(chan struct{}),
+		wake:    waker{fd: -1}, // start opens it
+	}
+	l.m.applierGauges(sub, key)
+	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
+	l.rx.seq.threshold = g.opts.RestartThreshold
+	l.rx.reader = newFrameReader(initialFrameBuf)
+	l.rx.monReader = newFrameReader(monitorFrameBuf)
+	if g.opts.MaxMessageBytes > 0 {
+		l.rx.reader.max = int(min(g.opts.MaxMessageBytes, math.MaxInt))
+	}
+	l.rx.seed = maphash.MakeSeed()
+	l.rx.backoff = g.opts.ReconnectMin
+	l.rx.replayBackoff = g.opts.ReconnectMin
+	l.state.Store(uint32(ListenerPending))
+	return l
+}
+
+// start runs the goroutine and waits until its sockets exist and the SUB has
+// been told to connect (which does not wait for the publisher).
+func (l *listener) start() error {
+	w, err := newWaker()
+	if err != nil {
+		return limitErr(err)
+	}
+	l.wake = w
+	ready := make(chan error, 1)
+	go l.run(ready)
+	if err := <-ready; err != nil {
+		<-l.done
+		l.wake.close()
+		return err
+	}
+	return nil
+}
+
+// command sends op and waits until the goroutine acknowledged it (or exited).
+func (l *listener) command(op cmdOp) {
+	req := cmdReq{op: op, ack: make(chan struct{})}
+	select {
+	case l.cmds <- req:
+	case <-l.done:
+		return
+	}
+	l.wake.wake()
+	select {
+	case <-req.ack:
+	case <-l.done:
+	}
+}
+
+// signal sends op without waiting.
+func (l *listener) signal(op cmdOp) {
+	select {
+	case l.cmds <- cmdReq{op: op}:
+	case <-l.done:
+		return
+	}
+	l.wake.wake()
+}
+
+// stop asks the goroutine to exit, joins it, and closes the waker.
+func (l *listener) stop() {
+	l.command(cmdStop)
+	<-l.done
+	l.wake.close()
+}
+
+func (l *listener) setState(s ListenerState) { l.state.Store(uint32(s)) }
+
+func (l *listener) setErr(msg string) { l.lastErr.Store(&msg) }
+
+func (l *listener) status() ListenerStatus {
+	st := ListenerStatus{
+		Key:              l.key,
+		Endpoint:         l.reg.Endpoint,
+		ReplayEndpoint:   l.reg.ReplayEndpoint,
+		State:            ListenerState(l.state.Load()),
+		LastSeq:          l.m.lastSeq.Load(),
+		HasSeq:           l.hasSeq.Load(),
+		Batches:          l.m.batches.Get(),
+		Events:           l.m.events.Load(),
+		Blocks:           l.m.blocks.Get(),
+		DecodeErrors:     l.m.decodeErrors.Get(),
+		Gaps:             l.m.gaps.Get(),
+		ReplaysRequested: l.m.replaysRequested.Get(),
+		ReplaysSucceeded: l.m.replaysSucceeded.Get(),
+		ReplaysFailed:    l.m.replaysFailed.Get(),
+		StaleClears:      l.m.staleClears.Get(),
+		Restarts:         l.m.restarts.Get(),
+		Duplicates:       l.m.duplicates.Get(),
+		Reconnects:       l.m.reconnects.Get(),
+		QueueDrops:       l.m.queueDrops.Get(),
+		QueuePeakBytes:   l.queuePeak.Load(),
+	}
+	if e := l.lastErr.Load(); e != nil {
+		st.LastError = *e
+	} else if st.State == ListenerPending {
+		// Derived, not reported per attempt: the monitor does not wake the
+		// goroutine for each reconnection attempt (see Idle cost).
+		st.LastError = "not connected to the publisher at " + l.reg.Endpoint + " yet; libzmq retries with backoff"
+	}
+	return st
+}
+
+func (l *listener) canReplay() bool { return l.reg.ReplayEndpoint != "" }
+
+// ---- goroutine -------------------------------------------------------------
+
+func (l *listener) run(ready chan<- error) {
+	// Deferred first, so it runs last: exiting while locked terminates the OS
+	// thread. Blocking in zmq_poll (cgo) made the runtime start a thread per
+	// listener, which it would otherwise keep idle for the process's life.
+	defer runtime.LockOSThread()
+	defer close(l.done)
+	defer l.closeAll()
+	rx := &l.rx
+	if err := l.openSub(); err != nil {
+		ready <- err
+		return
+	}
+	if l.canReplay() {
+		// Connect the replay socket now: a first replay follows the connection,
+		// and an endpoint libzmq refuses fails the registration.
+		if err := l.ensureDealer(); err != nil {
+			ready <- err
+			return
+		}
+	}
+	ready <- nil
+	for !rx.stopping {
+		switch {
+		case rx.paused:
+			l.waitCmd(0)
+		case rx.subSoc == nil: // failed: rebuild after the backoff
+			if l.waitCmd(rx.backoff) {
+				continue
+			}
+			rx.backoff = min(2*rx.backoff, l.opts.ReconnectMax)
+			if err := l.openSub(); err != nil {
+				l.fail(err)
+			}
+		default:
+			l.step()
+		}
+	}
+}
+
+// waitCmd blocks until a command arrives (true) or d passes (false; d == 0 waits
+// for a command only).
+func (l *listener) waitCmd(d time.Duration) bool {
+	var timeout <-chan time.Time
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case req := <-l.cmds:
+		l.handleCmd(req)
+		return true
+	case <-timeout:
+		return false
+	}
+}
+
+// pollCmds handles every queued command without blocking.
+func (l *listener) pollCmds() {
+	for {
+		select {
+		case req := <-l.cmds:
+			l.handleCmd(req)
+		default:
+			return
+		}
+	}
+}
+
+func (l *listener) handleCmd(req cmdReq) {
+	rx := &l.rx
+	switch req.op {
+	case cmdStop:
+		rx.stopping = true
+	case cmdPause:
+		if !rx.paused {
+			rx.paused = true
+			l.closeSub()
+			l.resetDealer()
+			l.dropPending()
+			l.setState(ListenerPaused)
+			l.log.Info("listener paused")
+		}
+	case cmdResume:
+		if rx.paused {
+			rx.paused = false
+			l.setState(ListenerPending)
+			l.log.Info("listener resumed")
+			if err := l.openSub(); err != nil {
+				l.fail(err)
+			}
+		}
+	}
+	if req.ack != nil {
+		close(req.ack)
+	}
+	if h := l.g.testCmdHook; h != nil {
+		h(l, req.op)
+	}
+}
+
+// interrupted reports whether a command requires the current work to stop.
+func (l *listener) interrupted() bool {
+	return l.rx.stopping || l.rx.paused || l.rx.subSoc == nil
+}
+
+// changed reports whether the work begun at epoch must stop: a command asked
+// for it, or the sockets were closed since (and maybe reopened by a Resume
+// handled in the same batch: the poller, the DEALER and any held message
+// belong to the old sockets).
+func (l *listener) changed(epoch uint64) bool {
+	return l.interrupted() || l.rx.epoch != epoch
+}
+
+// step does one round of the receive loop: buffered live messages first, then a
+// proactive replay if a (re)connection asked for one, then a poll.
+func (l *listener) step() {
+	rx := &l.rx
+	if rx.pendingHead < len(rx.pending) {
+		epoch := rx.epoch
+		for i := 0; i < drainMax && rx.pendingHead < len(rx.pending); i++ {
+			frames := l.popPending()
+			big := framesSize(frames) >= readAheadBytes
+			l.handleLive(frames)
+			if big && !l.changed(epoch) {
+				l.readAhead()
+			}
+			if l.changed(epoch) {
+				return
+			}
+		}
+		if rx.pendingHead == len(rx.pending) {
+			rx.pending, rx.pendingHead = rx.pending[:0], 0
+			if rx.tailDrop {
+				// Messages were dropped after the last one kept: no later
+				// message may come to show the gap, so heal it now
+				// (TestZMQReplayHealsDroppedBatches, buffer-1).
+				rx.tailDrop = false
+				if l.canReplay() {
+					l.replay(0, false)
+				} else {
+					l.stale("the receive queue dropped messages and there is no replay endpoint")
+				}
+				return
+			}
+		}
+		l.pollCmds()
+		return
+	}
+	if rx.connectReplay {
+		rx.connectReplay = false
+		l.replay(0, false)
+		return
+	}
+	timeout := time.Duration(-1) // nothing time-based to do: wait for an event
+	if rx.heldDirty {
+		timeout = l.opts.PollInterval
+	}
+	n, err := rx.poll.poll(timeout)
+	if err != nil {
+		l.fail(fmt.Errorf("poll: %w", err))
+		return
+	}
+	if n == 0 {
+		l.idle()
+		l.pollCmds()
+		return
+	}
+	epoch := rx.epoch
+	if rx.poll.ready(pollWake) {
+		l.drainWake()
+		l.pollCmds()
+		if l.changed(epoch) {
+			return // the other ready items may be closed sockets
+		}
+	}
+	if rx.poll.ready(pollMon) {
+		l.drainMonitor()
+		if rx.connectReplay {
+			return // replay before reading live messages
+		}
+	}
+	if rx.poll.ready(pollSub) {
+		l.drainSub()
+	}
+}
+
+// idle runs when PollInterval passed without a message.
+func (l *listener) idle() {
+	if l.rx.heldDirty {
+		l.rx.heldDirty = false
+		st := l.sub.FlushHeld()
+		l.account(&st, 0)
+	}
+}
+
+func (l *listener) drainWake() { l.wake.drain() }
+
+func (l *listener) drainMonitor() {
+	rx := &l.rx
+	for {
+		frames, err := rx.monReader.read(rx.monSoc)
+		if err != nil {
+			return
+		}
+		ev, peer, ok := parseMonitorEvent(frames)
+		if !ok {
+			continue // not an event libzmq sends
+		}
+		addr := string(peer)
+		switch {
+		case ev&evHandshakeSucceeded != 0:
+			if rx.everConnected {
+				l.m.reconnects.Inc()
+			}
+			rx.connected, rx.everConnected = true, true
+			rx.backoff = l.opts.ReconnectMin
+			l.setState(ListenerActive)
+			l.log.Info("listener connected", "peer", addr)
+			if l.canReplay() {
+				rx.connectReplay = true
+			}
+		case ev&evDisconnected != 0:
+			rx.connected = false
+			l.setState(ListenerPending)
+			l.setErr("disconnected from " + addr)
+			l.warnMonitor("listener disconnected; libzmq reconnects", "peer", addr)
+		default: // handshake failures
+			l.setErr(fmt.Sprintf("%s with %s", eventName(ev), addr))
+			l.warnMonitor("ZMTP handshake failed", "event", eventName(ev), "peer", addr)
+		}
+	}
+}
+
+// warnMonitor logs a connection problem at most once per errLogEvery: a peer
+// that accepts TCP but does not speak ZMTP makes libzmq retry several times a
+// second, and every retry is an event. last_error always has the newest.
+func (l *listener) warnMonitor(msg string, args ...any) {
+	rx := &l.rx
+	now := time.Now()
+	if now.Before(rx.monLogNext) {
+		rx.monLogSuppressed++
+		return
+	}
+	l.log.Warn(msg, append(args, "suppressed", rx.monLogSuppressed)...)
+	rx.monLogNext, rx.monLogSuppressed = now.Add(errLogEvery), 0
+}
+
+// drainSub handles up to drainMax live messages.
+func (l *listener) drainSub() {
+	rx := &l.rx
+	epoch := rx.epoch
+	for i := 0; i < drainMax; i++ {
+		frames, err := l.recv(rx.subSoc)
+		if err != nil {
+			if errors.Is(err, ErrMessageTooBig) {
+				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
+				continue
+			}
+			if !isEAGAIN(err) {
+				l.fail(fmt.Errorf("receive: %w", err))
+			}
+			return
+		}
+		big := framesSize(frames) >= readAheadBytes
+		l.handleLive(frames)
+		if h := l.g.testLiveHook; h != nil {
+			h(l, big)
+		}
+		if big && !l.changed(epoch) {
+			l.readAhead()
+		}
+		if l.changed(epoch) || rx.pendingHead < len(rx.pending) {
+			return // buffered messages go before anything still in the socket
+		}
+	}
+}
+
+// readAheadBytes: after a live message this large (whose decoding and applying
+// take a while), what arrived meanwhile is moved out of libzmq into the receive
+// queue before the next message is handled. libzmq's queue is bounded in
+// messages only (RcvHWM); the receive queue also in bytes, dropping (as a gap)
+// what does not fit (TestZMQReceiveQueueBytesLive). Smaller messages are
+// handled straight from the socket, without a copy.
+const readAheadBytes = 64 << 10
+
+// readAhead moves waiting live messages into the receive queue (bufferLive).
+func (l *listener) readAhead() {
+	if err := l.bufferLive(); err != nil {
+		l.fail(err)
+	}
+}
+
+// handleLive processes one live message (see the protocol on listener).
+func (l *listener) handleLive(frames [][]byte) {
+	rx := &l.rx
+	_, s, payload, err := wire.ParseLive(frames)
+	if err != nil {
+		l.decodeError(fmt.Errorf("live message: %w", err))
+		return
+	}
+	if s > math.MaxInt64 {
+		l.decodeError(fmt.Errorf("live message seq=%d: %w", s, ErrSeqRange))
+		return
+	}
+	v := rx.seq.live(s)
+	switch v {
+	case seqNext:
+		l.consume(s, payload)
+		return
+	case seqDuplicate:
+		// A replay may have delivered s before its live copy; a different
+		// payload under s means a new incarnation instead.
+		if !l.canReplay() || !rx.seq.conflicts(s, l.payloadSum(payload)) {
+			l.m.duplicates.Inc()
+			return
+		}
+		v = seqRestart
+	}
+	// What follows may replay, which reuses the receive buffer payload aliases.
+	epoch := rx.epoch
+	rx.held = append(rx.held[:0], payload...)
+	payload = rx.held
+	switch v {
+	case seqRestart:
+		l.restart(fmt.Sprintf("live seq=%d after seq=%d", s, rx.seq.last))
+		if l.canReplay() && s > 0 {
+			l.replay(s, true)
+		}
+	case seqFirst:
+		if l.canReplay() && s > 0 {
+			l.replay(s, true)
+		}
+	case seqGap:
+		l.m.gaps.Inc()
+		l.log.Warn("sequence gap", "last", rx.seq.last, "seq", s, "missed", s-rx.seq.last-1)
+		if l.canReplay() {
+			l.replay(s, true)
+		}
+	}
+	if l.changed(epoch) {
+		return // paused or stopping: the message is dropped; resume replays it
+	}
+	// Place the message after whatever the replay applied.
+	switch rx.seq.replayed(s) {
+	case seqFirst, seqNext:
+		l.consume(s, payload)
+	case seqDuplicate:
+		l.m.duplicates.Inc()
+	case seqGap:
+		l.stale(fmt.Sprintf("seq %d..%d lost", rx.seq.last+1, s-1))
+		l.consume(s, payload)
+	}
+}
+
+// consume decodes and applies the message at sequence s.
+func (l *listener) consume(s uint64, payload []byte) {
+	rx := &l.rx
+	var sum uint64
+	if l.canReplay() {
+		sum = l.payloadSum(payload)
+	}
+	rx.seq.consumed(s, sum)
+	l.m.lastSeq.Store(s)
+	l.hasSeq.Store(true)
+	if err := rx.dec.Decode(l.dialect, payload, &rx.batch); err != nil {
+		l.decodeError(fmt.Errorf("seq=%d: %w", s, err))
+		return
+	}
+	rx.batch.Seq, rx.batch.HasSeq = s, true
+	st := l.sub.Apply(&rx.batch)
+	l.account(&st, rx.batch.Skipped)
+	l.m.batches.Inc()
+	if l.dialect == wire.DialectMooncake || l.dialect == wire.DialectStandard {
+		rx.heldDirty = true
+	}
+	if lag, ok := batchLag(&rx.batch, l.dialect); ok {
+		l.m.lagBits.Store(math.Float64bits(lag))
+	}
+}
+
+// payloadSum fingerprints a payload so a replayed message can be compared with the
+// one applied under the same sequence. maphash is process-local, which suffices.
+func (l *listener) payloadSum(p []byte) uint64 { return maphash.Bytes(l.rx.seed, p) }
+
+func (l *listener) account(st *core.ApplyStats, skipped int) {
+	m := l.m
+	m.events.Add(uint64(st.Events + skipped))
+	if st.Stored > 0 {
+		m.stored.Add(st.Stored)
+	}
+	if st.Removed > 0 {
+		m.removed.Add(st.Removed)
+	}
+	if st.Cleared > 0 {
+		m.cleared.Add(st.Cleared)
+	}
+	if d := st.Dropped + skipped; d > 0 {
+		m.dropped.Add(d)
+	}
+	if st.Blocks > 0 {
+		m.blocks.Add(st.Blocks)
+	}
+}
+
+// batchLag returns now minus the batch's publisher timestamp, in seconds: engine
+// batches carry float seconds, Mooncake (and RFC) batches integer milliseconds.
+func batchLag(b *core.Batch, d wire.Dialect) (float64, bool) {
+	now := time.Now()
+	switch {
+	// An integer timestamp (TimestampU; the decoder mirrors it into
+	// TimestampF) is milliseconds in the Mooncake and standard dialects:
+	// check it before the float seconds (TestBatchLagUnits).
+	case b.TimestampU > 0 && (d == wire.DialectMooncake || d == wire.DialectStandard):
+		return float64(now.UnixMilli()-int64(b.TimestampU)) / 1e3, true
+	case b.TimestampF > 0:
+		return float64(now.UnixNano())/1e9 - b.TimestampF, true
+	}
+	return 0, false
+}
+
+func (l *listener) decodeError(err error) {
+	rx := &l.rx
+	l.m.decodeErrors.Inc()
+	l.setErr(err.Error())
+	now := time.Now()
+	if now.Before(rx.errLogNext) {
+		rx.errLogSuppressed++
+		return
+	}
+	l.log.Warn("dropped undecodable message", "err", err, "suppressed", rx.errLogSuppressed)
+	rx.errLogNext, rx.errLogSuppressed = now.Add(errLogEvery), 0
+}
+
+// stale clears the stream's blocks because events were lost for good, and forgets
+// the baseline (the next consumed message starts a new one).
+func (l *listener) stale(reason string) {
+	n := l.sub.Clear("stale: " + reason)
+	l.m.staleClears.Inc()
+	l.m.clearedBlocks.Add(n)
+	l.setErr("stale: " + reason)
+	l.log.Warn("stream stale: cleared its blocks", "reason", reason, "cleared_blocks", n)
+	l.rx.seq.rebase()
+}
+
+// restart clears the stream's blocks because its publisher restarted.
+func (l *listener) restart(reason string) {
+	n := l.sub.Clear("publisher restart: " + reason)
+	l.m.restarts.Inc()
+	l.m.clearedBlocks.Add(n)
+	l.log.Warn("publisher restart detected: cleared the stream's blocks", "reason", reason, "cleared_blocks", n)
+	l.rx.seq.rebase()
+}

@@ -1,0 +1,305 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/wire"
+)
+
+// replayOutcome is how one replay ended.
+type replayOutcome uint8
+
+const (
+	// replayOK: the end marker arrived and the ring covered what was needed.
+	replayOK replayOutcome = iota + 1
+	// replayShort: the ring no longer held part of what was needed; the stream
+	// was (or, for the caller's live message, will be) marked stale.
+	replayShort
+	// replayFailed: timeout, malformed reply or socket error; nothing was judged.
+	replayFailed
+	// replayInterrupted: a pause or stop arrived; abandoned without counting.
+	replayInterrupted
+	// replaySkipped: no replay endpoint, or replay is backing off after a failure.
+	replaySkipped
+	// replayRestart: the reply at the baseline sequence carries another payload.
+	replayRestart
+)
+
+// errReplayTimeout and errReplayTotal are preallocated causes (wrapped in
+// ErrReplay when reported).
+var (
+	errReplayTimeout = errors.New("no reply within the replay timeout")
+	errReplayTotal   = errors.New("replay exceeded its total timeout")
+	errNoDealer      = errors.New("replay socket closed")
+)
+
+// replay recovers what the publisher's ring holds after the baseline (or from 0
+// without one). With bounded, the caller holds the live message until and needs
+// everything before it. A restart proven by the checksum of the baseline's reply
+// clears the stream and replays once more, from 0.
+func (l *listener) replay(until uint64, bounded bool) replayOutcome {
+	out := l.replayOnce(until, bounded)
+	if out == replayRestart {
+		l.restart("replayed payload at the last applied sequence differs")
+		out = l.replayOnce(until, bounded)
+		if out == replayRestart { // impossible without a baseline; be safe
+			out = replayFailed
+		}
+	}
+	return out
+}
+
+func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
+	rx := &l.rx
+	if !l.canReplay() {
+		return replaySkipped
+	}
+	now := time.Now()
+	if now.Before(rx.replayNotBefore) {
+		return replaySkipped
+	}
+	from, verify := uint64(0), rx.seq.has
+	if verify {
+		from = rx.seq.last
+	}
+	if err := l.ensureDealer(); err != nil {
+		return l.replayFailure(err)
+	}
+	rx.req = wire.AppendReplayRequest(rx.req[:0], from)
+	l.m.replaysRequested.Inc()
+	if err := sendFrames(rx.dealer, rx.req); err != nil {
+		return l.replayFailure(fmt.Errorf("send request: %w", err))
+	}
+	l.log.Debug("replay requested", "from", from, "until", until, "bounded", bounded)
+
+	epoch := rx.epoch
+	deadline := now.Add(l.opts.ReplayTotalTimeout)
+	recvDeadline := now.Add(l.opts.ReplayTimeout)
+	staleSeen, below := false, false
+	for {
+		now = time.Now()
+		wait := min(l.opts.PollInterval, recvDeadline.Sub(now), deadline.Sub(now))
+		if wait <= 0 {
+			if now.After(deadline) {
+				return l.replayFailure(errReplayTotal)
+			}
+			return l.replayFailure(errReplayTimeout)
+		}
+		if wait < time.Millisecond {
+			wait = time.Millisecond // zmq_poll counts milliseconds; 0 would not wait
+		}
+		if rx.rpoll.n == 0 { // no DEALER: cannot happen while the epoch holds
+			return l.replayFailure(errNoDealer)
+		}
+		if _, err := rx.rpoll.poll(wait); err != nil {
+			return l.replayFailure(fmt.Errorf("poll: %w", err))
+		}
+		if rx.rpoll.ready(pollWake) {
+			l.drainWake()
+			l.pollCmds()
+			// Re-check after every batch of commands: a Pause and a Resume
+			// handled together leave new sockets and no DEALER (nor rpoll).
+			if l.changed(epoch) {
+				l.resetDealer()
+				return replayInterrupted
+			}
+		}
+		if rx.rpoll.ready(pollMon) {
+			l.drainMonitor() // a reconnection's replay runs after this one
+		}
+		if rx.rpoll.ready(pollSub) {
+			if err := l.bufferLive(); err != nil {
+				l.fail(err)
+				return replayInterrupted
+			}
+		}
+		if rx.rpoll.ready(pollDealer) {
+			for {
+				frames, err := l.recv(rx.dealer)
+				if err != nil {
+					if isEAGAIN(err) {
+						break
+					}
+					return l.replayFailure(fmt.Errorf("receive: %w", err))
+				}
+				recvDeadline = time.Now().Add(l.opts.ReplayTimeout)
+				seq, payload, end, err := wire.ParseReplayReply(frames)
+				if err != nil {
+					return l.replayFailure(fmt.Errorf("reply: %w", err))
+				}
+				if end {
+					if verify && below {
+						// The ring ends before our baseline: the same
+						// incarnation's ring would hold it (it holds the
+						// newest batches), so this is a new one.
+						return replayRestart
+					}
+					return l.replayEnded(until, bounded, staleSeen)
+				}
+				if seq > math.MaxInt64 {
+					return l.replayFailure(fmt.Errorf("reply seq=%d: %w", seq, ErrSeqRange))
+				}
+				if seq < from {
+					below = true
+					continue // not asked for
+				}
+				if verify {
+					verify = false
+					if seq == from {
+						if l.payloadSum(payload) != rx.seq.lastSum {
+							l.resetDealer() // the rest of this reply is the wrong incarnation's
+							return replayRestart
+						}
+						continue // the baseline itself: same incarnation
+					}
+					// The ring no longer holds the baseline: nothing to compare.
+				}
+				switch rx.seq.replayed(seq) {
+				case seqFirst, seqNext:
+					l.consume(seq, payload)
+				case seqDuplicate:
+				case seqGap:
+					staleSeen = true
+					l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
+					l.consume(seq, payload)
+				}
+			}
+		}
+	}
+}
+
+// replayEnded judges a replay that reached its end marker.
+func (l *listener) replayEnded(until uint64, bounded, staleSeen bool) replayOutcome {
+	rx := &l.rx
+	short := staleSeen || (bounded && rx.seq.has && rx.seq.last+1 < until)
+	if short {
+		// The caller places its live message after this: a gap, hence stale.
+		l.m.replaysFailed.Inc()
+		l.log.Warn("replay could not recover the whole gap", "last", rx.seq.last, "until", until)
+		return replayShort
+	}
+	l.m.replaysSucceeded.Inc()
+	rx.replayBackoff = l.opts.ReconnectMin
+	l.log.Debug("replay done", "last", rx.seq.last, "has", rx.seq.has)
+	return replayOK
+}
+
+// replayFailure counts a failed replay, closes the DEALER and backs off.
+func (l *listener) replayFailure(err error) replayOutcome {
+	rx := &l.rx
+	l.resetDealer()
+	l.m.replaysFailed.Inc()
+	err = fmt.Errorf("replay_endpoint=%q: %w: %w", l.reg.ReplayEndpoint, ErrReplay, err)
+	l.setErr(err.Error())
+	now := time.Now()
+	rx.replayNotBefore = now.Add(rx.replayBackoff)
+	l.log.Warn("replay failed", "err", err, "next_attempt_in", rx.replayBackoff)
+	rx.replayBackoff = min(2*rx.replayBackoff, l.opts.ReconnectMax)
+	return replayFailed
+}
+
+// bufferLive moves up to drainMax live messages from the SUB socket into the
+// receive queue (pending). A message that does not fit the queue's bounds
+// (ReplayMaxBuffered messages, ReceiveQueueBytes, the Ingester's MaxQueuedBytes)
+// is dropped and counted: reading it anyway keeps libzmq's queue, bounded in
+// messages only, from growing in its place. The next message kept shows the gap.
+func (l *listener) bufferLive() error {
+	rx := &l.rx
+	for i := 0; i < drainMax; i++ {
+		frames, err := l.recv(rx.subSoc)
+		if err != nil {
+			if errors.Is(err, ErrMessageTooBig) {
+				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
+				continue
+			}
+			if isEAGAIN(err) {
+				return nil
+			}
+			return fmt.Errorf("receive: %w", err)
+		}
+		n := framesSize(frames)
+		if len(rx.pending)-rx.pendingHead >= l.opts.ReplayMaxBuffered ||
+			rx.pendingBytes+n > l.opts.ReceiveQueueBytes || !l.g.reserveQueue(n) {
+			l.queueDrop(n)
+			rx.tailDrop = true
+			continue
+		}
+		rx.tailDrop = false // this message shows the gap of any drop before it
+		rx.pending = append(rx.pending, copyFrames(frames))
+		rx.pendingBytes += n
+		if int64(rx.pendingBytes) > l.queuePeak.Load() {
+			l.queuePeak.Store(int64(rx.pendingBytes))
+		}
+	}
+	return nil
+}
+
+// queueDrop counts a live message dropped because the receive queue was full,
+// and logs it at most once per errLogEvery.
+func (l *listener) queueDrop(n int) {
+	rx := &l.rx
+	l.m.queueDrops.Inc()
+	now := time.Now()
+	if now.Before(rx.dropLogNext) {
+		rx.dropLogSuppressed++
+		return
+	}
+	l.log.Warn("receive queue full: dropped a live message; the gap will be replayed",
+		"bytes", n, "queued", len(rx.pending)-rx.pendingHead, "queued_bytes", rx.pendingBytes,
+		"suppressed", rx.dropLogSuppressed)
+	rx.dropLogNext, rx.dropLogSuppressed = now.Add(errLogEvery), 0
+}
+
+// popPending takes the oldest queued message and releases its bytes.
+func (l *listener) popPending() [][]byte {
+	rx := &l.rx
+	frames := rx.pending[rx.pendingHead]
+	rx.pending[rx.pendingHead] = nil
+	rx.pendingHead++
+	n := framesSize(frames)
+	rx.pendingBytes -= n
+	l.g.releaseQueue(n)
+	return frames
+}
+
+func framesSize(frames [][]byte) int {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	return n
+}
+
+// copyFrames deep-copies a message (one allocation for the bytes, one for the
+// frame headers): received frames alias a reused buffer.
+func copyFrames(frames [][]byte) [][]byte {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	buf := make([]byte, 0, n)
+	out := make([][]byte, len(frames))
+	for i, f := range frames {
+		buf = append(buf, f...)
+		out[i] = buf[len(buf)-len(f) : len(buf) : len(buf)]
+	}
+	return out
+}
+
+// sendFrames sends one multipart message without blocking (a DEALER queues to
+// its connecting peer, so this fails only on a real error).
+func sendFrames(s *zsocket, frames [][]byte) error {
+	for i, f := range frames {
+		flags := zDONTWAIT
+		if i < len(frames)-1 {
+			flags |= zSNDMORE
+		}
+		if err := s.send(f, flags); err != nil {
+			return err
+		}
+	}
+	return nil
+}

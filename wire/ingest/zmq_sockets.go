@@ -1,0 +1,195 @@
+package ingest
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/core"
+)
+
+// Socket life cycle of a listener: every function here runs on the listener's
+// goroutine, which owns the sockets.
+
+// recv reads one whole multipart message from s without blocking, through the
+// frame reader. The frames are valid until the next recv.
+func (l *listener) recv(s *zsocket) ([][]byte, error) { return l.rx.reader.read(s) }
+
+func isEAGAIN(err error) bool { return errors.Is(err, syscall.EAGAIN) }
+
+// setInts sets int socket options in order, stopping at the first error.
+func setInts(s *zsocket, kv ...int) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := s.setInt(zopt(kv[i]), kv[i+1]); err != nil {
+			return fmt.Errorf("option %d=%d: %w", kv[i], kv[i+1], err)
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) int { return int(d / time.Millisecond) }
+
+// openSub creates the SUB socket and its monitor and starts connecting. A connect
+// error means libzmq refuses the endpoint (ErrBadEndpoint).
+func (l *listener) openSub() error {
+	rx := &l.rx
+	rx.gen++
+	monAddr := fmt.Sprintf("inproc://conductor-ingest-mon-%d-%d", l.id, rx.gen)
+	s, err := l.g.zctx.socket(zSUB)
+	if err != nil {
+		return fmt.Errorf("SUB socket: %w", limitErr(err))
+	}
+	var mon *zsocket
+	err = firstErr(
+		setInts(s, optLinger, 0, optIPv6, 1, optRcvHWM, l.opts.RcvHWM,
+			optReconnectIvl, ms(l.opts.ReconnectMin), optReconnectIvlMax, ms(l.opts.ReconnectMax)),
+		s.subscribeAll(),
+		s.monitor(monAddr, monitorEvents),
+	)
+	if err == nil {
+		mon, err = l.g.zctx.socket(zPAIR)
+		if err == nil {
+			_ = mon.setInt(optLinger, 0)
+			err = mon.connect(monAddr)
+		}
+	}
+	if err != nil {
+		closeSocket(s)
+		closeSocket(mon)
+		return fmt.Errorf("SUB socket setup: %w", limitErr(err))
+	}
+	if err := s.connect(l.reg.Endpoint); err != nil {
+		closeSocket(s)
+		closeSocket(mon)
+		return &core.FieldError{Field: "endpoint", Err: fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)}
+	}
+	rx.subSoc, rx.monSoc, rx.connected = s, mon, false
+	l.rebuildPollers()
+	l.setState(ListenerPending)
+	return nil
+}
+
+// closeSub closes the SUB socket and its monitor (LINGER 0: nothing waits).
+func (l *listener) closeSub() {
+	rx := &l.rx
+	if rx.subSoc != nil {
+		// Stop the monitor first: libzmq sends monitor events with a blocking
+		// send, so an event emitted while the SUB terminates (in the reaper
+		// thread) after the reading PAIR is gone would block that thread for
+		// good, and with it every later socket close of the context.
+		// TestZMQRegisterUnregisterNoLeak catches it.
+		_ = rx.subSoc.monitor("", 0)
+	}
+	if rx.subSoc != nil {
+		rx.epoch++
+	}
+	closeSocket(rx.subSoc)
+	closeSocket(rx.monSoc)
+	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay = nil, nil, false, false
+	l.rebuildPollers()
+}
+
+// ensureDealer opens the replay DEALER if it is not open.
+func (l *listener) ensureDealer() error {
+	rx := &l.rx
+	if rx.dealer != nil {
+		return nil
+	}
+	d, err := l.g.zctx.socket(zDEALER)
+	if err != nil {
+		return fmt.Errorf("DEALER socket: %w", limitErr(err))
+	}
+	// RCVHWM 0: a replay of a whole ring must not be cut by the pipe's HWM
+	// (a ROUTER drops what does not fit).
+	if err = setInts(d, optLinger, 0, optIPv6, 1, optRcvHWM, 0); err != nil {
+		closeSocket(d)
+		return fmt.Errorf("DEALER socket setup: %w", err)
+	}
+	if err = d.connect(l.reg.ReplayEndpoint); err != nil {
+		closeSocket(d)
+		return &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)}
+	}
+	rx.dealer = d
+	l.rebuildPollers()
+	return nil
+}
+
+// resetDealer closes the DEALER: after a failed or abandoned replay, replies still
+// on their way must not be read as the next replay's.
+func (l *listener) resetDealer() {
+	rx := &l.rx
+	if rx.dealer == nil {
+		return
+	}
+	closeSocket(rx.dealer)
+	rx.dealer = nil
+	l.rebuildPollers()
+}
+
+// rebuildPollers lays out the poll sets for the open sockets.
+func (l *listener) rebuildPollers() {
+	rx := &l.rx
+	rx.poll.n, rx.rpoll.n = 0, 0
+	if rx.subSoc == nil {
+		return
+	}
+	rx.poll.reset(l.wake)
+	rx.poll.add(rx.monSoc)
+	rx.poll.add(rx.subSoc)
+	if rx.dealer != nil {
+		rx.rpoll.reset(l.wake)
+		rx.rpoll.add(rx.monSoc)
+		rx.rpoll.add(rx.subSoc)
+		rx.rpoll.add(rx.dealer)
+	}
+}
+
+// fail handles a socket-level failure: every socket but the wake pair is closed
+// and rebuilt by run after the backoff.
+func (l *listener) fail(err error) {
+	rx := &l.rx
+	l.closeSub()
+	l.resetDealer()
+	l.dropPending()
+	l.setState(ListenerFailed)
+	l.setErr(err.Error())
+	l.log.Error("listener failed; retrying", "err", err, "backoff", rx.backoff)
+}
+
+func (l *listener) dropPending() {
+	rx := &l.rx
+	clear(rx.pending)
+	rx.pending, rx.pendingHead = rx.pending[:0], 0
+	l.g.releaseQueue(rx.pendingBytes)
+	rx.pendingBytes = 0
+}
+
+func (l *listener) closeAll() {
+	l.closeSub()
+	l.resetDealer()
+	l.dropPending()
+	l.rx.reader.free()
+	l.rx.monReader.free()
+}
+
+// limitErr marks a resource exhaustion (libzmq's socket cap, the fd limit, no
+// memory) as a limit: a registration refused for it is answered 400
+// limit_exceeded (ErrListenerLimit wraps core.ErrLimit in Register), not 500.
+func limitErr(err error) error {
+	if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.Is(err, syscall.ENOMEM) {
+		return fmt.Errorf("%w: %w", err, ErrListenerLimit)
+	}
+	return err
+}
+
+func closeSocket(s *zsocket) { _ = s.close() }
+
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

@@ -1,7 +1,0 @@
-//go:build race
-
-package wire_test
-
-// raceEnabled: the race detector is on (tests that size themselves by it
-// scale down: it slows libzmq-heavy tests tenfold).
-const raceEnabled = true
