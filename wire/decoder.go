@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/seed-c7a81618/conductor/codec"
 	"math"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -69,7 +70,7 @@ func (d *Decoder) at(event int, field string, index int) {
 }
 
 func (d *Decoder) newError(err error) *DecodeError {
-	return &DecodeError{Dialect: d.dialect, Event: d.event, Field: d.field, Index: d.index, Err: err}
+	return &DecodeError{Dialect: d.dialect, Event: d.event, Field: d.field, Index: d.index, Err: codec.Cause(err)}
 }
 
 // dropEvent removes the event just started from b and records err against it.
@@ -85,10 +86,10 @@ func (d *Decoder) dropEvent(b *core.Batch, err error) {
 // 2-element form (batches from before data_parallel_rank existed) and a map batch (a
 // fork without array_like, see the reference's §A.4 note).
 func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
-	if isMapLead(p[0]) && d.dialect == DialectVLLM {
+	if codec.IsMapLead(p[0]) && d.dialect == DialectVLLM {
 		return d.mapBatch(p, b, true)
 	}
-	n, p, err := readArray(p, math.MaxUint32)
+	n, p, err := codec.ReadArray(p, math.MaxUint32)
 	if err != nil {
 		return p, err
 	}
@@ -119,7 +120,7 @@ func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
 // elements; the timestamp is integer milliseconds (as the master sends) or float
 // seconds (as engines send).
 func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
-	n, p, err := readArray(p, math.MaxUint32)
+	n, p, err := codec.ReadArray(p, math.MaxUint32)
 	if err != nil {
 		return p, err
 	}
@@ -144,20 +145,20 @@ func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
 // a bare array of event maps, a `{"events": [...]}` wrapper map, or one event map.
 func (d *Decoder) standardBatch(p []byte, b *core.Batch) ([]byte, error) {
 	switch {
-	case isMapLead(p[0]):
+	case codec.IsMapLead(p[0]):
 		if mapHasKey(p, "events") {
 			return d.mapBatch(p, b, false)
 		}
 		return d.events(1, p, b)
-	case isArrayLead(p[0]):
-		n, q, err := readArray(p, math.MaxUint32)
+	case codec.IsArrayLead(p[0]):
+		n, q, err := codec.ReadArray(p, math.MaxUint32)
 		if err != nil {
 			return q, err
 		}
 		if n == 0 {
 			return q, nil
 		}
-		if isMapLead(q[0]) {
+		if codec.IsMapLead(q[0]) {
 			return d.events(n, q, b)
 		}
 		if n > 3 || n < 2 {
@@ -184,7 +185,7 @@ func (d *Decoder) standardBatch(p []byte, b *core.Batch) ([]byte, error) {
 // (requireTS) or the RFC wrapper {events, ts|timestamp, dp_rank} (keys optional but
 // events). Unknown keys are ignored; a repeated known key fails the batch.
 func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, error) {
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return p, err
 	}
@@ -197,7 +198,7 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 	for i := 0; i < n; i++ {
 		d.at(-1, "", i)
 		var key []byte
-		if key, p, err = readStr(p); err != nil {
+		if key, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		d.index = -1
@@ -219,7 +220,7 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 			}
 		}
 		if bit == 0 {
-			if p, err = skipValue(p); err != nil {
+			if p, err = codec.Skip(p); err != nil {
 				return p, err
 			}
 			continue
@@ -260,27 +261,36 @@ func readBatchTS(p []byte, b *core.Batch, allowFloat bool) ([]byte, error) {
 	if len(p) == 0 {
 		return p, ErrTruncated
 	}
-	if isFloatLead(p[0]) {
+	if codec.IsFloatLead(p[0]) {
 		if !allowFloat {
 			return p, ErrWrongType
 		}
-		f, rest, err := readFloat(p)
+		f, rest, err := codec.ReadFloat(p)
 		if err != nil {
 			return p, err
 		}
-		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-			return p, ErrOutOfRange
-		}
-		b.TimestampF = f
-		return rest, nil
+		return rest, setBatchTSFloat(b, f)
 	}
-	u, rest, err := readUint(p)
+	u, rest, err := codec.ReadUint(p)
 	if err != nil {
 		return p, err
 	}
-	b.TimestampU, b.TimestampF = u, float64(u)
+	setBatchTS(b, u)
 	return rest, nil
 }
+
+// setBatchTSFloat sets a batch time given in float seconds (both formats): negative
+// or non-finite times are corrupt envelopes.
+func setBatchTSFloat(b *core.Batch, f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return ErrOutOfRange
+	}
+	b.TimestampF = f
+	return nil
+}
+
+// setBatchTS sets a batch time given as an integer (seconds or Mooncake's ms).
+func setBatchTS(b *core.Batch, u uint64) { b.TimestampU, b.TimestampF = u, float64(u) }
 
 // readBatchRank reads nil or a rank in [0, 2^32-1].
 func readBatchRank(p []byte, b *core.Batch) ([]byte, error) {
@@ -294,7 +304,7 @@ func readBatchRank(p []byte, b *core.Batch) ([]byte, error) {
 
 // eventList reads the events array header and its events.
 func (d *Decoder) eventList(p []byte, b *core.Batch) ([]byte, error) {
-	n, p, err := readArray(p, math.MaxUint32)
+	n, p, err := codec.ReadArray(p, math.MaxUint32)
 	if err != nil {
 		return p, err
 	}
@@ -322,8 +332,8 @@ func (d *Decoder) events(n int, p []byte, b *core.Batch) ([]byte, error) {
 			continue
 		}
 		var serr error
-		if p, serr = skipValue(start); serr != nil {
-			if serr != err {
+		if p, serr = codec.Skip(start); serr != nil {
+			if codec.Cause(serr) != codec.Cause(err) {
 				d.field, d.index = "", -1
 			}
 			return p, serr
@@ -337,19 +347,19 @@ func (d *Decoder) events(n int, p []byte, b *core.Batch) ([]byte, error) {
 // mapHasKey reports whether the map at p has a top-level str key equal to key.
 // Malformed maps report false and fail later, in the event decoder, with context.
 func mapHasKey(p []byte, key string) bool {
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return false
 	}
 	for i := 0; i < n; i++ {
 		var k []byte
-		if k, p, err = readStr(p); err != nil {
+		if k, p, err = codec.ReadStr(p); err != nil {
 			return false
 		}
 		if string(k) == key {
 			return true
 		}
-		if p, err = skipValue(p); err != nil {
+		if p, err = codec.Skip(p); err != nil {
 			return false
 		}
 	}

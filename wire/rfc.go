@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/seed-c7a81618/conductor/codec"
 	"math/bits"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -125,7 +126,7 @@ func rfcEventType(v []byte) core.EventKind {
 }
 
 func (d *Decoder) rfcEvent(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return p, err
 	}
@@ -133,13 +134,13 @@ func (d *Decoder) rfcEvent(e *core.Event, p []byte) ([]byte, error) {
 	for i := 0; i < n; i++ {
 		d.field, d.index = "", i
 		var key []byte
-		if key, p, err = readStr(p); err != nil {
+		if key, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		d.index = -1
 		f := rfcKey(key)
 		if f == 0 {
-			if p, err = skipValue(p); err != nil {
+			if p, err = codec.Skip(p); err != nil {
 				return p, err
 			}
 			continue
@@ -161,19 +162,19 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 	var err error
 	switch f {
 	case rfEventID:
-		if e.EventID, p, err = readUint(p); err == nil {
+		if e.EventID, p, err = codec.ReadUint(p); err == nil {
 			e.HasEventID = true
 		}
 		return p, err
 	case rfTimestamp:
-		if len(p) != 0 && p[0] == mpNil {
+		if len(p) != 0 && p[0] == codec.Nil {
 			return p[1:], nil
 		}
-		e.Timestamp, p, err = readUint(p)
+		e.Timestamp, p, err = codec.ReadUint(p)
 		return p, err
 	case rfEventType, rfType:
 		var v []byte
-		if v, p, err = readStr(p); err != nil {
+		if v, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		if f == rfEventType {
@@ -187,14 +188,14 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 		return p, nil
 	case rfModelName, rfAdditionalSalt, rfLoraName, rfMedium, rfObjectKey, rfCacheSalt:
 		var v []byte
-		if v, p, err = readStrOrNil(p); err != nil {
+		if v, p, err = codec.ReadStrOrNil(p); err != nil {
 			return p, err
 		}
 		setRFCString(e, f, v)
 		return p, nil
 	case rfTenantID, rfBackendID:
 		var v []byte
-		if v, p, err = readStr(p); err != nil {
+		if v, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		setRFCString(e, f, v)
@@ -231,27 +232,27 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 			return p, ErrTruncated
 		}
 		switch {
-		case p[0] == mpNil:
+		case p[0] == codec.Nil:
 			return p[1:], nil
-		case isStrLead(p[0]):
+		case codec.IsStrLead(p[0]):
 			var v []byte
-			if v, p, err = readStr(p); err != nil {
+			if v, p, err = codec.ReadStr(p); err != nil {
 				return p, err
 			}
 			return p, setGroupID(e, v)
 		}
-		if e.GroupIdx, p, err = readInt(p); err == nil {
+		if e.GroupIdx, p, err = codec.ReadInt(p); err == nil {
 			e.HasGroupIdx = true
 		}
 		return p, err
 	}
-	return skipValue(p)
+	return codec.Skip(p)
 }
 
 // sameHashes checks that the hash array at p equals e.Hashes (the legacy block_hashes
 // alias must repeat seq_hashes) without storing it.
 func (d *Decoder) sameHashes(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := readArray(p, MaxEventHashes)
+	n, p, err := codec.ReadArray(p, MaxEventHashes)
 	if err != nil {
 		return p, err
 	}
