@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/seed-c7a81618/conductor/codec"
 )
 
 // dumpScanner splits a streamed /dump into its envelope tokens and whole
@@ -12,7 +14,7 @@ import (
 // or stream objects, events arrays) is walked token by token, and each event
 // is read whole into a reused buffer and parsed with jsonReader (exact
 // integers, no encoding/json). Nesting inside one value is bounded by
-// maxJSONDepth and its size by maxDumpValue.
+// codec.MaxDepth and its size by maxDumpValue.
 type dumpScanner struct {
 	r   *bufio.Reader
 	buf []byte // the current value
@@ -147,8 +149,8 @@ func (s *dumpScanner) value() []byte {
 				inStr = true
 			case c == '{' || c == '[':
 				depth++
-				if depth > maxJSONDepth {
-					s.fail("nesting deeper than %d", maxJSONDepth)
+				if depth > codec.MaxDepth {
+					s.fail("nesting deeper than %d", codec.MaxDepth)
 					return nil
 				}
 			case c == '}' || c == ']':
@@ -223,7 +225,7 @@ func (r *jsonReader) enterObject() (sub jsonReader, ok bool) {
 		return jsonReader{}, false
 	}
 	if r.peek() != '{' {
-		r.skipValue(0)
+		r.skipValue()
 		return jsonReader{}, false
 	}
 	return jsonReader{b: r.b, pos: r.pos + 1, scratch: r.scratch}, true

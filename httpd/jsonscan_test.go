@@ -3,7 +3,6 @@ package httpd
 import (
 	"encoding/json"
 	"math"
-	"slices"
 	"strconv"
 	"testing"
 )
@@ -253,28 +252,3 @@ func TestJSONUint64s(t *testing.T) {
 	}
 }
 
-// TestScanUint31s pins the fast path's contract: what it takes, where it
-// stops (unconsumed, for the general path), and that it honours max.
-func TestScanUint31s(t *testing.T) {
-	f := func(in string, max int, want []int32, wantPos int, wantDone bool) {
-		t.Helper()
-		dst := []int32{-7}
-		got, pos, done := scanUint31s(dst, []byte(in), 0, max+1) // max bounds len(dst), which starts at 1
-		if !slices.Equal(got[1:], want) || got[0] != -7 || pos != wantPos || done != wantDone {
-			t.Fatalf("%q max=%d: got %v pos %d done %v; want %v pos %d done %v", in, max, got[1:], pos, done, want, wantPos, wantDone)
-		}
-	}
-	f(`1,22,333]`, 10, []int32{1, 22, 333}, 9, true)
-	f(`1, 2,`+"\n\t"+`3]`, 10, []int32{1, 2, 3}, 9, true)
-	f(`999999999,1]`, 10, []int32{999999999, 1}, 12, true)
-	f(`1,1000000000]`, 10, []int32{1}, 2, false) // 10 digits: general path
-	f(`0,7]`, 10, []int32{0, 7}, 4, true)
-	f(`1,01]`, 10, []int32{1}, 2, false) // leading zero: general path rejects
-	f(`1,-2]`, 10, []int32{1}, 2, false) // sign
-	f(`1,2.5]`, 10, []int32{1}, 2, false)
-	f(`1,2e3]`, 10, []int32{1}, 2, false)
-	f(`1,2 ]`, 10, []int32{1}, 2, false) // space before ']'
-	f(`1,2`, 10, []int32{1}, 2, false)   // end of input
-	f(`1,2,3]`, 2, []int32{1, 2}, 4, false)
-	f(`]`, 10, nil, 0, false)
-}
