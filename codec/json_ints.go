@@ -10,7 +10,7 @@ import "math"
 // JSONInt32s reads the array at b[0] == '[' of token ids and appends at most
 // max of them to dst. Elements are exact integers in -2^31..2^32-1 (token ids
 // are u32 in the hashing standard; negative ids keep their int32 meaning),
-// stored as their 32-bit pattern. A non-number or a fraction or exponent is
+// stored as their 32-bit pattern. Another kind of value, or a fraction or exponent, is
 // ErrWrongType, a value outside that range ErrOutOfRange, element max+1
 // ErrTooLarge; bad is that element's index.
 func JSONInt32s(dst []int32, b []byte, max int) (out []int32, rest []byte, bad int, err error) {
@@ -33,7 +33,7 @@ func JSONInt32s(dst []int32, b []byte, max int) (out []int32, rest []byte, bad i
 			return dst, b[p:], i, jsonErr(rUnexpected, nil)
 		}
 		if c := b[p]; c != '-' && !isDigit(c) {
-			return dst, b[p:], i, ErrWrongType
+			return dst, b[p:], i, notNumber(b[p:])
 		}
 		n, r, err := JSONNumber(b[p:])
 		switch {
@@ -118,7 +118,7 @@ func JSONUint64s(dst []uint64, b []byte, max int, signed bool) (out []uint64, re
 			return dst, r, i, jsonErr(rUnexpected, nil)
 		}
 		if c := r[0]; c != '-' && !isDigit(c) {
-			return dst, r, i, ErrWrongType
+			return dst, r, i, notNumber(r)
 		}
 		n, after, err := JSONNumber(r)
 		switch {
@@ -141,4 +141,14 @@ func JSONUint64s(dst []uint64, b []byte, max int, signed bool) (out []uint64, re
 			return dst, r, i, err
 		}
 	}
+}
+
+// notNumber is the error for an array element that is not a number: ErrWrongType
+// for another kind of value, a syntax error for a byte no value starts with.
+func notNumber(b []byte) error {
+	switch b[0] {
+	case '"', '{', '[', 't', 'f', 'n':
+		return ErrWrongType
+	}
+	return jsonErr(rUnexpected, b)
 }

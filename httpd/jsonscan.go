@@ -63,7 +63,7 @@ func (r *jsonReader) failAt(err error, rest []byte) {
 }
 
 // rest is the unread input; at moves the position to where rest begins.
-func (r *jsonReader) rest() []byte    { return r.b[r.pos:] }
+func (r *jsonReader) rest() []byte   { return r.b[r.pos:] }
 func (r *jsonReader) at(rest []byte) { r.pos = len(r.b) - len(rest) }
 func (r *jsonReader) ws()            { r.at(codec.JSONWS(r.rest())) }
 

@@ -251,4 +251,3 @@ func TestJSONUint64s(t *testing.T) {
 		}
 	}
 }
-
