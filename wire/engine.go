@@ -464,7 +464,7 @@ const (
 // (TestEngineWireVectors/vllm_map_sliding_window_group), and core skips those events
 // anyway.
 func tokenFit(e *core.Event) int {
-	if len(e.Tokens) == 0 || e.BlockSize <= 0 || !fullAttention(e) {
+	if len(e.Tokens) == 0 || e.BlockSize <= 0 || !e.FullAttention() {
 		return fitOK
 	}
 	n := len(e.Tokens)
@@ -478,17 +478,4 @@ func tokenFit(e *core.Event) int {
 		return fitPartial
 	}
 	return fitBad
-}
-
-// fullAttention: group 0 (or none) and a full-attention spec (or none), the events a
-// prefix cache index serves. The kinds are those Dynamo treats as prefix-cacheable.
-func fullAttention(e *core.Event) bool {
-	if e.HasSlidingWindow || (e.HasGroupIdx && e.GroupIdx != 0) {
-		return false
-	}
-	switch string(e.SpecKind) {
-	case "", "full_attention", "mla_attention", "sink_full_attention":
-		return true
-	}
-	return false
 }
