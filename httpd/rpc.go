@@ -197,22 +197,13 @@ func (r *RPCServer) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 // (TestRPCQueryAllocs).
 func (r *RPCServer) query(ctx *fasthttp.RequestCtx, st *reqState) int {
 	s := r.s
-	json, rerr := requestDialect(ctx, st.in)
-	if rerr != nil {
+	_, rerr, err := s.runQuery(ctx, st, dialectRPC, false, "/rpc/Query")
+	switch {
+	case rerr != nil:
 		return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, rerr)
-	}
-	rd := st.reader(st.in, json)
-	if rerr := s.parseQuery(rd, dialectRPC, false, st); rerr != nil {
-		return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, rerr)
-	}
-	if err := s.ix.Query(&st.q, &st.res); err != nil {
-		if re := queryInputError(&st.q, err); re != nil {
-			return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, re)
-		}
-		s.opts.Logger.Error("query failed", "path", "/rpc/Query", "err", err)
+	case err != nil:
 		return r.writeFailure(ctx, st, rpcQuery, 200, RetInternalError, reqErr(errRPCInternal, "", "query failed: "+err.Error()))
 	}
-	s.m.queryRows(&st.q, &st.res)
 	e := &st.enc
 	e.reset(true)
 	e.mapHeader(2)
