@@ -2,7 +2,6 @@ package httpd
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -16,9 +15,10 @@ import (
 // integers, no encoding/json). Nesting inside one value is bounded by
 // codec.MaxDepth and its size by maxDumpValue.
 type dumpScanner struct {
-	r   *bufio.Reader
-	buf []byte // the current value
-	err error
+	r      *bufio.Reader
+	buf    []byte // the current value
+	keyBuf []byte // unescaped keys
+	err    error
 }
 
 // maxDumpValue bounds one event of a dump (a writer emits at most 256 keys
@@ -96,13 +96,14 @@ func (s *dumpScanner) key() string {
 	if s.err != nil {
 		return ""
 	}
-	var k string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &k) != nil {
+	k, rest, err := codec.JSONString(raw, &s.keyBuf)
+	s.keyBuf = s.keyBuf[:0]
+	if err != nil || len(rest) != 0 {
 		s.fail("expected a string key")
 		return ""
 	}
 	s.expect(':')
-	return k
+	return string(k)
 }
 
 // value reads one whole JSON value into s.buf and returns it (valid until
