@@ -245,12 +245,8 @@ func JSONNumber(b []byte) (n Number, rest []byte, err error) {
 		}
 	}
 	if p < len(b) && b[p] == '.' {
-		p++
-		if p >= len(b) || !isDigit(b[p]) {
-			return Number{}, b[p:], jsonErr(rNumber, b[p:])
-		}
-		for p < len(b) && isDigit(b[p]) {
-			p++
+		if p, err = jsonDigits(b, p+1); err != nil {
+			return Number{}, b[p:], err
 		}
 		n.Float = true
 	}
@@ -259,11 +255,8 @@ func JSONNumber(b []byte) (n Number, rest []byte, err error) {
 		if p < len(b) && (b[p] == '+' || b[p] == '-') {
 			p++
 		}
-		if p >= len(b) || !isDigit(b[p]) {
-			return Number{}, b[p:], jsonErr(rNumber, b[p:])
-		}
-		for p < len(b) && isDigit(b[p]) {
-			p++
+		if p, err = jsonDigits(b, p); err != nil {
+			return Number{}, b[p:], err
 		}
 		n.Float = true
 	}
@@ -271,6 +264,18 @@ func JSONNumber(b []byte) (n Number, rest []byte, err error) {
 		n.Mag = 0
 	}
 	return n, b[p:], nil
+}
+
+// jsonDigits returns the position after the digits at b[p:], of which there
+// must be one at least.
+func jsonDigits(b []byte, p int) (int, error) {
+	if p >= len(b) || !isDigit(b[p]) {
+		return p, jsonErr(rNumber, b[p:])
+	}
+	for p < len(b) && isDigit(b[p]) {
+		p++
+	}
+	return p, nil
 }
 
 // JSONSkip returns b after the JSON value at its start (after whitespace),

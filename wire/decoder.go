@@ -181,6 +181,35 @@ func (d *Decoder) standardBatch(p []byte, b *core.Batch) ([]byte, error) {
 	return p, ErrWrongType
 }
 
+// The keys of a batch map (msgpack) or wrapper object (JSON).
+const (
+	seenTS = 1 << iota
+	seenEvents
+	seenRank
+)
+
+// batchKey names a batch key: vLLM's ts, events and data_parallel_rank, and with
+// rfc also the RFC wrapper's timestamp and dp_rank. bit is 0 for any other key.
+func batchKey(key []byte, rfc bool) (bit int, name string) {
+	switch string(key) {
+	case "ts":
+		return seenTS, "ts"
+	case "events":
+		return seenEvents, "events"
+	case "data_parallel_rank":
+		return seenRank, "data_parallel_rank"
+	case "timestamp":
+		if rfc {
+			return seenTS, "timestamp"
+		}
+	case "dp_rank":
+		if rfc {
+			return seenRank, "dp_rank"
+		}
+	}
+	return 0, ""
+}
+
 // mapBatch decodes a batch encoded as a map: vLLM's {ts, events, data_parallel_rank}
 // (requireTS) or the RFC wrapper {events, ts|timestamp, dp_rank} (keys optional but
 // events). Unknown keys are ignored; a repeated known key fails the batch.
@@ -189,11 +218,6 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 	if err != nil {
 		return p, err
 	}
-	const (
-		seenTS = 1 << iota
-		seenEvents
-		seenRank
-	)
 	seen := 0
 	for i := 0; i < n; i++ {
 		d.at(-1, "", i)
@@ -202,23 +226,7 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 			return p, err
 		}
 		d.index = -1
-		bit, name := 0, ""
-		switch string(key) {
-		case "ts":
-			bit, name = seenTS, "ts"
-		case "timestamp":
-			if !requireTS {
-				bit, name = seenTS, "timestamp"
-			}
-		case "events":
-			bit, name = seenEvents, "events"
-		case "data_parallel_rank":
-			bit, name = seenRank, "data_parallel_rank"
-		case "dp_rank":
-			if !requireTS {
-				bit, name = seenRank, "dp_rank"
-			}
-		}
+		bit, name := batchKey(key, !requireTS)
 		if bit == 0 {
 			if p, err = codec.Skip(p); err != nil {
 				return p, err

@@ -87,11 +87,6 @@ func (d *Decoder) jsonWrapper(p []byte, b *core.Batch) ([]byte, error) {
 	if p[0] == '}' { // unreachable: jsonHasKey found "events"
 		return p[1:], nil
 	}
-	const (
-		seenTS = 1 << iota
-		seenEvents
-		seenRank
-	)
 	seen := 0
 	for i, more := 0, true; more; i++ {
 		d.at(-1, "", i)
@@ -100,19 +95,7 @@ func (d *Decoder) jsonWrapper(p []byte, b *core.Batch) ([]byte, error) {
 			return p, err
 		}
 		d.index = -1
-		bit, name := 0, ""
-		switch string(key) {
-		case "ts":
-			bit, name = seenTS, "ts"
-		case "timestamp":
-			bit, name = seenTS, "timestamp"
-		case "events":
-			bit, name = seenEvents, "events"
-		case "dp_rank":
-			bit, name = seenRank, "dp_rank"
-		case "data_parallel_rank":
-			bit, name = seenRank, "data_parallel_rank"
-		}
+		bit, name := batchKey(key, true)
 		d.field = name
 		switch {
 		case bit == 0:
