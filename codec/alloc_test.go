@@ -29,7 +29,7 @@ func TestReadersZeroAllocs(t *testing.T) {
 		if _, _, _, err := JSONInt32s(i32[:0], []byte(tokens), 1000); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, _, err := JSONUint64s(u64[:0], []byte(hashes), 1000, true); err != nil {
+		if _, _, _, err := JSONUint64s(u64[:0], []byte(hashes), 1000, Bits, &arena); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := JSONSkip(obj); err != nil {

@@ -14,6 +14,7 @@ var (
 	ErrWrongType  = errors.New("conductor: wrong value type")
 	ErrOutOfRange = errors.New("conductor: value out of range")
 	ErrTooLarge   = errors.New("conductor: count or nesting over limit")
+	ErrBadHash    = errors.New("conductor: binary hash shorter than 8 bytes")
 )
 
 // Error is a reader's error with its reason in words (httpd renders it in its

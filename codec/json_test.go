@@ -118,26 +118,31 @@ func TestJSONInt32s(t *testing.T) {
 	f(`[0,99999999999999999999999]`, 8, nil, 1, ErrOutOfRange)
 	f(`[0,1e2]`, 8, nil, 1, ErrWrongType)
 	f(`[0,"1"]`, 8, nil, 1, ErrWrongType)
-	f(`[1,]`, 8, nil, 1, ErrSyntax)
-	f(`[01]`, 8, nil, 0, ErrSyntax)
-	f(`[1`, 8, nil, 0, ErrTruncated)
+	f(`[1,]`, 8, nil, 1, ErrWrongType) // not a value: the caller's re-skip reports the syntax error
+	f(`[01]`, 8, nil, -1, ErrSyntax)   // "0", then "1" where a separator belongs
+	f(`[1`, 8, nil, -1, ErrTruncated)
 }
 
 func TestJSONUint64s(t *testing.T) {
-	f := func(in string, signed bool, want []uint64, wantBad int, wantErr error) {
+	var arena []byte
+	f := func(in string, mode Mode, want []uint64, wantBad int, wantErr error) {
 		t.Helper()
-		got, _, bad, err := JSONUint64s(nil, []byte(in), 4, signed)
+		got, _, bad, err := JSONUint64s(nil, []byte(in), 4, mode, &arena)
 		if !errors.Is(err, wantErr) || (err != nil && bad != wantBad) || (err == nil && !slices.Equal(got, want)) {
 			t.Fatalf("%s: got %v bad %d err %v; want %v %d %v", in, got, bad, err, want, wantBad, wantErr)
 		}
 	}
-	f(`[0, 18446744073709551615, -0]`, false, []uint64{0, math.MaxUint64, 0}, 0, nil)
-	f(`[1,-1]`, false, nil, 1, ErrOutOfRange)
-	f(`[1,-1,-9223372036854775808]`, true, []uint64{1, math.MaxUint64, 1 << 63}, 0, nil)
-	f(`[-9223372036854775809]`, true, nil, 0, ErrOutOfRange)
-	f(`[18446744073709551616]`, true, nil, 0, ErrOutOfRange)
-	f(`[1,2,3.0]`, false, nil, 2, ErrWrongType)
-	f(`[1,2,3,4,5]`, false, nil, 4, ErrTooLarge)
+	f(`[0, 18446744073709551615, -0]`, Unsigned, []uint64{0, math.MaxUint64, 0}, 0, nil)
+	f(`[1,-1]`, Unsigned, nil, 1, ErrOutOfRange)
+	f(`[1,-1,-9223372036854775808]`, Bits, []uint64{1, math.MaxUint64, 1 << 63}, 0, nil)
+	f(`[-9223372036854775809]`, Bits, nil, 0, ErrOutOfRange)
+	f(`[18446744073709551616]`, Bits, nil, 0, ErrOutOfRange)
+	f(`[1,2,3.0]`, Unsigned, nil, 2, ErrWrongType)
+	f(`[1,2,3,4,5]`, Unsigned, nil, 4, ErrTooLarge)
+	f(`["0x10", "18446744073709551615", "\u0031", -1]`, Hash, []uint64{16, math.MaxUint64, 1, math.MaxUint64}, 0, nil)
+	f(`[1, "0x10"]`, Bits, nil, 1, ErrWrongType)
+	f(`[1, "0xg"]`, Hash, nil, 1, ErrWrongType)
+	f(`[1 2]`, Hash, nil, -1, ErrSyntax)
 }
 
 // TestScanUint31s pins the fast path's contract: what it takes, where it
@@ -201,9 +206,9 @@ func TestPrintableASCII(t *testing.T) {
 
 // JSON hashes are exact: 2^64-1 survives, where a float64 detour would not.
 func ExampleJSONUint64s() {
-	hs, _, _, err := JSONUint64s(nil, []byte(`[9007199254740993, 18446744073709551615]`), 100, false)
+	hs, _, _, err := JSONUint64s(nil, []byte(`[9007199254740993, 18446744073709551615]`), 100, Unsigned, nil)
 	fmt.Println(hs, err)
-	_, _, bad, err := JSONUint64s(nil, []byte(`[1, -2]`), 100, false)
+	_, _, bad, err := JSONUint64s(nil, []byte(`[1, -2]`), 100, Unsigned, nil)
 	fmt.Println(bad, err)
 	// Output:
 	// [9007199254740993 18446744073709551615] <nil>

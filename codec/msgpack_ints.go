@@ -77,3 +77,48 @@ func ReadInt32s(dst []int32, b []byte, hi int64) (rest []byte, bad int, err erro
 	}
 	return b[off:], 0, nil
 }
+
+// ReadUint64 reads one 64-bit value in mode's forms (Mode): an unsigned
+// integer as is; in Bits and Hash mode a negative one as its two's-complement
+// bit pattern; in Hash mode a bin digest as its last 8 bytes big-endian.
+func ReadUint64(b []byte, mode Mode) (uint64, []byte, error) {
+	if len(b) == 0 {
+		return 0, b, ErrTruncated
+	}
+	switch c := b[0]; {
+	case IsUintLead(c) || mode == Unsigned:
+		return ReadUint(b)
+	case IsIntLead(c):
+		v, rest, err := ReadInt(b)
+		return uint64(v), rest, err
+	case IsBinLead(c) && mode == Hash:
+		v, rest, err := ReadBin(b)
+		if err != nil {
+			return 0, b, err
+		}
+		if len(v) < 8 {
+			return 0, b, ErrBadHash
+		}
+		return binary.BigEndian.Uint64(v[len(v)-8:]), rest, nil
+	}
+	return 0, b, WrongType(b[0])
+}
+
+// ReadUint64s decodes len(dst) values in mode's forms (ReadUint64) from b into
+// dst and returns the rest after them; errors are ReadInt32s'.
+func ReadUint64s(dst []uint64, b []byte, mode Mode) (rest []byte, bad int, err error) {
+	for i := range dst {
+		// Real hashes are uniform u64: almost all take the 9-byte uint64 form.
+		if len(b) >= 9 && b[0] == 0xcf {
+			dst[i] = binary.BigEndian.Uint64(b[1:])
+			b = b[9:]
+			continue
+		}
+		r, err := b, error(nil)
+		if dst[i], r, err = ReadUint64(b, mode); err != nil {
+			return b, i, err
+		}
+		b = r
+	}
+	return b, 0, nil
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -177,4 +178,30 @@ func TestReadInt32s(t *testing.T) {
 	f(body(1, "x", 2), math.MaxInt32, 1, ErrWrongType)
 	f(body(1.5, 1, 2), math.MaxInt32, 0, ErrWrongType)
 	f(append(body(1), 0xc1, 1, 2), math.MaxInt32, 1, ErrSyntax)
+}
+
+// TestReadUint64s: the three modes on every integer form and on digests.
+func TestReadUint64s(t *testing.T) {
+	digest := []byte{9, 9, 1, 2, 3, 4, 5, 6, 7, 8}
+	in := append(append(append(append(enc(uint64(math.MaxUint64)), enc(int64(-1))...), enc(int8(-2))...), enc(7)...), enc(digest)...)
+	f := func(mode Mode, want []uint64, wantBad int, wantErr error) {
+		t.Helper()
+		dst := make([]uint64, 5)
+		rest, bad, err := ReadUint64s(dst, in, mode)
+		switch {
+		case err != wantErr || (err != nil && bad != wantBad):
+			t.Fatalf("mode %d: bad %d err %v, want %d %v", mode, bad, err, wantBad, wantErr)
+		case err == nil && (len(rest) != 0 || !slices.Equal(dst, want)):
+			t.Fatalf("mode %d: %x rest %d", mode, dst, len(rest))
+		}
+	}
+	f(Unsigned, nil, 1, ErrOutOfRange)
+	f(Bits, nil, 4, ErrWrongType)
+	f(Hash, []uint64{math.MaxUint64, math.MaxUint64, math.MaxUint64 - 1, 7, 0x0102030405060708}, 0, nil)
+	if _, _, err := ReadUint64(enc([]byte{1, 2, 3}), Hash); err != ErrBadHash {
+		t.Fatalf("short digest: %v", err)
+	}
+	if _, _, err := ReadUint64([]byte{0xc1}, Hash); err != ErrSyntax {
+		t.Fatalf("0xc1: %v", err)
+	}
 }

@@ -120,9 +120,10 @@ func FuzzJSONInt32s(f *testing.F) {
 	})
 }
 
-// FuzzJSONUint64s: codec.JSONUint64s is exact over 0..2^64-1 (unsigned) and
-// -2^63..2^64-1 as bit patterns (signed), and agrees with encoding/json +
-// strconv.
+// FuzzJSONUint64s: codec.JSONUint64s is exact over 0..2^64-1 (Unsigned) and
+// -2^63..2^64-1 as bit patterns (Bits), and agrees with encoding/json +
+// strconv. (Hash mode's strings are ParseU64Text's, exercised through
+// FuzzDecodeStandardJSON.)
 func FuzzJSONUint64s(f *testing.F) {
 	for _, s := range []string{`[]`, `[0,18446744073709551615]`, `[18446744073709551616]`, `[9007199254740993]`, `[-1]`, `[-0]`,
 		`[-9223372036854775808]`, `[-9223372036854775809]`, `[1.0]`, `[1E2]`, `["1"]`, `[1,2`} {
@@ -130,12 +131,16 @@ func FuzzJSONUint64s(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, src []byte, signed bool) {
+		mode := codec.Unsigned
+		if signed {
+			mode = codec.Bits
+		}
 		if len(src) > codecMaxInput {
 			return
 		}
 		var got []uint64
 		err := wholeArray(src, func(b []byte) (rest []byte, err error) {
-			got, rest, _, err = codec.JSONUint64s(got, b, math.MaxInt, signed)
+			got, rest, _, err = codec.JSONUint64s(got, b, math.MaxInt, mode, nil)
 			return rest, err
 		})
 		nums, valid := jsonInts(src)

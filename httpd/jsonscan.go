@@ -289,19 +289,19 @@ func (r *jsonReader) int32s(buf *[]int32, field string, max int) ([]int32, *Requ
 // negatives and values above 2^64-1 are out_of_range, fractions or exponents
 // invalid_type, each naming the element index.
 func (r *jsonReader) uint64s(buf *[]uint64, field string, max int) ([]uint64, *RequestError) {
-	return r.words(buf, field, max, false, " element must be an unsigned 64-bit integer")
+	return r.words(buf, field, max, codec.Unsigned, " element must be an unsigned 64-bit integer")
 }
 
 // hashBits parses a JSON array of 64-bit integers, signed or unsigned, keeping
 // each as its 64-bit pattern (Dynamo serialises block hashes as i64 or u64).
 func (r *jsonReader) hashBits(buf *[]uint64, field string, max int) ([]uint64, *RequestError) {
-	return r.words(buf, field, max, true, " element must fit 64 bits")
+	return r.words(buf, field, max, codec.Bits, " element must fit 64 bits")
 }
 
-func (r *jsonReader) words(buf *[]uint64, field string, max int, signed bool, rangeMsg string) ([]uint64, *RequestError) {
+func (r *jsonReader) words(buf *[]uint64, field string, max int, mode codec.Mode, rangeMsg string) ([]uint64, *RequestError) {
 	dst := (*buf)[:0]
 	fe := r.intArray(field, func(b []byte) (rest []byte, bad int, err error) {
-		dst, rest, bad, err = codec.JSONUint64s(dst, b, max, signed)
+		dst, rest, bad, err = codec.JSONUint64s(dst, b, max, mode, r.scratch)
 		return rest, bad, err
 	}, max, rangeMsg)
 	*buf = dst[:0]

@@ -281,12 +281,10 @@ func (r *mpReader) uint64s(buf *[]uint64, field string, max int) ([]uint64, *Req
 	}
 	dst = dst[:n]
 	*buf = dst[:0]
-	for i := range dst {
-		var err error
-		if dst[i], p, err = codec.ReadUint(p); err != nil {
-			return dst[:0], r.elemFault(err, field, i, " element must be an unsigned 64-bit integer")
-		}
+	rest, bad, err := codec.ReadUint64s(dst, p, codec.Unsigned)
+	if err != nil {
+		return dst[:0], r.elemFault(err, field, bad, " element must be an unsigned 64-bit integer")
 	}
-	r.b = p
+	r.b = rest
 	return dst, nil
 }

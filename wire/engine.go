@@ -306,7 +306,7 @@ func (d *Decoder) engineField(e *core.Event, f uint32, p []byte) ([]byte, error)
 	d.field, d.index = engineFieldName(f), -1
 	switch f {
 	case efBlockHashes:
-		return d.readHashes(e, p)
+		return d.readHashes(e, p, false)
 	case efParent:
 		return readParent(e, p)
 	case efTokenIDs:

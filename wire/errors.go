@@ -28,7 +28,7 @@ var (
 	ErrUnexpectedField = errors.New("conductor: field not allowed for this event type")
 	ErrInconsistent    = errors.New("conductor: inconsistent field values")
 	ErrUnknownTag      = errors.New("conductor: unknown event type")
-	ErrBadHash         = errors.New("conductor: binary hash shorter than 8 bytes")
+	ErrBadHash         = codec.ErrBadHash
 
 	// Configuration.
 	ErrUnknownDialect = errors.New("conductor: unknown publisher type")

@@ -354,43 +354,23 @@ func (d *Decoder) jsonHashes(e *core.Event, p []byte, compare bool) ([]byte, err
 	if p[0] != '[' {
 		return p, ErrWrongType
 	}
-	p, err := jsonNextValue(p[1:])
-	if err != nil {
-		return p, err
-	}
-	if !compare {
-		e.Hashes = e.Hashes[:0]
-	}
 	n := 0
-	if p[0] == ']' {
-		p = p[1:]
-	} else {
-		for more := true; more; n++ {
-			if n >= MaxEventHashes {
-				return p, ErrTooLarge
-			}
-			var h uint64
-			if h, p, err = d.jsonHash(p); err != nil {
-				d.index = n
-				return p, err
-			}
-			if compare {
-				if n >= len(e.Hashes) || e.Hashes[n] != h {
-					d.index = n
-					return p, ErrInconsistent
-				}
-			} else {
-				e.Hashes = append(e.Hashes, h)
-			}
-			if p, more, err = codec.JSONNext(p, ']'); err != nil {
-				return p, err
-			}
+	if compare {
+		n = len(e.Hashes)
+	}
+	hs, rest, bad, err := codec.JSONUint64s(e.Hashes[:n], p, MaxEventHashes, codec.Hash, &d.arena)
+	if err != nil {
+		if err != ErrTooLarge {
+			d.index = bad
 		}
+		return rest, err
 	}
-	if compare && n != len(e.Hashes) {
-		return p, ErrInconsistent
+	e.Hashes = hs[:n]
+	if compare {
+		return rest, d.sameHashes(e.Hashes, hs[n:])
 	}
-	return p, nil
+	e.Hashes = hs
+	return rest, nil
 }
 
 // jsonTokens reads null or an array of token ids into e.Tokens.
@@ -406,7 +386,7 @@ func (d *Decoder) jsonTokens(e *core.Event, p []byte) ([]byte, error) {
 	e.HasTokens = true
 	ts, rest, bad, err := codec.JSONInt32s(e.Tokens, p, MaxEventTokens)
 	e.Tokens = ts
-	if err == ErrWrongType || err == ErrOutOfRange {
+	if err != nil && err != ErrTooLarge {
 		d.index = bad
 	}
 	return rest, err
@@ -431,42 +411,12 @@ func jsonInteger(b []byte) (mag uint64, neg bool, rest []byte, err error) {
 }
 
 // jsonUint reads a u64: exact up to 18446744073709551615, negative is out of range.
-func jsonUint(b []byte) (uint64, []byte, error) {
-	mag, neg, rest, err := jsonInteger(b)
-	if err != nil {
-		return 0, b, err
-	}
-	if neg && mag != 0 {
-		return 0, b, ErrOutOfRange
-	}
-	return mag, rest, nil
-}
+func jsonUint(b []byte) (uint64, []byte, error) { return codec.JSONUint64(b, codec.Unsigned, nil) }
 
-// jsonHash reads a hash: a u64, a negative int64 (kept as its bit pattern, as in
-// msgpack), or a decimal / 0x-hex string.
+// jsonHash reads a hash (codec.Hash): a u64, a negative int64 (kept as its bit
+// pattern, as in msgpack), or a decimal / 0x-hex string.
 func (d *Decoder) jsonHash(b []byte) (uint64, []byte, error) {
-	if len(b) != 0 && b[0] == '"' {
-		s, rest, err := codec.JSONString(b, &d.arena)
-		if err != nil {
-			return 0, b, err
-		}
-		h, ok := parseU64Text(s)
-		if !ok {
-			return 0, b, ErrWrongType
-		}
-		return h, rest, nil
-	}
-	mag, neg, rest, err := jsonInteger(b)
-	if err != nil {
-		return 0, b, err
-	}
-	if neg {
-		if mag > 1<<63 {
-			return 0, b, ErrOutOfRange
-		}
-		return -mag, rest, nil // two's complement of the magnitude
-	}
-	return mag, rest, nil
+	return codec.JSONUint64(b, codec.Hash, &d.arena)
 }
 
 // jsonNextValue skips whitespace and fails on end of input, which inside a value

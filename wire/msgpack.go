@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"encoding/binary"
 	"math"
 	"slices"
 
@@ -28,60 +27,60 @@ func readU32OrNil(b []byte) (v uint32, isNil bool, rest []byte, err error) {
 	return uint32(u), false, rest, nil
 }
 
-// readHash reads one block hash and folds it to u64: an unsigned int as is, a
-// negative int as its two's-complement bit pattern (SGLang publishes signed int64,
-// vLLM's old builtin hash() did too), a bin digest as its last 8 bytes big-endian —
-// what vLLM's int mode publishes for the same digest, so a block has one name in
-// both of vLLM's hash modes. A bin shorter than 8 bytes has no such name: ErrBadHash.
-func readHash(b []byte) (uint64, []byte, error) {
-	if len(b) == 0 {
-		return 0, b, ErrTruncated
-	}
-	c := b[0]
-	switch {
-	case c <= 0x7f:
-		return uint64(c), b[1:], nil
-	case c >= 0xe0:
-		return uint64(int64(int8(c))), b[1:], nil
-	case c >= 0xcc && c <= 0xcf:
-		return codec.ReadUint(b)
-	case c >= 0xd0 && c <= 0xd3:
-		v, rest, err := codec.ReadInt(b)
-		return uint64(v), rest, err
-	case codec.IsBinLead(c):
-		v, rest, err := codec.ReadBin(b)
-		if err != nil {
-			return 0, b, err
-		}
-		if len(v) < 8 {
-			return 0, b, ErrBadHash
-		}
-		return binary.BigEndian.Uint64(v[len(v)-8:]), rest, nil
-	}
-	return 0, b, codec.WrongType(c)
-}
+// readHash reads one block hash and folds it to u64 (codec.Hash): an unsigned int as
+// is, a negative int as its two's-complement bit pattern (SGLang publishes signed
+// int64, vLLM's old builtin hash() did too), a bin digest as its last 8 bytes
+// big-endian — what vLLM's int mode publishes for the same digest, so a block has one
+// name in both of vLLM's hash modes. A bin shorter than 8 bytes has no such name:
+// ErrBadHash.
+func readHash(b []byte) (uint64, []byte, error) { return codec.ReadUint64(b, codec.Hash) }
 
-// readHashes reads an array of hashes into e.Hashes (replacing its contents).
-func (d *Decoder) readHashes(e *core.Event, b []byte) ([]byte, error) {
+// readHashes reads an array of hashes into e.Hashes, replacing its contents; with
+// compare it checks instead that the array equals e.Hashes (the legacy block_hashes
+// alias must repeat seq_hashes).
+func (d *Decoder) readHashes(e *core.Event, b []byte, compare bool) ([]byte, error) {
 	n, b, err := codec.ReadArray(b, MaxEventHashes)
 	if err != nil {
 		return b, err
 	}
-	hs := slices.Grow(e.Hashes[:0], n)[:n]
-	for i := range hs {
-		// Real hashes are uniform u64: almost all take the 9-byte uint64 form.
-		if len(b) >= 9 && b[0] == 0xcf {
-			hs[i] = binary.BigEndian.Uint64(b[1:])
-			b = b[9:]
-			continue
+	if compare && n != len(e.Hashes) {
+		return b, ErrInconsistent
+	}
+	hs := e.Hashes[:0]
+	if compare {
+		hs = e.Hashes
+	}
+	hs = slices.Grow(hs, n)
+	got := hs[len(hs) : len(hs)+n]
+	rest, i, err := codec.ReadUint64s(got, b, codec.Hash)
+	switch {
+	case err != nil:
+		d.index = i
+		e.Hashes = hs[:0]
+		if compare {
+			e.Hashes = hs
 		}
-		if hs[i], b, err = readHash(b); err != nil {
-			e.Hashes, d.index = hs[:0], i
-			return b, err
+		return rest, err
+	case compare:
+		e.Hashes = hs
+		return rest, d.sameHashes(e.Hashes, got)
+	}
+	e.Hashes = got
+	return rest, nil
+}
+
+// sameHashes checks that got, a repeat of the hash list, equals want.
+func (d *Decoder) sameHashes(want, got []uint64) error {
+	if len(got) != len(want) {
+		return ErrInconsistent
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			d.index = i
+			return ErrInconsistent
 		}
 	}
-	e.Hashes = hs
-	return b, nil
+	return nil
 }
 
 // readHashOrNil reads nil (ok=false) or a hash.

@@ -207,11 +207,9 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 		}
 		return rest, setRFCU32(e, f, v, isNil)
 	case rfSeqHashes, rfBlockHashes:
-		if !st.hashesSet {
-			st.hashesSet = true
-			return d.readHashes(e, p)
-		}
-		return d.sameHashes(e, p)
+		compare := st.hashesSet
+		st.hashesSet = true
+		return d.readHashes(e, p, compare)
 	case rfParentHash, rfParentBlockHash:
 		if !st.parentSet {
 			st.parentSet = true
@@ -247,30 +245,6 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 		return p, err
 	}
 	return codec.Skip(p)
-}
-
-// sameHashes checks that the hash array at p equals e.Hashes (the legacy block_hashes
-// alias must repeat seq_hashes) without storing it.
-func (d *Decoder) sameHashes(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := codec.ReadArray(p, MaxEventHashes)
-	if err != nil {
-		return p, err
-	}
-	if n != len(e.Hashes) {
-		return p, ErrInconsistent
-	}
-	for i := 0; i < n; i++ {
-		var h uint64
-		if h, p, err = readHash(p); err != nil {
-			d.index = i
-			return p, err
-		}
-		if h != e.Hashes[i] {
-			d.index = i
-			return p, ErrInconsistent
-		}
-	}
-	return p, nil
 }
 
 func setRFCString(e *core.Event, f uint32, v []byte) {
@@ -323,7 +297,7 @@ func setGroupID(e *core.Event, v []byte) error {
 	if neg {
 		digits = v[1:]
 	}
-	u, ok := parseDecimal(digits)
+	u, ok := codec.ParseDecimal(digits)
 	if !ok || u > 1<<63-1 {
 		return ErrWrongType
 	}
@@ -369,7 +343,7 @@ func (d *Decoder) finishRFC(e *core.Event, st *rfcState) error {
 		// The master names a block by its object key when the key is the seq hash
 		// written as a number, and then may leave seq_hashes empty.
 		if len(e.Hashes) == 0 && e.ObjectKey != nil {
-			if h, ok := parseU64Text(e.ObjectKey); ok {
+			if h, ok := codec.ParseU64Text(e.ObjectKey); ok {
 				e.Hashes = append(e.Hashes, h)
 			}
 		}
@@ -386,51 +360,4 @@ func (d *Decoder) finishRFC(e *core.Event, st *rfcState) error {
 		return ErrInconsistent
 	}
 	return nil
-}
-
-// parseU64Text parses a u64 written as decimal or as 0x/0X-prefixed hex (1 to 16
-// digits), the forms the master uses for object keys that are seq hashes.
-func parseU64Text(s []byte) (uint64, bool) {
-	if len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
-		s = s[2:]
-		if len(s) > 16 {
-			return 0, false
-		}
-		var v uint64
-		for _, c := range s {
-			switch {
-			case c >= '0' && c <= '9':
-				c -= '0'
-			case c >= 'a' && c <= 'f':
-				c -= 'a' - 10
-			case c >= 'A' && c <= 'F':
-				c -= 'A' - 10
-			default:
-				return 0, false
-			}
-			v = v<<4 | uint64(c)
-		}
-		return v, true
-	}
-	return parseDecimal(s)
-}
-
-// parseDecimal parses 1 to 20 ASCII digits as a u64, failing on overflow.
-func parseDecimal(s []byte) (uint64, bool) {
-	if len(s) == 0 || len(s) > 20 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		hi, lo := bits.Mul64(v, 10)
-		lo, carry := bits.Add64(lo, uint64(c-'0'), 0)
-		if hi != 0 || carry != 0 {
-			return 0, false
-		}
-		v = lo
-	}
-	return v, true
 }
