@@ -102,20 +102,9 @@ func readParent(e *core.Event, b []byte) ([]byte, error) {
 	return rest, nil
 }
 
-// readToken reads one token id. Engines send them as ints; ids are u32 in the RFC and
-// int32 in vLLM, so both ranges are accepted and stored as the int32 bit pattern.
-func readToken(b []byte) (int32, []byte, error) {
-	v, rest, err := codec.ReadInt(b)
-	if err != nil {
-		return 0, b, err
-	}
-	if v < math.MinInt32 || v > math.MaxUint32 {
-		return 0, b, ErrOutOfRange
-	}
-	return int32(v), rest, nil
-}
-
-// readTokens reads nil or an array of token ids into e.Tokens. With bigram set (SGLang)
+// readTokens reads nil or an array of token ids into e.Tokens. Engines send them as
+// ints; ids are u32 in the RFC and int32 in vLLM, so both ranges are accepted and
+// stored as the int32 bit pattern. With bigram set (SGLang)
 // the array may instead hold [a, b] pairs (EAGLE), which are flattened
 // [a0, b0, a1, b1, …] and mark the event Bigram.
 func (d *Decoder) readTokens(e *core.Event, b []byte, bigram bool) ([]byte, error) {
@@ -157,9 +146,7 @@ func (d *Decoder) readBigrams(e *core.Event, b []byte, n int) ([]byte, error) {
 			err = ErrWrongType // a 3-element "pair" is a shape error, not a size one
 		}
 		if err == nil {
-			if ts[2*i], b, err = readToken(b); err == nil {
-				ts[2*i+1], b, err = readToken(b)
-			}
+			b, _, err = codec.ReadInt32s(ts[2*i:2*i+2], b, math.MaxUint32)
 		}
 		if err != nil {
 			e.Tokens, d.index = ts[:0], i
