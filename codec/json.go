@@ -349,12 +349,12 @@ func jsonSkipKey(b []byte) ([]byte, error) {
 	if err != nil {
 		return b[at:], err
 	}
-	return JSONColon(b[end+1:])
+	return jsonColon(b[end+1:])
 }
 
-// JSONColon consumes the ':' after an object key and the whitespace around it;
+// jsonColon consumes the ':' after an object key and the whitespace around it;
 // a value must follow.
-func JSONColon(b []byte) ([]byte, error) {
+func jsonColon(b []byte) ([]byte, error) {
 	b = JSONWS(b)
 	if len(b) == 0 || b[0] != ':' {
 		return b, jsonErr(rColon, b)
@@ -379,7 +379,7 @@ func JSONKey(b []byte, arena *[]byte) (key, rest []byte, err error) {
 	if key, b, err = JSONString(b, arena); err != nil {
 		return nil, b, err
 	}
-	b, err = JSONColon(b)
+	b, err = jsonColon(b)
 	return key, b, err
 }
 

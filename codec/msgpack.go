@@ -14,10 +14,19 @@ import (
 // Nil is msgpack's nil.
 const Nil = 0xc0
 
-func IsMapLead(c byte) bool   { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
+// IsMapLead and its siblings classify a lead byte: map, array, str, bin, float.
+func IsMapLead(c byte) bool { return c&0xf0 == 0x80 || c == 0xde || c == 0xdf }
+
+// IsArrayLead: fixarray, array16, array32.
 func IsArrayLead(c byte) bool { return c&0xf0 == 0x90 || c == 0xdc || c == 0xdd }
-func IsStrLead(c byte) bool   { return c&0xe0 == 0xa0 || (c >= 0xd9 && c <= 0xdb) }
-func IsBinLead(c byte) bool   { return c >= 0xc4 && c <= 0xc6 }
+
+// IsStrLead: fixstr, str8, str16, str32.
+func IsStrLead(c byte) bool { return c&0xe0 == 0xa0 || (c >= 0xd9 && c <= 0xdb) }
+
+// IsBinLead: bin8, bin16, bin32.
+func IsBinLead(c byte) bool { return c >= 0xc4 && c <= 0xc6 }
+
+// IsFloatLead: float32, float64.
 func IsFloatLead(c byte) bool { return c == 0xca || c == 0xcb }
 
 // IsUintLead: positive fixint and the uint8..uint64 families.
@@ -190,6 +199,18 @@ func ReadUint(b []byte) (uint64, []byte, error) {
 // loop, and at a container nested deeper than MaxDepth (ErrTooLarge). It
 // replaces msgp.Skip, which recurses up to 100 000 levels deep.
 func Skip(b []byte) ([]byte, error) {
+	size, children, err := mpValueHeader(b)
+	switch {
+	case err != nil:
+		return b, err
+	case children == 0: // a scalar, str or bin: no stack to set up
+		return b[size:], nil
+	}
+	return skipNested(b)
+}
+
+// skipNested is Skip for a container.
+func skipNested(b []byte) ([]byte, error) {
 	var open [MaxDepth]uint64 // values left in each enclosing container
 	depth := 0
 	pending := uint64(1) // values left at this depth
@@ -207,47 +228,9 @@ func Skip(b []byte) ([]byte, error) {
 		}
 		pending--
 		total--
-		c := b[0]
-		var size, children uint64 // bytes of this value's own encoding; values it contains
-		switch {
-		case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
-			size = 1
-		case c <= 0x8f: // fixmap
-			size, children = 1, 2*uint64(c&0x0f)
-		case c <= 0x9f: // fixarray
-			size, children = 1, uint64(c&0x0f)
-		case c <= 0xbf: // fixstr
-			size = 1 + uint64(c&0x1f)
-		default:
-			hdr, ok := mpFixedSize(c)
-			if !ok {
-				return b, ErrSyntax
-			}
-			if uint64(len(b)) < hdr.n {
-				return b, ErrTruncated
-			}
-			var l uint64 // every length field starts right after the lead byte
-			switch hdr.lenBytes {
-			case 1:
-				l = uint64(b[1])
-			case 2:
-				l = uint64(binary.BigEndian.Uint16(b[1:]))
-			case 4:
-				l = uint64(binary.BigEndian.Uint32(b[1:]))
-			}
-			switch hdr.kind {
-			case kindBytes:
-				size = hdr.n + l
-			case kindArray:
-				size, children = hdr.n, l
-			case kindMap:
-				size, children = hdr.n, 2*l
-			default:
-				size = hdr.n
-			}
-		}
-		if size > uint64(len(b)) {
-			return b, ErrTruncated
+		size, children, err := mpValueHeader(b)
+		if err != nil {
+			return b, err
 		}
 		b = b[size:]
 		if children != 0 {
@@ -260,6 +243,57 @@ func Skip(b []byte) ([]byte, error) {
 			total += children
 		}
 	}
+}
+
+// mpValueHeader decodes the encoding of the value at b[0]: size is the bytes of
+// its own encoding (header and payload, within b), children the values it
+// contains (2n for a map of n entries).
+func mpValueHeader(b []byte) (size, children uint64, err error) {
+	if len(b) == 0 {
+		return 0, 0, ErrTruncated
+	}
+	c := b[0]
+	switch {
+	case c <= 0x7f || c >= 0xe0 || c == 0xc0 || c == 0xc2 || c == 0xc3:
+		size = 1
+	case c <= 0x8f: // fixmap
+		size, children = 1, 2*uint64(c&0x0f)
+	case c <= 0x9f: // fixarray
+		size, children = 1, uint64(c&0x0f)
+	case c <= 0xbf: // fixstr
+		size = 1 + uint64(c&0x1f)
+	default:
+		hdr, ok := mpFixedSize(c)
+		if !ok {
+			return 0, 0, ErrSyntax
+		}
+		if uint64(len(b)) < hdr.n {
+			return 0, 0, ErrTruncated
+		}
+		var l uint64 // every length field starts right after the lead byte
+		switch hdr.lenBytes {
+		case 1:
+			l = uint64(b[1])
+		case 2:
+			l = uint64(binary.BigEndian.Uint16(b[1:]))
+		case 4:
+			l = uint64(binary.BigEndian.Uint32(b[1:]))
+		}
+		switch hdr.kind {
+		case kindBytes:
+			size = hdr.n + l
+		case kindArray:
+			size, children = hdr.n, l
+		case kindMap:
+			size, children = hdr.n, 2*l
+		default:
+			size = hdr.n
+		}
+	}
+	if size > uint64(len(b)) {
+		return 0, 0, ErrTruncated
+	}
+	return size, children, nil
 }
 
 const (

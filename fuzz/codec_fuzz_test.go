@@ -243,8 +243,9 @@ func FuzzJSONValue(f *testing.F) {
 
 // FuzzMsgpackValue: codec.Skip consumes exactly what msgp.Skip does (unless
 // nesting is deeper than codec.MaxDepth: then ErrTooLarge), never accepts
-// what msgp.Skip refuses; and codec.ReadInt32s over an array of n values
-// agrees with msgp.ReadInt64Bytes on each.
+// what msgp.Skip refuses; over an array of n values, codec.ReadInt32s agrees
+// with msgp.ReadInt64Bytes on each, and codec.ReadUint64s with
+// msgp.ReadUint64Bytes (Unsigned) and msgp.ReadInt64Bytes (Bits).
 func FuzzMsgpackValue(f *testing.F) {
 	seed := func(v any) []byte {
 		b, err := msgp.AppendIntf(nil, v)
@@ -293,6 +294,29 @@ func FuzzMsgpackValue(f *testing.F) {
 				}
 				if err == nil && dst[i] != int32(v) {
 					t.Fatalf("%x hi=%d: element %d = %d, want %d", src, hi, i, dst[i], int32(v))
+				}
+				q = r
+			}
+		}
+		for _, mode := range []codec.Mode{codec.Unsigned, codec.Bits} {
+			dst := make([]uint64, n)
+			_, bad, err := codec.ReadUint64s(dst, p, mode)
+			q := p
+			for i := 0; i < n; i++ {
+				v, r, merr := msgp.ReadUint64Bytes(q)
+				if merr != nil && mode == codec.Bits {
+					var s int64
+					s, r, merr = msgp.ReadInt64Bytes(q)
+					v = uint64(s)
+				}
+				if merr != nil {
+					if err == nil || bad != i {
+						t.Fatalf("%x mode %d: element %d (%v) accepted or misplaced (bad %d, %v)", src, mode, i, merr, bad, err)
+					}
+					break
+				}
+				if (err != nil && bad == i) || (err == nil && dst[i] != v) {
+					t.Fatalf("%x mode %d: element %d = %d (%v), want %d", src, mode, i, dst[i], err, v)
 				}
 				q = r
 			}

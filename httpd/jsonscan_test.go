@@ -61,55 +61,6 @@ func TestJSONNumbers(t *testing.T) {
 	f("Infinity", value{}, true)
 }
 
-func TestJSONStrings(t *testing.T) {
-	var r jsonReader
-	var scratch []byte
-	for _, lit := range []string{
-		`""`, `"abc"`, `"a\"b"`, `"\\"`, `"\/"`, `"\b\f\n\r\t"`, `"\u0041"`, `"\u00e9"`, `"é"`,
-		`"\ud83d\ude00"`, `"\ud83d"`, `"\ude00"`, `"\ud83dx"`, `"x\u0000y"`, `"日本語"`,
-	} {
-		scratch = scratch[:0]
-		v := scanOne(t, &r, &scratch, lit)
-		if r.err() != nil || v.kind != kindStr {
-			t.Fatalf("%s: %v %+v", lit, r.err(), v)
-		}
-		var want string
-		if err := json.Unmarshal([]byte(lit), &want); err != nil {
-			t.Fatal(err)
-		}
-		if string(v.s) != want {
-			t.Fatalf("%s: got %q, want %q", lit, v.s, want)
-		}
-	}
-	for _, lit := range []string{`"abc`, `"\x"`, `"\u12"`, `"\u12zz"`, "\"a\nb\"", "\"\xff\"", "\"\xc3\"", `"\`} {
-		scanOne(t, &r, &scratch, lit)
-		if r.err() == nil {
-			t.Fatalf("%q: no error", lit)
-		}
-	}
-}
-
-// TestJSONScratchViews checks that earlier unescaped strings stay intact while
-// later ones grow the scratch (views never alias what is appended later).
-func TestJSONScratchViews(t *testing.T) {
-	var r jsonReader
-	scratch := make([]byte, 0, 4)
-	r.init([]byte(`{"a":"x\ty","b":"\u00e9\u00e9\u00e9\u00e9\u00e9","c":"plain"}`), &scratch, true)
-	var got []string
-	for {
-		_, ok := r.nextKey()
-		if !ok {
-			break
-		}
-		v := r.value()
-		got = append(got, string(v.s))
-		_ = v
-	}
-	if r.err() != nil || len(got) != 3 || got[0] != "x\ty" || got[1] != "ééééé" || got[2] != "plain" {
-		t.Fatalf("%v %q", r.err(), got)
-	}
-}
-
 func TestJSONObjectSyntax(t *testing.T) {
 	var r jsonReader
 	var scratch []byte
