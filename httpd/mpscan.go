@@ -1,7 +1,6 @@
 package httpd
 
 import (
-	"encoding/binary"
 	"math"
 	"strconv"
 
@@ -185,26 +184,10 @@ func (r *mpReader) int32s(buf *[]int32, field string, max int) ([]int32, *Reques
 		if len(bin)%4 != 0 {
 			return dst, reqErr(ErrInvalidValue, field, field+" bin size must be a multiple of 4")
 		}
-		n := len(bin) / 4
-		if n > max {
+		if len(bin)/4 > max {
 			return dst, countErr(field, max)
 		}
-		if v, ok := int32View(bin); ok {
-			return v, nil
-		}
-		if cap(dst) < n {
-			dst = make([]int32, n)
-		}
-		dst = dst[:n]
-		if littleEndian {
-			copy(int32Bytes(dst), bin) // unaligned bin: one memmove
-		} else {
-			for i := range dst {
-				dst[i] = int32(binary.LittleEndian.Uint32(bin[4*i:]))
-			}
-		}
-		*buf = dst[:0]
-		return dst, nil
+		return leInt32s(buf, bin), nil
 	}
 	n, p, fe, ok := r.arrayFor(field, " must be a bin or an array", max)
 	if !ok {
