@@ -96,8 +96,19 @@ func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
 	if n < 2 || n > 3 || (n == 2 && d.dialect != DialectVLLM) {
 		return p, ErrArity
 	}
+	rank := "data_parallel_rank"
+	if d.dialect == DialectSGLang {
+		rank = "attn_dp_rank"
+	}
+	return d.arrayBatch(p, b, n, rank)
+}
+
+// arrayBatch decodes the n elements (2 or 3, checked by the caller) of a
+// `[ts, events, rank?]` batch; rank names the third in errors.
+func (d *Decoder) arrayBatch(p []byte, b *core.Batch, n int, rank string) ([]byte, error) {
 	d.field = "ts"
-	if p, err = readBatchTS(p, b, true); err != nil {
+	p, err := readBatchTS(p, b)
+	if err != nil {
 		return p, err
 	}
 	d.field = "events"
@@ -105,13 +116,8 @@ func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
 		return p, err
 	}
 	if n == 3 {
-		d.field = "data_parallel_rank"
-		if d.dialect == DialectSGLang {
-			d.field = "attn_dp_rank"
-		}
-		if p, err = readBatchRank(p, b); err != nil {
-			return p, err
-		}
+		d.field = rank
+		return readBatchRank(p, b)
 	}
 	return p, nil
 }
@@ -129,16 +135,7 @@ func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
 	}
 	// The master sends integer milliseconds; float seconds (the engines'
 	// batch format, which the seed says the master shares) are accepted too.
-	d.field = "ts"
-	if p, err = readBatchTS(p, b, true); err != nil {
-		return p, err
-	}
-	d.field = "events"
-	if p, err = d.eventList(p, b); err != nil {
-		return p, err
-	}
-	d.field = "dp_rank"
-	return readBatchRank(p, b)
+	return d.arrayBatch(p, b, n, "dp_rank")
 }
 
 // standardBatch decodes RFC #1527 events in msgpack: a `[ts, events, dp_rank?]` batch,
@@ -164,19 +161,7 @@ func (d *Decoder) standardBatch(p []byte, b *core.Batch) ([]byte, error) {
 		if n > 3 || n < 2 {
 			return q, ErrArity
 		}
-		d.field = "ts"
-		if q, err = readBatchTS(q, b, true); err != nil {
-			return q, err
-		}
-		d.field = "events"
-		if q, err = d.eventList(q, b); err != nil {
-			return q, err
-		}
-		if n == 3 {
-			d.field = "dp_rank"
-			return readBatchRank(q, b)
-		}
-		return q, nil
+		return d.arrayBatch(q, b, n, "dp_rank")
 	}
 	return p, ErrWrongType
 }
@@ -240,7 +225,7 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 		seen |= bit
 		switch bit {
 		case seenTS:
-			p, err = readBatchTS(p, b, true)
+			p, err = readBatchTS(p, b)
 		case seenEvents:
 			p, err = d.eventList(p, b)
 		case seenRank:
@@ -263,16 +248,12 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 }
 
 // readBatchTS reads the batch timestamp: engines send float64 Unix seconds, Mooncake
-// integer milliseconds. allowFloat=false is the Mooncake rule. Negative or non-finite
-// times are corrupt envelopes.
-func readBatchTS(p []byte, b *core.Batch, allowFloat bool) ([]byte, error) {
+// integer milliseconds. Negative or non-finite times are corrupt envelopes.
+func readBatchTS(p []byte, b *core.Batch) ([]byte, error) {
 	if len(p) == 0 {
 		return p, ErrTruncated
 	}
 	if codec.IsFloatLead(p[0]) {
-		if !allowFloat {
-			return p, ErrWrongType
-		}
 		f, rest, err := codec.ReadFloat(p)
 		if err != nil {
 			return p, err
