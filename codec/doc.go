@@ -5,9 +5,12 @@
 // They are value readers, not decoders into structs: each function takes the
 // unread input at a value's first byte and returns the rest after it (JSON*
 // for JSON, Read* and Skip for msgpack, on tinylib/msgp's zero-copy Read*Bytes
-// functions). Strings and bins are sub-slices of the input, valid as long as it
-// is; escaped JSON strings are unescaped into a caller-owned arena. Valid input
-// never allocates.
+// functions). The integer array readers (JSONInt32s, ReadInt32s, JSONUint64s,
+// ReadUint64s) hold the hot loops, with their fast paths, once for both
+// callers; a Mode says which 64-bit forms a reader takes (Unsigned, Bits,
+// Hash). Strings and bins are sub-slices of the input, valid as long as it is;
+// escaped JSON strings are unescaped into a caller-owned arena. Valid input
+// never allocates (TestReadersZeroAllocs).
 //
 // # Limits
 //
