@@ -100,14 +100,6 @@ func TestMPReaderBody(t *testing.T) {
 	}
 }
 
-func ext(e *msgp.RawExtension) []byte {
-	b, err := msgp.AppendExtension(nil, e)
-	if err != nil {
-		panic(err)
-	}
-	return b
-}
-
 // BenchmarkDecodeInt32Array decodes 131072 token ids in the encodings clients
 // use: tinylib/msgp (signed int16/int32 forms) and Python msgpack (unsigned).
 func BenchmarkDecodeInt32Array(b *testing.B) {
