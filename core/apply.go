@@ -173,13 +173,7 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 // main full-attention group is a prefix-cache event for this context, and the
 // event's LoRA must be the context's. It returns the drop reason otherwise.
 func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) (DropReason, bool) {
-	if ev.HasGroupIdx && ev.GroupIdx != 0 {
-		return DropNotFullAttention, false
-	}
-	if len(ev.SpecKind) > 0 && !fullAttention(ev.SpecKind) {
-		return DropNotFullAttention, false
-	}
-	if ev.HasSlidingWindow {
+	if !ev.FullAttention() {
 		return DropNotFullAttention, false
 	}
 	if ev.LoraName != nil {
@@ -192,14 +186,6 @@ func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) (DropReason, bool) {
 		return DropWrongLora, false
 	}
 	return 0, true
-}
-
-func fullAttention(kind []byte) bool {
-	switch string(kind) {
-	case "full_attention", "mla_attention", "sink_full_attention":
-		return true
-	}
-	return false
 }
 
 func (s *Subscription) placement(medium []byte, pool bool) (Placement, bool) {

@@ -96,6 +96,22 @@ type Event struct {
 	ObjectKey      []byte
 }
 
+// FullAttention reports whether e belongs to the main full-attention group: group
+// 0 (or none), no sliding window, and a full-attention spec (or none). Only those
+// events are prefix-cache events; the kinds are those Dynamo treats as
+// prefix-cacheable. The decoders' token-count check and core's admission both
+// use it.
+func (e *Event) FullAttention() bool {
+	if e.HasSlidingWindow || (e.HasGroupIdx && e.GroupIdx != 0) {
+		return false
+	}
+	switch string(e.SpecKind) {
+	case "", "full_attention", "mla_attention", "sink_full_attention":
+		return true
+	}
+	return false
+}
+
 // Reset clears e for reuse, keeping slice capacity.
 func (e *Event) Reset() {
 	*e = Event{

@@ -143,7 +143,7 @@ func checkEvents(t *testing.T, b *core.Batch) {
 			t.Fatalf("event %d: odd bigram token count %d", i, len(e.Tokens))
 		}
 		if e.Kind != core.EventStored || len(e.Tokens) == 0 || len(e.Hashes) == 0 || e.BlockSize <= 0 ||
-			e.Partial || !fullAttention(e) {
+			e.Partial || !e.FullAttention() {
 			continue
 		}
 		n := len(e.Tokens)
@@ -154,19 +154,6 @@ func checkEvents(t *testing.T, b *core.Batch) {
 			t.Fatalf("event %d: %d tokens for %d blocks of %d", i, n, len(e.Hashes), e.BlockSize)
 		}
 	}
-}
-
-// fullAttention mirrors the decoder's documented exemption: token counts of hybrid
-// models' other groups (sliding window, group != 0) are not block-aligned.
-func fullAttention(e *core.Event) bool {
-	if e.HasSlidingWindow || (e.HasGroupIdx && e.GroupIdx != 0) {
-		return false
-	}
-	switch string(e.SpecKind) {
-	case "", "full_attention", "mla_attention", "sink_full_attention":
-		return true
-	}
-	return false
 }
 
 // snapshot renders everything a decode produced.

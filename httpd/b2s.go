@@ -1,6 +1,9 @@
 package httpd
 
-import "unsafe"
+import (
+	"encoding/binary"
+	"unsafe"
+)
 
 // b2s views b as a string without copying.
 //
@@ -49,4 +52,30 @@ func int32Bytes(v []int32) []byte {
 		return nil
 	}
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+}
+
+// leInt32s returns bin, little-endian int32s (len(bin) a multiple of 4), as
+// []int32: viewed in place when int32View allows, else decoded into *buf
+// (grown as needed) with one memmove on little-endian hosts (int32Bytes) or a
+// per-element loop. Both the msgpack token bin and the RPC's base64 tokens
+// take this path.
+func leInt32s(buf *[]int32, bin []byte) []int32 {
+	if v, ok := int32View(bin); ok {
+		return v
+	}
+	n := len(bin) / 4
+	dst := (*buf)[:0]
+	if cap(dst) < n {
+		dst = make([]int32, n)
+	}
+	dst = dst[:n]
+	if littleEndian {
+		copy(int32Bytes(dst), bin) // unaligned: one memmove
+	} else {
+		for i := range dst {
+			dst[i] = int32(binary.LittleEndian.Uint32(bin[4*i:]))
+		}
+	}
+	*buf = dst[:0]
+	return dst
 }

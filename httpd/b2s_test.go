@@ -1,6 +1,8 @@
 package httpd
 
 import (
+	"encoding/binary"
+	"slices"
 	"testing"
 	"unsafe"
 )
@@ -54,5 +56,26 @@ func TestInt32Bytes(t *testing.T) {
 	}
 	if int32Bytes(nil) != nil {
 		t.Fatal("empty")
+	}
+}
+
+// TestLEInt32s: aligned and unaligned little-endian bins decode to the same
+// values (an independent per-element decode), and the copy reuses *buf.
+func TestLEInt32s(t *testing.T) {
+	want := []int32{1, -1, 1 << 30, -1 << 31, 70000}
+	raw := make([]byte, 4+4*len(want))
+	for off := 0; off < 4; off++ {
+		bin := raw[off : off+4*len(want)]
+		for i, v := range want {
+			binary.LittleEndian.PutUint32(bin[4*i:], uint32(v))
+		}
+		buf := make([]int32, 0, 8)
+		got := leInt32s(&buf, bin)
+		if !slices.Equal(got, want) {
+			t.Fatalf("offset %d: %v, want %v", off, got, want)
+		}
+		if _, view := int32View(bin); !view && &got[0] != &buf[:1][0] {
+			t.Fatalf("offset %d: copy did not reuse buf", off)
+		}
 	}
 }

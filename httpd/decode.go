@@ -124,14 +124,6 @@ func optStrField(v *value, field string, nullOK bool) ([]byte, *RequestError) {
 	return nil, reqErr(ErrInvalidType, field, field+" must be a string")
 }
 
-// intValue returns v as an int64 when it is an integer that fits.
-func intValue(v *value) (int64, bool) {
-	if v.kind == kindInt {
-		return v.i, true
-	}
-	return 0, false
-}
-
 // blockSizeField applies the /query rules: a positive integer up to MaxInt64;
 // larger or non-positive integers are out_of_range, anything else invalid_type.
 func blockSizeField(v *value, field string) (int64, *RequestError) {

@@ -31,8 +31,10 @@
 // reason, field and, for token and hash arrays, the element index, in the
 // envelope {"error", "reason", "field", "index"}. A syntax error anywhere in the
 // body (reasons invalid_msgpack / invalid_json) wins over field errors. u64
-// hashes are exact in both dialects: JSON numbers are scanned by our own parser
-// (jsonscan.go), never through float64.
+// hashes are exact in both dialects: bodies are read with package codec's JSON
+// and msgpack readers (jsonscan.go and mpscan.go walk the top-level object on
+// them), never through float64; codec's limits apply (nesting deeper than 64
+// levels is invalid_json / invalid_msgpack; JSON strings must be UTF-8).
 //
 // JSON-only compatibility: /register takes modelname or model_name or model, and
 // additionalsalt or additional_salt; /query takes model or model_name or

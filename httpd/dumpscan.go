@@ -2,9 +2,10 @@ package httpd
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/seed-c7a81618/conductor/codec"
 )
 
 // dumpScanner splits a streamed /dump into its envelope tokens and whole
@@ -12,11 +13,12 @@ import (
 // or stream objects, events arrays) is walked token by token, and each event
 // is read whole into a reused buffer and parsed with jsonReader (exact
 // integers, no encoding/json). Nesting inside one value is bounded by
-// maxJSONDepth and its size by maxDumpValue.
+// codec.MaxDepth and its size by maxDumpValue.
 type dumpScanner struct {
-	r   *bufio.Reader
-	buf []byte // the current value
-	err error
+	r      *bufio.Reader
+	buf    []byte // the current value
+	keyBuf []byte // unescaped keys
+	err    error
 }
 
 // maxDumpValue bounds one event of a dump (a writer emits at most 256 keys
@@ -94,13 +96,14 @@ func (s *dumpScanner) key() string {
 	if s.err != nil {
 		return ""
 	}
-	var k string
-	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &k) != nil {
+	k, rest, err := codec.JSONString(raw, &s.keyBuf)
+	s.keyBuf = s.keyBuf[:0]
+	if err != nil || len(rest) != 0 {
 		s.fail("expected a string key")
 		return ""
 	}
 	s.expect(':')
-	return k
+	return string(k)
 }
 
 // value reads one whole JSON value into s.buf and returns it (valid until
@@ -147,8 +150,8 @@ func (s *dumpScanner) value() []byte {
 				inStr = true
 			case c == '{' || c == '[':
 				depth++
-				if depth > maxJSONDepth {
-					s.fail("nesting deeper than %d", maxJSONDepth)
+				if depth > codec.MaxDepth {
+					s.fail("nesting deeper than %d", codec.MaxDepth)
 					return nil
 				}
 			case c == '}' || c == ']':
@@ -223,7 +226,7 @@ func (r *jsonReader) enterObject() (sub jsonReader, ok bool) {
 		return jsonReader{}, false
 	}
 	if r.peek() != '{' {
-		r.skipValue(0)
+		r.skipValue()
 		return jsonReader{}, false
 	}
 	return jsonReader{b: r.b, pos: r.pos + 1, scratch: r.scratch}, true

@@ -1,24 +1,10 @@
 package httpd_test
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/seed-c7a81618/conductor/httpd"
 )
-
-// u64 hashes are exact: 2^64-1 survives, where a float64 detour would not.
-func ExampleAppendJSONUint64s() {
-	hs, err := httpd.AppendJSONUint64s(nil, []byte(`[9007199254740993, 18446744073709551615]`))
-	fmt.Println(hs, err)
-	_, err = httpd.AppendJSONUint64s(nil, []byte(`[1, -2]`))
-	var re *httpd.RequestError
-	errors.As(err, &re)
-	fmt.Println(httpd.ReasonOf(err), re.Field, re.Index)
-	// Output:
-	// [9007199254740993 18446744073709551615] <nil>
-	// out_of_range seq_hashes 1
-}
 
 // The seed's /register body; hash_profile is optional (xxh3 standard default).
 func ExampleDecodeRegistration() {

@@ -223,36 +223,47 @@ func (s *Server) parseQuery(r reader, d dialect, byHash bool, st *reqState) *Req
 // the request state is pooled, strings are views of the body, the result and
 // the response are appended into reused buffers.
 func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) {
-	json, rerr := requestDialect(ctx, st.in)
-	if rerr != nil {
+	json, rerr, err := s.runQuery(ctx, st, dialectJSON, ep == epQueryByHash, ep.String())
+	switch {
+	case rerr != nil:
 		s.writeError(ctx, ep, st, json, rerr)
 		return
-	}
-	r := st.reader(st.in, json)
-	if rerr := s.parseQuery(r, dialectOf(json), ep == epQueryByHash, st); rerr != nil {
-		s.writeError(ctx, ep, st, json, rerr)
+	case err != nil:
+		s.writeOpError(ctx, ep, st, json, 500, "query failed: "+err.Error())
 		return
 	}
-	if err := s.ix.Query(&st.q, &st.res); err != nil {
-		s.writeQueryFailure(ctx, ep, st, json, err)
-		return
-	}
-	s.m.queryRows(&st.q, &st.res)
 	e := &st.enc
 	e.reset(json)
 	appendQueryResult(e, st.q.TenantID, &st.res)
 	s.writeBody(ctx, 200, json, e.buf)
 }
 
-// writeQueryFailure answers an error from core.Index.Query: input errors are
-// 400, anything else is logged and answered 500.
-func (s *Server) writeQueryFailure(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, err error) {
-	if re := queryInputError(&st.q, err); re != nil {
-		s.writeError(ctx, ep, st, json, re)
-		return
+// runQuery is the part of a query request the Mooncake API and the RPC's Query
+// share: the body's syntax from its Content-Type (requestDialect), parsing
+// into st.q in dialect d's keys (dialectJSON stands for the HTTP API's two
+// dialects, chosen by the syntax), resolving the context and running
+// core.Index.Query into st.res. A failure the request caused is rerr (answered
+// 4xx or INVALID_PARAMS); any other is err, logged here with path (answered
+// 500 or INTERNAL_ERROR).
+func (s *Server) runQuery(ctx *fasthttp.RequestCtx, st *reqState, d dialect, byHash bool, path string) (json bool, rerr *RequestError, err error) {
+	if json, rerr = requestDialect(ctx, st.in); rerr != nil {
+		return json, rerr, nil
 	}
-	s.opts.Logger.Error("query failed", "path", ep.String(), "err", err)
-	s.writeOpError(ctx, ep, st, json, 500, "query failed: "+err.Error())
+	if d != dialectRPC {
+		d = dialectOf(json)
+	}
+	if rerr = s.parseQuery(st.reader(st.in, json), d, byHash, st); rerr != nil {
+		return json, rerr, nil
+	}
+	if err = s.ix.Query(&st.q, &st.res); err != nil {
+		if rerr = queryInputError(&st.q, err); rerr != nil {
+			return json, rerr, nil
+		}
+		s.opts.Logger.Error("query failed", "path", path, "err", err)
+		return json, nil, err
+	}
+	s.m.queryRows(&st.q, &st.res)
+	return json, nil, nil
 }
 
 // queryInputError maps an error from core.Index.Query that the request caused

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -197,22 +196,13 @@ func (r *RPCServer) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 // (TestRPCQueryAllocs).
 func (r *RPCServer) query(ctx *fasthttp.RequestCtx, st *reqState) int {
 	s := r.s
-	json, rerr := requestDialect(ctx, st.in)
-	if rerr != nil {
+	_, rerr, err := s.runQuery(ctx, st, dialectRPC, false, "/rpc/Query")
+	switch {
+	case rerr != nil:
 		return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, rerr)
-	}
-	rd := st.reader(st.in, json)
-	if rerr := s.parseQuery(rd, dialectRPC, false, st); rerr != nil {
-		return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, rerr)
-	}
-	if err := s.ix.Query(&st.q, &st.res); err != nil {
-		if re := queryInputError(&st.q, err); re != nil {
-			return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, re)
-		}
-		s.opts.Logger.Error("query failed", "path", "/rpc/Query", "err", err)
+	case err != nil:
 		return r.writeFailure(ctx, st, rpcQuery, 200, RetInternalError, reqErr(errRPCInternal, "", "query failed: "+err.Error()))
 	}
-	s.m.queryRows(&st.q, &st.res)
 	e := &st.enc
 	e.reset(true)
 	e.mapHeader(2)
@@ -391,7 +381,7 @@ func (r *RPCServer) writeFailure(ctx *fasthttp.RequestCtx, st *reqState, m rpcMe
 // rpcTokens decodes token_ids given as a base64 string (RFC 4648 standard
 // alphabet, padded) of little-endian int32s: the Python client sends
 // base64(array('i', ids).tobytes()). The bytes are decoded into *b64 and viewed
-// in place where the host allows (int32View), else copied into *tokBuf. A
+// in place where the host allows, else copied into *tokBuf (leInt32s). A
 // length that is not a multiple of 4 bytes, or bad base64, is invalid_value;
 // more than max tokens is out_of_range.
 func rpcTokens(v *value, b64 *[]byte, tokBuf *[]int32, field string, max int) ([]int32, *RequestError) {
@@ -417,16 +407,7 @@ func rpcTokens(v *value, b64 *[]byte, tokBuf *[]int32, field string, max int) ([
 	case k/4 > max:
 		return nil, reqErr(ErrOutOfRange, field, field+" has more than "+strconv.Itoa(max)+" elements")
 	}
-	buf = buf[:k]
-	if t, ok := int32View(buf); ok {
-		return t, nil
-	}
-	dst := (*tokBuf)[:0]
-	for i := 0; i+4 <= k; i += 4 {
-		dst = append(dst, int32(binary.LittleEndian.Uint32(buf[i:])))
-	}
-	*tokBuf = dst[:0]
-	return dst, nil
+	return leInt32s(tokBuf, buf[:k]), nil
 }
 
 // rpcMetrics count RPC requests by method and ret, and their latency; every

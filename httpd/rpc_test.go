@@ -557,36 +557,6 @@ func TestRPCServeKeepAlive(t *testing.T) {
 
 func jsonNumber(i int) json.Number { return json.Number(itoa(i)) }
 
-// TestPrintableASCII: never true when a byte is outside 0x20..0x7f (checked
-// against a byte loop on every single-byte deviation at every position), and
-// true for base64 text.
-func TestPrintableASCII(t *testing.T) {
-	naive := func(s []byte) bool {
-		for _, c := range s {
-			if c < 0x20 || c >= 0x80 {
-				return false
-			}
-		}
-		return true
-	}
-	b64 := []byte(base64.StdEncoding.EncodeToString(leBin(seqTokens(100, -50)...)))
-	if !printableASCII(b64) {
-		t.Fatal("base64 text refused")
-	}
-	for n := 0; n <= 19; n++ {
-		for pos := 0; pos < n; pos++ {
-			for c := 0; c < 256; c++ {
-				s := bytes.Repeat([]byte{'A'}, n)
-				s[pos] = byte(c)
-				// with 'A' around the deviation no borrow crosses bytes: exact
-				if got, want := printableASCII(s), naive(s); got != want {
-					t.Fatalf("printableASCII(%q) = %v, want %v", s, got, want)
-				}
-			}
-		}
-	}
-}
-
 // unregisterFailing fails Unregister with an error that is not ErrNotFound.
 type unregisterFailing struct{ *coreRegistrar }
 

@@ -720,49 +720,6 @@ func TestDecodeErrorString(t *testing.T) {
 	f(&DecodeError{DialectMooncake, 0, "", -1, ErrTruncated}, `wire: Mooncake event 0: conductor: truncated payload`)
 }
 
-// TestSkipValue checks the iterative skipper against every msgpack encoding.
-func TestSkipValue(t *testing.T) {
-	values := []mp{
-		mp(nil).u(1), mp(nil).u(200), mp(nil).u(70000), mp(nil).u(1 << 40), mp(nil).i(-1), mp(nil).i(-100),
-		mp(nil).i(-40000), mp(nil).i(-1 << 40), mp(nil).i(math.MinInt32), mp(nil).f(1.5), mp(nil).raw(0xca, 0, 0, 0, 0),
-		mp(nil).null(), mp(nil).boolean(true), mp(nil).boolean(false), mp(nil).str(""), mp(nil).str(strings.Repeat("x", 31)),
-		mp(nil).str(strings.Repeat("x", 32)), mp(nil).str(strings.Repeat("x", 300)), mp(nil).str(strings.Repeat("x", 70000)),
-		mp(nil).bin(nil), mp(nil).bin(make([]byte, 300)), mp(nil).bin(make([]byte, 70000)),
-		mp(nil).arr(0), mp(nil).ints(1, 2, 3), mp(nil).ints(seqTokens(20)...), mp(nil).arr(2).arr(1).mapn(1).str("k").ints(1).null(),
-		mp(nil).mapn(0), mp(nil).mapn(1).str("a").mapn(1).str("b").arr(0),
-		mp(nil).raw(0xd4, 1, 2), mp(nil).raw(0xd5, 1, 2, 3), mp(nil).raw(0xd6, 1, 1, 2, 3, 4), mp(nil).raw(0xd7, 1, 1, 2, 3, 4, 5, 6, 7, 8),
-		mp(nil).raw(0xd8, 1).raw(make([]byte, 16)...), mp(nil).raw(0xc7, 2, 1, 9, 9), mp(nil).raw(0xc8, 0, 2, 1, 9, 9), mp(nil).raw(0xc9, 0, 0, 0, 2, 1, 9, 9),
-		mp(nil).raw(0xdc, 0, 2, 1, 2), mp(nil).raw(0xdd, 0, 0, 0, 1, 1), mp(nil).raw(0xde, 0, 1, 1, 2), mp(nil).raw(0xdf, 0, 0, 0, 1, 1, 2),
-	}
-	for i, v := range values {
-		in := append(append([]byte{}, v...), 0xAB)
-		rest, err := skipValue(in)
-		if err != nil || len(rest) != 1 || rest[0] != 0xAB {
-			t.Errorf("value %d (%x…): rest=%x err=%v", i, v[:min(len(v), 8)], rest[:min(len(rest), 8)], err)
-		}
-		for cut := 0; cut < len(v); cut++ {
-			if _, err := skipValue(v[:cut]); !errors.Is(err, ErrTruncated) {
-				t.Errorf("value %d cut at %d: err=%v", i, cut, err)
-				break
-			}
-		}
-	}
-	if _, err := skipValue([]byte{0xc1}); !errors.Is(err, ErrSyntax) {
-		t.Errorf("0xc1: %v", err)
-	}
-	deep := make([]byte, 100000)
-	for i := range deep {
-		deep[i] = 0x91
-	}
-	if _, err := skipValue(deep); !errors.Is(err, ErrTruncated) {
-		t.Errorf("deep nesting: %v", err)
-	}
-	deep[len(deep)-1] = 0xc0
-	if rest, err := skipValue(deep); err != nil || len(rest) != 0 {
-		t.Errorf("deep nesting closed: %v", err)
-	}
-}
-
 // TestDecodeAbsentOptionalFields (#9 item 12): a map-era engine event with only
 // its tag and block_hashes decodes; absent optional fields are nil (a vLLM
 // BlockStored without lora_name is the base model, not a dropped event).

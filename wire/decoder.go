@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/seed-c7a81618/conductor/codec"
 	"math"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -69,7 +70,7 @@ func (d *Decoder) at(event int, field string, index int) {
 }
 
 func (d *Decoder) newError(err error) *DecodeError {
-	return &DecodeError{Dialect: d.dialect, Event: d.event, Field: d.field, Index: d.index, Err: err}
+	return &DecodeError{Dialect: d.dialect, Event: d.event, Field: d.field, Index: d.index, Err: codec.Cause(err)}
 }
 
 // dropEvent removes the event just started from b and records err against it.
@@ -85,18 +86,29 @@ func (d *Decoder) dropEvent(b *core.Batch, err error) {
 // 2-element form (batches from before data_parallel_rank existed) and a map batch (a
 // fork without array_like, see the reference's §A.4 note).
 func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
-	if isMapLead(p[0]) && d.dialect == DialectVLLM {
+	if codec.IsMapLead(p[0]) && d.dialect == DialectVLLM {
 		return d.mapBatch(p, b, true)
 	}
-	n, p, err := readArray(p, math.MaxUint32)
+	n, p, err := codec.ReadArray(p, math.MaxUint32)
 	if err != nil {
 		return p, err
 	}
 	if n < 2 || n > 3 || (n == 2 && d.dialect != DialectVLLM) {
 		return p, ErrArity
 	}
+	rank := "data_parallel_rank"
+	if d.dialect == DialectSGLang {
+		rank = "attn_dp_rank"
+	}
+	return d.arrayBatch(p, b, n, rank)
+}
+
+// arrayBatch decodes the n elements (2 or 3, checked by the caller) of a
+// `[ts, events, rank?]` batch; rank names the third in errors.
+func (d *Decoder) arrayBatch(p []byte, b *core.Batch, n int, rank string) ([]byte, error) {
 	d.field = "ts"
-	if p, err = readBatchTS(p, b, true); err != nil {
+	p, err := readBatchTS(p, b)
+	if err != nil {
 		return p, err
 	}
 	d.field = "events"
@@ -104,13 +116,8 @@ func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
 		return p, err
 	}
 	if n == 3 {
-		d.field = "data_parallel_rank"
-		if d.dialect == DialectSGLang {
-			d.field = "attn_dp_rank"
-		}
-		if p, err = readBatchRank(p, b); err != nil {
-			return p, err
-		}
+		d.field = rank
+		return readBatchRank(p, b)
 	}
 	return p, nil
 }
@@ -119,7 +126,7 @@ func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
 // elements; the timestamp is integer milliseconds (as the master sends) or float
 // seconds (as engines send).
 func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
-	n, p, err := readArray(p, math.MaxUint32)
+	n, p, err := codec.ReadArray(p, math.MaxUint32)
 	if err != nil {
 		return p, err
 	}
@@ -128,98 +135,85 @@ func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
 	}
 	// The master sends integer milliseconds; float seconds (the engines'
 	// batch format, which the seed says the master shares) are accepted too.
-	d.field = "ts"
-	if p, err = readBatchTS(p, b, true); err != nil {
-		return p, err
-	}
-	d.field = "events"
-	if p, err = d.eventList(p, b); err != nil {
-		return p, err
-	}
-	d.field = "dp_rank"
-	return readBatchRank(p, b)
+	return d.arrayBatch(p, b, n, "dp_rank")
 }
 
 // standardBatch decodes RFC #1527 events in msgpack: a `[ts, events, dp_rank?]` batch,
 // a bare array of event maps, a `{"events": [...]}` wrapper map, or one event map.
 func (d *Decoder) standardBatch(p []byte, b *core.Batch) ([]byte, error) {
 	switch {
-	case isMapLead(p[0]):
+	case codec.IsMapLead(p[0]):
 		if mapHasKey(p, "events") {
 			return d.mapBatch(p, b, false)
 		}
 		return d.events(1, p, b)
-	case isArrayLead(p[0]):
-		n, q, err := readArray(p, math.MaxUint32)
+	case codec.IsArrayLead(p[0]):
+		n, q, err := codec.ReadArray(p, math.MaxUint32)
 		if err != nil {
 			return q, err
 		}
 		if n == 0 {
 			return q, nil
 		}
-		if isMapLead(q[0]) {
+		if codec.IsMapLead(q[0]) {
 			return d.events(n, q, b)
 		}
 		if n > 3 || n < 2 {
 			return q, ErrArity
 		}
-		d.field = "ts"
-		if q, err = readBatchTS(q, b, true); err != nil {
-			return q, err
-		}
-		d.field = "events"
-		if q, err = d.eventList(q, b); err != nil {
-			return q, err
-		}
-		if n == 3 {
-			d.field = "dp_rank"
-			return readBatchRank(q, b)
-		}
-		return q, nil
+		return d.arrayBatch(q, b, n, "dp_rank")
 	}
 	return p, ErrWrongType
+}
+
+// The keys of a batch map (msgpack) or wrapper object (JSON).
+const (
+	seenTS = 1 << iota
+	seenEvents
+	seenRank
+)
+
+// batchKey names a batch key: vLLM's ts, events and data_parallel_rank, and with
+// rfc also the RFC wrapper's timestamp and dp_rank. bit is 0 for any other key.
+func batchKey(key []byte, rfc bool) (bit int, name string) {
+	switch string(key) {
+	case "ts":
+		return seenTS, "ts"
+	case "events":
+		return seenEvents, "events"
+	case "data_parallel_rank":
+		return seenRank, "data_parallel_rank"
+	case "timestamp":
+		if rfc {
+			return seenTS, "timestamp"
+		}
+	case "dp_rank":
+		if rfc {
+			return seenRank, "dp_rank"
+		}
+	}
+	return 0, ""
 }
 
 // mapBatch decodes a batch encoded as a map: vLLM's {ts, events, data_parallel_rank}
 // (requireTS) or the RFC wrapper {events, ts|timestamp, dp_rank} (keys optional but
 // events). Unknown keys are ignored; a repeated known key fails the batch.
 func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, error) {
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return p, err
 	}
-	const (
-		seenTS = 1 << iota
-		seenEvents
-		seenRank
-	)
 	seen := 0
 	for i := 0; i < n; i++ {
 		d.at(-1, "", i)
 		var key []byte
-		if key, p, err = readStr(p); err != nil {
+		if key, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		d.index = -1
-		bit, name := 0, ""
-		switch string(key) {
-		case "ts":
-			bit, name = seenTS, "ts"
-		case "timestamp":
-			if !requireTS {
-				bit, name = seenTS, "timestamp"
-			}
-		case "events":
-			bit, name = seenEvents, "events"
-		case "data_parallel_rank":
-			bit, name = seenRank, "data_parallel_rank"
-		case "dp_rank":
-			if !requireTS {
-				bit, name = seenRank, "dp_rank"
-			}
-		}
+		bit, name := batchKey(key, !requireTS)
 		if bit == 0 {
-			if p, err = skipValue(p); err != nil {
+			if p, err = codec.Skip(p); err != nil {
 				return p, err
 			}
 			continue
@@ -231,7 +225,7 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 		seen |= bit
 		switch bit {
 		case seenTS:
-			p, err = readBatchTS(p, b, true)
+			p, err = readBatchTS(p, b)
 		case seenEvents:
 			p, err = d.eventList(p, b)
 		case seenRank:
@@ -254,33 +248,38 @@ func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, err
 }
 
 // readBatchTS reads the batch timestamp: engines send float64 Unix seconds, Mooncake
-// integer milliseconds. allowFloat=false is the Mooncake rule. Negative or non-finite
-// times are corrupt envelopes.
-func readBatchTS(p []byte, b *core.Batch, allowFloat bool) ([]byte, error) {
+// integer milliseconds. Negative or non-finite times are corrupt envelopes.
+func readBatchTS(p []byte, b *core.Batch) ([]byte, error) {
 	if len(p) == 0 {
 		return p, ErrTruncated
 	}
-	if isFloatLead(p[0]) {
-		if !allowFloat {
-			return p, ErrWrongType
-		}
-		f, rest, err := readFloat(p)
+	if codec.IsFloatLead(p[0]) {
+		f, rest, err := codec.ReadFloat(p)
 		if err != nil {
 			return p, err
 		}
-		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-			return p, ErrOutOfRange
-		}
-		b.TimestampF = f
-		return rest, nil
+		return rest, setBatchTSFloat(b, f)
 	}
-	u, rest, err := readUint(p)
+	u, rest, err := codec.ReadUint(p)
 	if err != nil {
 		return p, err
 	}
-	b.TimestampU, b.TimestampF = u, float64(u)
+	setBatchTS(b, u)
 	return rest, nil
 }
+
+// setBatchTSFloat sets a batch time given in float seconds (both formats): negative
+// or non-finite times are corrupt envelopes.
+func setBatchTSFloat(b *core.Batch, f float64) error {
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return ErrOutOfRange
+	}
+	b.TimestampF = f
+	return nil
+}
+
+// setBatchTS sets a batch time given as an integer (seconds or Mooncake's ms).
+func setBatchTS(b *core.Batch, u uint64) { b.TimestampU, b.TimestampF = u, float64(u) }
 
 // readBatchRank reads nil or a rank in [0, 2^32-1].
 func readBatchRank(p []byte, b *core.Batch) ([]byte, error) {
@@ -294,7 +293,7 @@ func readBatchRank(p []byte, b *core.Batch) ([]byte, error) {
 
 // eventList reads the events array header and its events.
 func (d *Decoder) eventList(p []byte, b *core.Batch) ([]byte, error) {
-	n, p, err := readArray(p, math.MaxUint32)
+	n, p, err := codec.ReadArray(p, math.MaxUint32)
 	if err != nil {
 		return p, err
 	}
@@ -322,8 +321,8 @@ func (d *Decoder) events(n int, p []byte, b *core.Batch) ([]byte, error) {
 			continue
 		}
 		var serr error
-		if p, serr = skipValue(start); serr != nil {
-			if serr != err {
+		if p, serr = codec.Skip(start); serr != nil {
+			if codec.Cause(serr) != codec.Cause(err) {
 				d.field, d.index = "", -1
 			}
 			return p, serr
@@ -337,19 +336,19 @@ func (d *Decoder) events(n int, p []byte, b *core.Batch) ([]byte, error) {
 // mapHasKey reports whether the map at p has a top-level str key equal to key.
 // Malformed maps report false and fail later, in the event decoder, with context.
 func mapHasKey(p []byte, key string) bool {
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return false
 	}
 	for i := 0; i < n; i++ {
 		var k []byte
-		if k, p, err = readStr(p); err != nil {
+		if k, p, err = codec.ReadStr(p); err != nil {
 			return false
 		}
 		if string(k) == key {
 			return true
 		}
-		if p, err = skipValue(p); err != nil {
+		if p, err = codec.Skip(p); err != nil {
 			return false
 		}
 	}

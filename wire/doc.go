@@ -35,9 +35,12 @@
 //
 // # Memory and performance contract
 //
-// Decoding is a zero-copy read of the payload with tinylib/msgp's Read*Bytes
-// functions: no reflection and, once the Batch has grown to the largest batch seen, no
-// heap allocation per payload (TestDecodeZeroAllocs proves it). Byte-slice fields of
+// Decoding is a zero-copy read of the payload with package codec's readers (the ones
+// httpd parses requests with: tinylib/msgp's Read*Bytes functions underneath, and a
+// strict JSON reader for DecodeStandardJSON), so the limits are codec's: nesting
+// deeper than codec.MaxDepth (64) is ErrTooLarge, a JSON string must be UTF-8. No
+// reflection and, once the Batch has grown to the largest batch seen, no heap
+// allocation per payload (TestDecodeZeroAllocs proves it). Byte-slice fields of
 // decoded events (Medium, LoraName, ObjectKey, …) alias the payload and are valid until
 // the payload buffer is reused; hashes and tokens are copied into the batch's reused
 // slices and are valid until the next Decode into the same batch. core copies what it

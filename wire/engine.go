@@ -2,6 +2,7 @@ package wire
 
 import (
 	"errors"
+	"github.com/seed-c7a81618/conductor/codec"
 	"math"
 	"math/bits"
 
@@ -149,16 +150,16 @@ func (d *Decoder) engineEvent(e *core.Event, p []byte) ([]byte, error) {
 		return p, ErrTruncated
 	}
 	switch {
-	case isArrayLead(p[0]):
+	case codec.IsArrayLead(p[0]):
 		return d.engineArrayEvent(e, p)
-	case isMapLead(p[0]):
+	case codec.IsMapLead(p[0]):
 		return d.engineMapEvent(e, p)
 	}
 	return p, ErrWrongType
 }
 
 func (d *Decoder) engineArrayEvent(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := readArray(p, math.MaxUint32)
+	n, p, err := codec.ReadArray(p, math.MaxUint32)
 	if err != nil {
 		return p, err
 	}
@@ -167,7 +168,7 @@ func (d *Decoder) engineArrayEvent(e *core.Event, p []byte) ([]byte, error) {
 		return p, ErrMissingField
 	}
 	var tag []byte
-	if tag, p, err = readStr(p); err != nil {
+	if tag, p, err = codec.ReadStr(p); err != nil {
 		return p, err
 	}
 	kind := d.engineTag(tag)
@@ -195,7 +196,7 @@ func (d *Decoder) engineArrayEvent(e *core.Event, p []byte) ([]byte, error) {
 			p, err = d.engineField(e, layout[i-1], p)
 		} else {
 			d.field = ""
-			p, err = skipValue(p)
+			p, err = codec.Skip(p)
 		}
 		if err != nil {
 			return p, err
@@ -227,7 +228,7 @@ func (d *Decoder) engineMapEvent(e *core.Event, p []byte) ([]byte, error) {
 var errStandardMap = errors.New("conductor: standardized event map")
 
 func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return p, err
 	}
@@ -236,7 +237,7 @@ func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
 	for i := 0; i < n; i++ {
 		d.field, d.index = "", i
 		var key []byte
-		if key, p, err = readStr(p); err != nil {
+		if key, p, err = codec.ReadStr(p); err != nil {
 			return p, err // non-str key: Field "" and the entry index
 		}
 		d.index = -1
@@ -245,7 +246,7 @@ func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
 			if string(key) == "event_type" {
 				return p, errStandardMap
 			}
-			if p, err = skipValue(p); err != nil {
+			if p, err = codec.Skip(p); err != nil {
 				return p, err
 			}
 			continue
@@ -257,7 +258,7 @@ func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
 		seen |= f
 		if f == efType {
 			var tag []byte
-			if tag, p, err = readStr(p); err != nil {
+			if tag, p, err = codec.ReadStr(p); err != nil {
 				return p, err
 			}
 			if kind = d.engineTag(tag); kind == 0 {
@@ -305,13 +306,13 @@ func (d *Decoder) engineField(e *core.Event, f uint32, p []byte) ([]byte, error)
 	d.field, d.index = engineFieldName(f), -1
 	switch f {
 	case efBlockHashes:
-		return d.readHashes(e, p)
+		return d.readHashes(e, p, false)
 	case efParent:
 		return readParent(e, p)
 	case efTokenIDs:
 		return d.readTokens(e, p, d.dialect == DialectSGLang)
 	case efBlockSize:
-		v, rest, err := readInt(p)
+		v, rest, err := codec.ReadInt(p)
 		if err != nil {
 			return p, err
 		}
@@ -321,10 +322,10 @@ func (d *Decoder) engineField(e *core.Event, f uint32, p []byte) ([]byte, error)
 		e.BlockSize, e.HasBlockSize = int(v), true
 		return rest, nil
 	case efLoraID, efGroupIdx, efSlidingWindow:
-		if len(p) != 0 && p[0] == mpNil {
+		if len(p) != 0 && p[0] == codec.Nil {
 			return p[1:], nil
 		}
-		v, rest, err := readInt(p)
+		v, rest, err := codec.ReadInt(p)
 		if err != nil {
 			return p, err
 		}
@@ -338,7 +339,7 @@ func (d *Decoder) engineField(e *core.Event, f uint32, p []byte) ([]byte, error)
 		}
 		return rest, nil
 	case efMedium, efLoraName, efSpecKind, efCacheSalt:
-		v, rest, err := readStrOrNil(p)
+		v, rest, err := codec.ReadStrOrNil(p)
 		if err != nil {
 			return p, err
 		}
@@ -360,30 +361,30 @@ func (d *Decoder) engineField(e *core.Event, f uint32, p []byte) ([]byte, error)
 	}
 	// locality, ownership, session_id: informational for us; any value is accepted so
 	// that a malformed annotation cannot cost the index a store.
-	return skipValue(p)
+	return codec.Skip(p)
 }
 
 // readExtraKeys checks extra_keys' shape — nil, or one entry (nil or an array) per
 // block — without interpreting the entries: conductor never re-hashes vLLM blocks
 // from events, it only needs to know extra keys were in play.
 func (d *Decoder) readExtraKeys(e *core.Event, p []byte) ([]byte, error) {
-	if len(p) != 0 && p[0] == mpNil {
+	if len(p) != 0 && p[0] == codec.Nil {
 		return p[1:], nil
 	}
-	n, p, err := readArray(p, MaxEventHashes)
+	n, p, err := codec.ReadArray(p, MaxEventHashes)
 	if err != nil {
 		return p, err
 	}
 	for i := 0; i < n; i++ {
-		if len(p) != 0 && p[0] == mpNil { // the usual entry: no extra keys for this block
+		if len(p) != 0 && p[0] == codec.Nil { // the usual entry: no extra keys for this block
 			p = p[1:]
 			continue
 		}
-		if len(p) != 0 && !isArrayLead(p[0]) {
+		if len(p) != 0 && !codec.IsArrayLead(p[0]) {
 			d.index = i
 			return p, ErrWrongType
 		}
-		if p, err = skipValue(p); err != nil {
+		if p, err = codec.Skip(p); err != nil {
 			d.index = i
 			return p, err
 		}
@@ -394,22 +395,22 @@ func (d *Decoder) readExtraKeys(e *core.Event, p []byte) ([]byte, error) {
 
 // readMetadata reads SGLang's BlockStoredWithMetadata map ({"cache_salt": str}).
 func (d *Decoder) readMetadata(e *core.Event, p []byte) ([]byte, error) {
-	if len(p) != 0 && p[0] == mpNil {
+	if len(p) != 0 && p[0] == codec.Nil {
 		return p[1:], nil
 	}
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return p, err
 	}
 	seenSalt := false
 	for i := 0; i < n; i++ {
 		var key []byte
-		if key, p, err = readStr(p); err != nil {
+		if key, p, err = codec.ReadStr(p); err != nil {
 			d.index = i
 			return p, err
 		}
 		if string(key) != "cache_salt" {
-			if p, err = skipValue(p); err != nil {
+			if p, err = codec.Skip(p); err != nil {
 				return p, err
 			}
 			continue
@@ -419,7 +420,7 @@ func (d *Decoder) readMetadata(e *core.Event, p []byte) ([]byte, error) {
 			return p, ErrDuplicateField
 		}
 		seenSalt = true
-		if e.CacheSalt, p, err = readStrOrNil(p); err != nil {
+		if e.CacheSalt, p, err = codec.ReadStrOrNil(p); err != nil {
 			return p, err
 		}
 	}
@@ -463,7 +464,7 @@ const (
 // (TestEngineWireVectors/vllm_map_sliding_window_group), and core skips those events
 // anyway.
 func tokenFit(e *core.Event) int {
-	if len(e.Tokens) == 0 || e.BlockSize <= 0 || !fullAttention(e) {
+	if len(e.Tokens) == 0 || e.BlockSize <= 0 || !e.FullAttention() {
 		return fitOK
 	}
 	n := len(e.Tokens)
@@ -477,17 +478,4 @@ func tokenFit(e *core.Event) int {
 		return fitPartial
 	}
 	return fitBad
-}
-
-// fullAttention: group 0 (or none) and a full-attention spec (or none), the events a
-// prefix cache index serves. The kinds are those Dynamo treats as prefix-cacheable.
-func fullAttention(e *core.Event) bool {
-	if e.HasSlidingWindow || (e.HasGroupIdx && e.GroupIdx != 0) {
-		return false
-	}
-	switch string(e.SpecKind) {
-	case "", "full_attention", "mla_attention", "sink_full_attention":
-		return true
-	}
-	return false
 }

@@ -4,30 +4,31 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/tinylib/msgp/msgp"
+	"github.com/seed-c7a81618/conductor/codec"
 )
 
-// Sentinel errors. Decoders wrap them in a *DecodeError naming the dialect, event,
+// Sentinel errors; the value-level ones are codec's (the readers the decoders are
+// built on return them). Decoders wrap them in a *DecodeError naming the dialect, event,
 // field and element; the framing functions wrap ErrFrameCount, ErrSeqLength and
 // ErrNoDelimiter with the offending frame and size.
 var (
 	// Envelope-level (whole payload).
 	ErrEmptyPayload  = errors.New("conductor: empty payload")
 	ErrTrailingBytes = errors.New("conductor: trailing bytes after payload")
-	ErrTruncated     = errors.New("conductor: truncated payload")
-	ErrSyntax        = errors.New("conductor: malformed encoding")
+	ErrTruncated     = codec.ErrTruncated
+	ErrSyntax        = codec.ErrSyntax
 	ErrArity         = errors.New("conductor: wrong number of batch elements")
 
 	// Value-level (envelope or event).
-	ErrWrongType       = errors.New("conductor: wrong value type")
-	ErrOutOfRange      = errors.New("conductor: value out of range")
-	ErrTooLarge        = errors.New("conductor: count or nesting over limit")
+	ErrWrongType       = codec.ErrWrongType
+	ErrOutOfRange      = codec.ErrOutOfRange
+	ErrTooLarge        = codec.ErrTooLarge
 	ErrMissingField    = errors.New("conductor: missing required field")
 	ErrDuplicateField  = errors.New("conductor: duplicate field")
 	ErrUnexpectedField = errors.New("conductor: field not allowed for this event type")
 	ErrInconsistent    = errors.New("conductor: inconsistent field values")
 	ErrUnknownTag      = errors.New("conductor: unknown event type")
-	ErrBadHash         = errors.New("conductor: binary hash shorter than 8 bytes")
+	ErrBadHash         = codec.ErrBadHash
 
 	// Configuration.
 	ErrUnknownDialect = errors.New("conductor: unknown publisher type")
@@ -58,7 +59,7 @@ type DecodeError struct {
 	// Event is the index of the event in the batch's event list, or -1 when the error
 	// concerns the envelope. Decode can return an error naming an event when that
 	// event cuts the payload short or garbles it (ErrTruncated, ErrSyntax, and in
-	// JSON ErrTooLarge for nesting deeper than 256): nothing after it can be located,
+	// ErrTooLarge for nesting deeper than codec.MaxDepth): nothing after it can be located,
 	// so the batch fails.
 	Event int
 	// Field is the wire name of the offending field ("ts", "block_hashes", "type", …),
@@ -95,19 +96,3 @@ func (e *DecodeError) Error() string {
 }
 
 func (e *DecodeError) Unwrap() error { return e.Err }
-
-// mpErr maps an error of msgp's Read*Bytes functions onto our sentinels. Only the
-// error path calls it: the hot path dispatches on the lead byte first, so valid input
-// never makes msgp build an error value (TypeError and friends allocate).
-func mpErr(err error) error {
-	if err == msgp.ErrShortBytes {
-		return ErrTruncated
-	}
-	switch err.(type) {
-	case msgp.IntOverflow, msgp.UintOverflow, msgp.UintBelowZero:
-		return ErrOutOfRange
-	case msgp.InvalidPrefixError:
-		return ErrSyntax
-	}
-	return ErrWrongType
-}

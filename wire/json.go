@@ -4,14 +4,15 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/seed-c7a81618/conductor/codec"
 	"github.com/seed-c7a81618/conductor/core"
 )
 
 // JSON carries RFC #1527 events from publishers that cannot speak msgpack (and from
 // test tools). encoding/json is not used: it would route every number through
 // float64 (or a string per number) and hashes are u64 that must survive exactly, so
-// this is a small strict reader. Integers are parsed from their digits; a fraction or
-// exponent in an integer field is ErrWrongType, never rounded.
+// the events are read with codec's strict JSON reader. Integers are parsed from their
+// digits; a fraction or exponent in an integer field is ErrWrongType, never rounded.
 
 // DecodeStandardJSON decodes RFC #1527 events in JSON into b, which it resets first:
 // one event object, an array of event objects, or a wrapper object
@@ -26,7 +27,7 @@ func (d *Decoder) DecodeStandardJSON(payload []byte, b *core.Batch) error {
 	d.dialect = DialectStandard
 	d.at(-1, "", -1)
 	d.arena = d.arena[:0]
-	p := jsonWS(payload)
+	p := codec.JSONWS(payload)
 	if len(p) == 0 {
 		return d.newError(ErrEmptyPayload)
 	}
@@ -46,7 +47,7 @@ func (d *Decoder) DecodeStandardJSON(payload []byte, b *core.Batch) error {
 	if err != nil {
 		return d.newError(err)
 	}
-	if len(jsonWS(p)) != 0 {
+	if len(codec.JSONWS(p)) != 0 {
 		d.at(-1, "", -1)
 		return d.newError(ErrTrailingBytes)
 	}
@@ -55,22 +56,22 @@ func (d *Decoder) DecodeStandardJSON(payload []byte, b *core.Batch) error {
 
 // jsonHasKey reports whether the object at p has a top-level key equal to key.
 func (d *Decoder) jsonHasKey(p []byte, key string) bool {
-	p, err := jsonNext(p[1:])
+	p, err := jsonNextValue(p[1:])
 	if err != nil || p[0] == '}' {
 		return false
 	}
 	for more := true; more; {
 		var k []byte
-		if k, p, err = d.jsonKey(p); err != nil {
+		if k, p, err = codec.JSONKey(p, &d.arena); err != nil {
 			return false
 		}
 		if string(k) == key {
 			return true
 		}
-		if p, err = d.jsonSkip(p, 1); err != nil {
+		if p, err = codec.JSONSkip(p); err != nil {
 			return false
 		}
-		if p, more, err = jsonAfterValue(p, '}'); err != nil {
+		if p, more, err = codec.JSONNext(p, '}'); err != nil {
 			return false
 		}
 	}
@@ -79,43 +80,26 @@ func (d *Decoder) jsonHasKey(p []byte, key string) bool {
 
 // jsonWrapper decodes {"events": [...], "ts"|"timestamp": …, "dp_rank"|"data_parallel_rank": …}.
 func (d *Decoder) jsonWrapper(p []byte, b *core.Batch) ([]byte, error) {
-	p, err := jsonNext(p[1:])
+	p, err := jsonNextValue(p[1:])
 	if err != nil {
 		return p, err
 	}
 	if p[0] == '}' { // unreachable: jsonHasKey found "events"
 		return p[1:], nil
 	}
-	const (
-		seenTS = 1 << iota
-		seenEvents
-		seenRank
-	)
 	seen := 0
 	for i, more := 0, true; more; i++ {
 		d.at(-1, "", i)
 		var key []byte
-		if key, p, err = d.jsonKey(p); err != nil {
+		if key, p, err = codec.JSONKey(p, &d.arena); err != nil {
 			return p, err
 		}
 		d.index = -1
-		bit, name := 0, ""
-		switch string(key) {
-		case "ts":
-			bit, name = seenTS, "ts"
-		case "timestamp":
-			bit, name = seenTS, "timestamp"
-		case "events":
-			bit, name = seenEvents, "events"
-		case "dp_rank":
-			bit, name = seenRank, "dp_rank"
-		case "data_parallel_rank":
-			bit, name = seenRank, "data_parallel_rank"
-		}
+		bit, name := batchKey(key, true)
 		d.field = name
 		switch {
 		case bit == 0:
-			p, err = d.jsonSkip(p, 1)
+			p, err = codec.JSONSkip(p)
 		case seen&bit != 0:
 			err = ErrDuplicateField
 		case bit == seenTS:
@@ -127,8 +111,8 @@ func (d *Decoder) jsonWrapper(p []byte, b *core.Batch) ([]byte, error) {
 			}
 			p, err = d.jsonEventArray(p, b)
 		default:
-			if jsonIsNull(p) {
-				p, err = jsonLiteral(p, "null")
+			if codec.JSONIsNull(p) {
+				p, err = codec.JSONLiteral(p, "null")
 				break
 			}
 			var r uint64
@@ -141,7 +125,7 @@ func (d *Decoder) jsonWrapper(p []byte, b *core.Batch) ([]byte, error) {
 			return p, err
 		}
 		seen |= bit
-		if p, more, err = jsonAfterValue(p, '}'); err != nil {
+		if p, more, err = codec.JSONNext(p, '}'); err != nil {
 			return p, err
 		}
 	}
@@ -152,30 +136,29 @@ func (d *Decoder) jsonWrapper(p []byte, b *core.Batch) ([]byte, error) {
 // jsonBatchTS reads the wrapper's "ts" (seconds, int or float) or "timestamp" (u64 ms).
 func jsonBatchTS(p []byte, b *core.Batch, allowFloat bool) ([]byte, error) {
 	if allowFloat && len(p) != 0 && (p[0] == '-' || (p[0] >= '0' && p[0] <= '9')) {
-		tok, isInt, rest, err := jsonNumber(p)
+		n, rest, err := codec.JSONNumber(p)
 		if err != nil {
 			return p, err
 		}
-		if !isInt {
-			f, err := strconv.ParseFloat(string(tok), 64)
-			if err != nil || f < 0 || math.IsInf(f, 0) {
+		if n.Float {
+			f, err := strconv.ParseFloat(string(p[:len(p)-len(rest)]), 64)
+			if err != nil {
 				return p, ErrOutOfRange
 			}
-			b.TimestampF = f
-			return rest, nil
+			return rest, setBatchTSFloat(b, f)
 		}
 	}
 	u, rest, err := jsonUint(p)
 	if err != nil {
 		return p, err
 	}
-	b.TimestampU, b.TimestampF = u, float64(u)
+	setBatchTS(b, u)
 	return rest, nil
 }
 
 // jsonEventArray decodes `[event, …]`.
 func (d *Decoder) jsonEventArray(p []byte, b *core.Batch) ([]byte, error) {
-	p, err := jsonNext(p[1:])
+	p, err := jsonNextValue(p[1:])
 	if err != nil {
 		return p, err
 	}
@@ -186,7 +169,7 @@ func (d *Decoder) jsonEventArray(p []byte, b *core.Batch) ([]byte, error) {
 		if p, err = d.jsonEvent(i, p, b); err != nil {
 			return p, err
 		}
-		if p, more, err = jsonAfterValue(p, ']'); err != nil {
+		if p, more, err = codec.JSONNext(p, ']'); err != nil {
 			d.at(-1, "events", -1)
 			return p, err
 		}
@@ -206,9 +189,9 @@ func (d *Decoder) jsonEvent(i int, p []byte, b *core.Batch) ([]byte, error) {
 		e.Standard = true
 		return p, nil
 	}
-	p, serr := d.jsonSkip(start, 0)
+	p, serr := codec.JSONSkip(start)
 	if serr != nil {
-		if serr != err {
+		if codec.Cause(serr) != codec.Cause(err) {
 			d.field, d.index = "", -1
 		}
 		return p, serr
@@ -221,7 +204,7 @@ func (d *Decoder) jsonEventBody(e *core.Event, p []byte) ([]byte, error) {
 	if p[0] != '{' {
 		return p, ErrWrongType
 	}
-	p, err := jsonNext(p[1:])
+	p, err := jsonNextValue(p[1:])
 	if err != nil {
 		return p, err
 	}
@@ -232,14 +215,14 @@ func (d *Decoder) jsonEventBody(e *core.Event, p []byte) ([]byte, error) {
 	for i, more := 0, true; more; i++ {
 		d.field, d.index = "", i
 		var key []byte
-		if key, p, err = d.jsonKey(p); err != nil {
+		if key, p, err = codec.JSONKey(p, &d.arena); err != nil {
 			return p, err
 		}
 		d.index = -1
 		f := rfcKey(key)
 		switch {
 		case f == 0:
-			p, err = d.jsonSkip(p, 1)
+			p, err = codec.JSONSkip(p)
 		case st.seen&f != 0:
 			d.field = rfcFieldName(f)
 			err = ErrDuplicateField
@@ -251,7 +234,7 @@ func (d *Decoder) jsonEventBody(e *core.Event, p []byte) ([]byte, error) {
 		if err != nil {
 			return p, err
 		}
-		if p, more, err = jsonAfterValue(p, '}'); err != nil {
+		if p, more, err = codec.JSONNext(p, '}'); err != nil {
 			return p, err
 		}
 	}
@@ -268,14 +251,14 @@ func (d *Decoder) jsonRFCField(e *core.Event, st *rfcState, f uint32, p []byte) 
 		}
 		return p, err
 	case rfTimestamp:
-		if jsonIsNull(p) {
-			return jsonLiteral(p, "null")
+		if codec.JSONIsNull(p) {
+			return codec.JSONLiteral(p, "null")
 		}
 		e.Timestamp, p, err = jsonUint(p)
 		return p, err
 	case rfEventType, rfType:
 		var v []byte
-		if v, p, err = d.jsonString(p); err != nil {
+		if v, p, err = codec.JSONString(p, &d.arena); err != nil {
 			return p, err
 		}
 		if f == rfEventType {
@@ -288,21 +271,21 @@ func (d *Decoder) jsonRFCField(e *core.Event, st *rfcState, f uint32, p []byte) 
 		return p, nil
 	case rfModelName, rfAdditionalSalt, rfLoraName, rfMedium, rfObjectKey, rfCacheSalt,
 		rfTenantID, rfBackendID:
-		if jsonIsNull(p) {
+		if codec.JSONIsNull(p) {
 			if f == rfTenantID || f == rfBackendID {
 				return p, ErrWrongType
 			}
-			return jsonLiteral(p, "null")
+			return codec.JSONLiteral(p, "null")
 		}
 		var v []byte
-		if v, p, err = d.jsonString(p); err != nil {
+		if v, p, err = codec.JSONString(p, &d.arena); err != nil {
 			return p, err
 		}
 		setRFCString(e, f, v)
 		return p, nil
 	case rfBlockSize, rfDPRank, rfBaseBlockIdx:
-		if jsonIsNull(p) {
-			return jsonLiteral(p, "null")
+		if codec.JSONIsNull(p) {
+			return codec.JSONLiteral(p, "null")
 		}
 		var v uint64
 		if v, p, err = jsonUint(p); err != nil {
@@ -318,11 +301,11 @@ func (d *Decoder) jsonRFCField(e *core.Event, st *rfcState, f uint32, p []byte) 
 		return d.jsonHashes(e, p, compare)
 	case rfParentHash, rfParentBlockHash:
 		var h uint64
-		ok := !jsonIsNull(p)
+		ok := !codec.JSONIsNull(p)
 		if ok {
 			h, p, err = d.jsonHash(p)
 		} else {
-			p, err = jsonLiteral(p, "null")
+			p, err = codec.JSONLiteral(p, "null")
 		}
 		if err != nil {
 			return p, err
@@ -340,11 +323,11 @@ func (d *Decoder) jsonRFCField(e *core.Event, st *rfcState, f uint32, p []byte) 
 		return d.jsonTokens(e, p)
 	case rfGroupID:
 		switch {
-		case jsonIsNull(p):
-			return jsonLiteral(p, "null")
+		case codec.JSONIsNull(p):
+			return codec.JSONLiteral(p, "null")
 		case p[0] == '"':
 			var v []byte
-			if v, p, err = d.jsonString(p); err != nil {
+			if v, p, err = codec.JSONString(p, &d.arena); err != nil {
 				return p, err
 			}
 			return p, setGroupID(e, v)
@@ -362,7 +345,7 @@ func (d *Decoder) jsonRFCField(e *core.Event, st *rfcState, f uint32, p []byte) 
 		}
 		return rest, nil
 	}
-	return d.jsonSkip(p, 1)
+	return codec.JSONSkip(p)
 }
 
 // jsonHashes reads a hash array into e.Hashes, or with compare checks that it equals
@@ -371,76 +354,77 @@ func (d *Decoder) jsonHashes(e *core.Event, p []byte, compare bool) ([]byte, err
 	if p[0] != '[' {
 		return p, ErrWrongType
 	}
-	p, err := jsonNext(p[1:])
-	if err != nil {
-		return p, err
-	}
-	if !compare {
-		e.Hashes = e.Hashes[:0]
-	}
 	n := 0
-	if p[0] == ']' {
-		p = p[1:]
-	} else {
-		for more := true; more; n++ {
-			if n >= MaxEventHashes {
-				return p, ErrTooLarge
-			}
-			var h uint64
-			if h, p, err = d.jsonHash(p); err != nil {
-				d.index = n
-				return p, err
-			}
-			if compare {
-				if n >= len(e.Hashes) || e.Hashes[n] != h {
-					d.index = n
-					return p, ErrInconsistent
-				}
-			} else {
-				e.Hashes = append(e.Hashes, h)
-			}
-			if p, more, err = jsonAfterValue(p, ']'); err != nil {
-				return p, err
-			}
+	if compare {
+		n = len(e.Hashes)
+	}
+	hs, rest, bad, err := codec.JSONUint64s(e.Hashes[:n], p, MaxEventHashes, codec.Hash, &d.arena)
+	if err != nil {
+		if err != ErrTooLarge {
+			d.index = bad
 		}
+		return rest, err
 	}
-	if compare && n != len(e.Hashes) {
-		return p, ErrInconsistent
+	e.Hashes = hs[:n]
+	if compare {
+		return rest, d.sameHashes(e.Hashes, hs[n:])
 	}
-	return p, nil
+	e.Hashes = hs
+	return rest, nil
 }
 
 // jsonTokens reads null or an array of token ids into e.Tokens.
 func (d *Decoder) jsonTokens(e *core.Event, p []byte) ([]byte, error) {
 	e.Tokens = e.Tokens[:0]
-	if jsonIsNull(p) {
+	if codec.JSONIsNull(p) {
 		e.HasTokens = false
-		return jsonLiteral(p, "null")
+		return codec.JSONLiteral(p, "null")
 	}
 	if p[0] != '[' {
 		return p, ErrWrongType
 	}
-	p, err := jsonNext(p[1:])
-	if err != nil {
-		return p, err
-	}
 	e.HasTokens = true
-	if p[0] == ']' {
-		return p[1:], nil
+	ts, rest, bad, err := codec.JSONInt32s(e.Tokens, p, MaxEventTokens)
+	e.Tokens = ts
+	if err != nil && err != ErrTooLarge {
+		d.index = bad
 	}
-	for more := true; more; {
-		if len(e.Tokens) >= MaxEventTokens {
-			return p, ErrTooLarge
-		}
-		var t int32
-		if t, p, err = jsonToken(p); err != nil {
-			d.index = len(e.Tokens)
-			return p, err
-		}
-		e.Tokens = append(e.Tokens, t)
-		if p, more, err = jsonAfterValue(p, ']'); err != nil {
-			return p, err
-		}
+	return rest, err
+}
+
+// jsonInteger reads an integer as sign and magnitude. Non-numbers are ErrWrongType,
+// numbers with a fraction or exponent too: integer fields are never rounded.
+func jsonInteger(b []byte) (mag uint64, neg bool, rest []byte, err error) {
+	if len(b) != 0 && b[0] != '-' && (b[0] < '0' || b[0] > '9') {
+		return 0, false, b, ErrWrongType
 	}
-	return p, nil
+	n, rest, err := codec.JSONNumber(b)
+	switch {
+	case err != nil:
+		return 0, false, b, err
+	case n.Float:
+		return 0, false, b, ErrWrongType
+	case n.Big:
+		return 0, false, b, ErrOutOfRange
+	}
+	return n.Mag, n.Neg, rest, nil
+}
+
+// jsonUint reads a u64: exact up to 18446744073709551615, negative is out of range.
+func jsonUint(b []byte) (uint64, []byte, error) { return codec.JSONUint64(b, codec.Unsigned, nil) }
+
+// jsonHash reads a hash (codec.Hash): a u64, a negative int64 (kept as its bit
+// pattern, as in msgpack), or a decimal / 0x-hex string.
+func (d *Decoder) jsonHash(b []byte) (uint64, []byte, error) {
+	return codec.JSONUint64(b, codec.Hash, &d.arena)
+}
+
+// jsonNextValue skips whitespace and fails on end of input, which inside a value
+// always means the payload was cut short.
+func jsonNextValue(b []byte) ([]byte, error) {
+	b = codec.JSONWS(b)
+	if len(b) == 0 {
+		return b, ErrTruncated
+	}
+	return b, nil
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"github.com/seed-c7a81618/conductor/codec"
 	"math/bits"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -125,7 +126,7 @@ func rfcEventType(v []byte) core.EventKind {
 }
 
 func (d *Decoder) rfcEvent(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := readMap(p)
+	n, p, err := codec.ReadMap(p)
 	if err != nil {
 		return p, err
 	}
@@ -133,13 +134,13 @@ func (d *Decoder) rfcEvent(e *core.Event, p []byte) ([]byte, error) {
 	for i := 0; i < n; i++ {
 		d.field, d.index = "", i
 		var key []byte
-		if key, p, err = readStr(p); err != nil {
+		if key, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		d.index = -1
 		f := rfcKey(key)
 		if f == 0 {
-			if p, err = skipValue(p); err != nil {
+			if p, err = codec.Skip(p); err != nil {
 				return p, err
 			}
 			continue
@@ -161,19 +162,19 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 	var err error
 	switch f {
 	case rfEventID:
-		if e.EventID, p, err = readUint(p); err == nil {
+		if e.EventID, p, err = codec.ReadUint(p); err == nil {
 			e.HasEventID = true
 		}
 		return p, err
 	case rfTimestamp:
-		if len(p) != 0 && p[0] == mpNil {
+		if len(p) != 0 && p[0] == codec.Nil {
 			return p[1:], nil
 		}
-		e.Timestamp, p, err = readUint(p)
+		e.Timestamp, p, err = codec.ReadUint(p)
 		return p, err
 	case rfEventType, rfType:
 		var v []byte
-		if v, p, err = readStr(p); err != nil {
+		if v, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		if f == rfEventType {
@@ -187,14 +188,14 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 		return p, nil
 	case rfModelName, rfAdditionalSalt, rfLoraName, rfMedium, rfObjectKey, rfCacheSalt:
 		var v []byte
-		if v, p, err = readStrOrNil(p); err != nil {
+		if v, p, err = codec.ReadStrOrNil(p); err != nil {
 			return p, err
 		}
 		setRFCString(e, f, v)
 		return p, nil
 	case rfTenantID, rfBackendID:
 		var v []byte
-		if v, p, err = readStr(p); err != nil {
+		if v, p, err = codec.ReadStr(p); err != nil {
 			return p, err
 		}
 		setRFCString(e, f, v)
@@ -206,11 +207,9 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 		}
 		return rest, setRFCU32(e, f, v, isNil)
 	case rfSeqHashes, rfBlockHashes:
-		if !st.hashesSet {
-			st.hashesSet = true
-			return d.readHashes(e, p)
-		}
-		return d.sameHashes(e, p)
+		compare := st.hashesSet
+		st.hashesSet = true
+		return d.readHashes(e, p, compare)
 	case rfParentHash, rfParentBlockHash:
 		if !st.parentSet {
 			st.parentSet = true
@@ -231,45 +230,21 @@ func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]b
 			return p, ErrTruncated
 		}
 		switch {
-		case p[0] == mpNil:
+		case p[0] == codec.Nil:
 			return p[1:], nil
-		case isStrLead(p[0]):
+		case codec.IsStrLead(p[0]):
 			var v []byte
-			if v, p, err = readStr(p); err != nil {
+			if v, p, err = codec.ReadStr(p); err != nil {
 				return p, err
 			}
 			return p, setGroupID(e, v)
 		}
-		if e.GroupIdx, p, err = readInt(p); err == nil {
+		if e.GroupIdx, p, err = codec.ReadInt(p); err == nil {
 			e.HasGroupIdx = true
 		}
 		return p, err
 	}
-	return skipValue(p)
-}
-
-// sameHashes checks that the hash array at p equals e.Hashes (the legacy block_hashes
-// alias must repeat seq_hashes) without storing it.
-func (d *Decoder) sameHashes(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := readArray(p, MaxEventHashes)
-	if err != nil {
-		return p, err
-	}
-	if n != len(e.Hashes) {
-		return p, ErrInconsistent
-	}
-	for i := 0; i < n; i++ {
-		var h uint64
-		if h, p, err = readHash(p); err != nil {
-			d.index = i
-			return p, err
-		}
-		if h != e.Hashes[i] {
-			d.index = i
-			return p, ErrInconsistent
-		}
-	}
-	return p, nil
+	return codec.Skip(p)
 }
 
 func setRFCString(e *core.Event, f uint32, v []byte) {
@@ -322,7 +297,7 @@ func setGroupID(e *core.Event, v []byte) error {
 	if neg {
 		digits = v[1:]
 	}
-	u, ok := parseDecimal(digits)
+	u, ok := codec.ParseDecimal(digits)
 	if !ok || u > 1<<63-1 {
 		return ErrWrongType
 	}
@@ -368,7 +343,7 @@ func (d *Decoder) finishRFC(e *core.Event, st *rfcState) error {
 		// The master names a block by its object key when the key is the seq hash
 		// written as a number, and then may leave seq_hashes empty.
 		if len(e.Hashes) == 0 && e.ObjectKey != nil {
-			if h, ok := parseU64Text(e.ObjectKey); ok {
+			if h, ok := codec.ParseU64Text(e.ObjectKey); ok {
 				e.Hashes = append(e.Hashes, h)
 			}
 		}
@@ -385,51 +360,4 @@ func (d *Decoder) finishRFC(e *core.Event, st *rfcState) error {
 		return ErrInconsistent
 	}
 	return nil
-}
-
-// parseU64Text parses a u64 written as decimal or as 0x/0X-prefixed hex (1 to 16
-// digits), the forms the master uses for object keys that are seq hashes.
-func parseU64Text(s []byte) (uint64, bool) {
-	if len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
-		s = s[2:]
-		if len(s) > 16 {
-			return 0, false
-		}
-		var v uint64
-		for _, c := range s {
-			switch {
-			case c >= '0' && c <= '9':
-				c -= '0'
-			case c >= 'a' && c <= 'f':
-				c -= 'a' - 10
-			case c >= 'A' && c <= 'F':
-				c -= 'A' - 10
-			default:
-				return 0, false
-			}
-			v = v<<4 | uint64(c)
-		}
-		return v, true
-	}
-	return parseDecimal(s)
-}
-
-// parseDecimal parses 1 to 20 ASCII digits as a u64, failing on overflow.
-func parseDecimal(s []byte) (uint64, bool) {
-	if len(s) == 0 || len(s) > 20 {
-		return 0, false
-	}
-	var v uint64
-	for _, c := range s {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		hi, lo := bits.Mul64(v, 10)
-		lo, carry := bits.Add64(lo, uint64(c-'0'), 0)
-		if hi != 0 || carry != 0 {
-			return 0, false
-		}
-		v = lo
-	}
-	return v, true
 }

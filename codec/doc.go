@@ -1,0 +1,46 @@
+// Package codec holds the one JSON reader and the one msgpack reader of
+// conductor: the event decoders (wire) and the HTTP request parsers (httpd)
+// both build on them, so a limit or a rule is written once.
+//
+// They are value readers, not decoders into structs: each function takes the
+// unread input at a value's first byte and returns the rest after it (JSON*
+// for JSON, Read* and Skip for msgpack, on tinylib/msgp's zero-copy Read*Bytes
+// functions). The integer array readers (JSONInt32s, ReadInt32s, JSONUint64s,
+// ReadUint64s) hold the hot loops, with their fast paths, once for both
+// callers; a Mode says which 64-bit forms a reader takes (Unsigned, Bits,
+// Hash). Strings and bins are sub-slices of the input, valid as long as it is;
+// escaped JSON strings are unescaped into a caller-owned arena. Valid input
+// never allocates (TestReadersZeroAllocs).
+//
+// # Limits
+//
+// One policy for both formats:
+//
+//   - Depth: a value nests at most MaxDepth (64) containers; a deeper one is
+//     ErrTooLarge (an *Error whose reason is "nesting deeper than 64 levels").
+//     JSON skipping recurses, bounded by it; msgpack skipping keeps a fixed
+//     64-entry stack and does not recurse at all. 64 is the stricter of the two
+//     limits the readers had before they were merged (httpd's; wire's JSON
+//     reader allowed 256, its msgpack skipper had none): no request or event
+//     nests more than a handful of levels.
+//   - Size: a msgpack count is checked against the bytes left before anything
+//     is sized from it (every element takes at least one byte), and array
+//     readers take a maximum element count from the caller (ErrTooLarge beyond
+//     it); the caller bounds the input itself (body limit, ZMQ frame).
+//   - Numbers: integers are exact over int64 ∪ uint64, read from their digits
+//     (JSON) or their encoding (msgpack), never through float64; a JSON
+//     fraction or exponent is never an integer.
+//   - Text: JSON strings must be valid UTF-8 (RFC 8259 §8.1) with valid
+//     escapes and no control characters.
+//
+// # Errors
+//
+// Every error is, or wraps (Cause, errors.Is), one of ErrTruncated (the input
+// ended inside a value), ErrSyntax, ErrWrongType, ErrOutOfRange or ErrTooLarge.
+// JSON syntax errors are *Error values that also say what is wrong in words.
+//
+// Readers keep no state and are safe for concurrent use.
+package codec
+
+// MaxDepth is how many containers a value may nest, in both formats.
+const MaxDepth = 64

@@ -1,0 +1,185 @@
+package codec
+
+import "math"
+
+// Integer arrays in JSON: token ids (int32) and 64-bit values (hashes). Both
+// readers append to dst and stop at the first fault, returning the index of the
+// element at fault (-1 when the fault is between elements) and the rest where
+// it is, so that a caller can report it and re-skip the array to let a syntax
+// error further on win.
+
+// JSONInt32s reads the array at b[0] == '[' of token ids and appends at most
+// max of them to dst. Elements are exact integers in -2^31..2^32-1 (token ids
+// are u32 in the hashing standard; negative ids keep their int32 meaning),
+// stored as their 32-bit pattern. Another kind of value (or anything that is
+// not a value: the caller re-skips the array to report it), or a fraction or
+// exponent, is ErrWrongType, a value outside that range ErrOutOfRange, element max+1
+// ErrTooLarge; bad is that element's index.
+func JSONInt32s(dst []int32, b []byte, max int) (out []int32, rest []byte, bad int, err error) {
+	base := len(dst)
+	limit := math.MaxInt
+	if max < limit-base {
+		limit = base + max
+	}
+	p := len(b) - len(JSONWS(b[1:]))
+	if p < len(b) && b[p] == ']' {
+		return dst, b[p+1:], 0, nil
+	}
+	for {
+		var done bool
+		if dst, p, done = scanUint31s(dst, b, p, limit); done {
+			return dst, b[p:], 0, nil
+		}
+		i := len(dst) - base
+		if p >= len(b) {
+			return dst, b[p:], -1, jsonErr(rUnexpected, nil)
+		}
+		if c := b[p]; c != '-' && !isDigit(c) {
+			return dst, b[p:], i, ErrWrongType
+		}
+		n, r, err := JSONNumber(b[p:])
+		switch {
+		case err != nil:
+			return dst, r, i, err
+		case n.Float:
+			return dst, b[p:], i, ErrWrongType
+		case n.Big || n.Mag > math.MaxUint32 || (n.Neg && n.Mag > 1<<31):
+			return dst, b[p:], i, ErrOutOfRange
+		case len(dst) >= limit:
+			return dst, b[p:], i, ErrTooLarge
+		}
+		v := int32(uint32(n.Mag))
+		if n.Neg {
+			v = -v
+		}
+		dst = append(dst, v)
+		more := false
+		if r, more, err = JSONNext(r, ']'); err != nil || !more {
+			return dst, r, -1, err
+		}
+		p = len(b) - len(r)
+	}
+}
+
+// scanUint31s is JSONInt32s' fast path over the dominant shape of token
+// arrays: elements of 1 to 9 ASCII digits without a leading zero (so below
+// 10^9, well inside int32), each followed directly by ',' (then optional
+// whitespace, as in Python's ", ") or ']'. It appends elements from b[p:] while
+// they have that shape and len(dst) < limit, and returns the position after the
+// last ',' and whitespace consumed, or after ']' with done=true. Anything else
+// (a sign, whitespace, a fraction, a long or zero-led number, the element
+// limit, the end of input) stops it at the start of that element, unconsumed,
+// for the general path to accept or report. Keeping the loop state in locals
+// (no calls) is what makes it fast; FuzzJSONInt32s checks it against
+// encoding/json.
+func scanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
+	for len(dst) < limit {
+		start := p
+		var u uint32
+		for p < len(b) && p-start < 10 {
+			d := b[p] - '0'
+			if d > 9 {
+				break
+			}
+			u = u*10 + uint32(d)
+			p++
+		}
+		n := p - start
+		if n == 0 || n > 9 || p >= len(b) || (n > 1 && b[start] == '0') {
+			return dst, start, false
+		}
+		switch b[p] {
+		case ',':
+			dst = append(dst, int32(u))
+			p++
+			for p < len(b) && (b[p] == ' ' || b[p] == '\n' || b[p] == '\t' || b[p] == '\r') {
+				p++ // the general path expects elements to start after whitespace
+			}
+		case ']':
+			return append(dst, int32(u)), p + 1, true
+		default:
+			return dst, start, false
+		}
+	}
+	return dst, p, false
+}
+
+// Mode says which 64-bit values an integer reader takes, and how.
+type Mode uint8
+
+const (
+	// Unsigned takes integers in 0..2^64-1; a negative one is ErrOutOfRange.
+	Unsigned Mode = iota
+	// Bits also takes a negative int64, as its two's-complement bit pattern
+	// (Dynamo and SGLang serialise block hashes as i64 or u64).
+	Bits
+	// Hash is Bits, and also takes a hash written as text (JSON: a decimal or
+	// 0x-hex string, for producers whose numbers are float64) or as a digest
+	// (msgpack: a bin of 8 bytes or more, folded to its last 8 big-endian —
+	// what vLLM's int mode publishes for the same digest; a shorter bin is
+	// ErrBadHash).
+	Hash
+)
+
+// JSONUint64 reads one 64-bit value in mode's forms at the start of b. Escaped
+// hash strings are unescaped into *arena (only Hash mode reads strings).
+// Another kind of value, or a fraction or exponent, is ErrWrongType; an
+// integer beyond the mode's range ErrOutOfRange.
+func JSONUint64(b []byte, mode Mode, arena *[]byte) (uint64, []byte, error) {
+	if len(b) == 0 {
+		return 0, b, jsonErr(rUnexpected, nil)
+	}
+	if c := b[0]; c != '-' && !isDigit(c) {
+		if c != '"' || mode != Hash {
+			return 0, b, ErrWrongType
+		}
+		s, rest, err := JSONString(b, arena)
+		if err != nil {
+			return 0, rest, err
+		}
+		h, ok := ParseU64Text(s)
+		if !ok {
+			return 0, b, ErrWrongType
+		}
+		return h, rest, nil
+	}
+	n, rest, err := JSONNumber(b)
+	switch {
+	case err != nil:
+		return 0, rest, err
+	case n.Float:
+		return 0, b, ErrWrongType
+	case n.Big || (n.Neg && n.Mag != 0 && (mode == Unsigned || n.Mag > 1<<63)):
+		return 0, b, ErrOutOfRange
+	case n.Neg:
+		return -n.Mag, rest, nil // two's complement of the magnitude
+	}
+	return n.Mag, rest, nil
+}
+
+// JSONUint64s reads the array at b[0] == '[' of 64-bit values in mode's forms
+// (JSONUint64) and appends at most max of them to dst, exactly (no float64);
+// element max+1 is ErrTooLarge. Errors are JSONInt32s'.
+func JSONUint64s(dst []uint64, b []byte, max int, mode Mode, arena *[]byte) (out []uint64, rest []byte, bad int, err error) {
+	base := len(dst)
+	r := JSONWS(b[1:])
+	if len(r) != 0 && r[0] == ']' {
+		return dst, r[1:], 0, nil
+	}
+	for i := 0; ; i++ {
+		v, after, err := JSONUint64(r, mode, arena)
+		switch {
+		case err == ErrWrongType || err == ErrOutOfRange:
+			return dst, r, i, err
+		case err != nil:
+			return dst, after, i, err
+		case len(dst)-base >= max:
+			return dst, r, i, ErrTooLarge
+		}
+		dst = append(dst, v)
+		more := false
+		if r, more, err = JSONNext(after, ']'); err != nil || !more {
+			return dst, r, -1, err
+		}
+	}
+}
