@@ -123,7 +123,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 		// Both codecs fit in this bound (pickle adds one 9-byte FRAME header per
 		// 64 KiB frame, covered by the slack).
 		need = 64 + 5*blockSize + 20 + len(lora) + len(salt)
-		need += need / frameTarget * 2 * frameHeader
+		need += need/frameTarget*2*frameHeader + sha256PadMax // shani pads in place
 	case StrategySGLang, StrategySGLangBigram:
 		if i := firstNegative(tokens); i >= 0 {
 			return &TokenError{Index: i, Value: tokens[i], Err: ErrNegativeToken}
@@ -139,7 +139,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 			blocks = ceilDiv(logical, blockSize)
 			need = 32 + 8*min(blockSize, logical)
 		}
-		need = max(need, len(sglangSaltPrefix)+len(salt))
+		need = max(need, len(sglangSaltPrefix)+len(salt)) + sha256PadMax // shani pads in place
 	default:
 		return fmt.Errorf("strategy=%v: %w", p.Strategy, ErrUnsupportedStrategy)
 	}
