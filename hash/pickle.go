@@ -150,7 +150,7 @@ func putPickleInts(out []byte, tokens []int32) int {
 		v := uint64(uint32(t)) // negatives are huge here, so they take the signed 4-byte BININT
 		c := (0xff-v)>>63 + (0xffff-v)>>63
 		c &= 3
-		binary.LittleEndian.PutUint64(out[p:], uint64(pickleIntOp[c])|v<<8)
+		binary.LittleEndian.PutUint64(out[p:p+8], uint64(pickleIntOp[c])|v<<8) // [p:p+8]: see putCBORInts
 		p += int(pickleIntLen[c])
 	}
 	return p
