@@ -70,8 +70,8 @@ func AppendCBORBlock(dst []byte, parent []byte, tokens []int32, extras [][]byte)
 func appendCBORTokens(dst []byte, tokens []int32) []byte {
 	dst = appendCBORHead(dst, cborArray, uint64(len(tokens)))
 	n := len(dst)
-	dst = slices.Grow(dst, 5*len(tokens)+8)
-	p := putCBORInts(dst[n:n+5*len(tokens)+8], tokens)
+	dst = slices.Grow(dst, 5*len(tokens)+cborIntSlack)
+	p := putCBORInts(dst[n:n+5*len(tokens)+cborIntSlack], tokens)
 	return dst[:n+p]
 }
 
@@ -87,9 +87,20 @@ var cborIntTab = [4]uint32{
 	26 | 24<<8 | 5<<16,
 }
 
-// putCBORInts encodes tokens as CBOR ints into out, which needs 8 bytes of slack
-// past the 5*len(tokens) worst case, and returns the bytes used. It is
-// branch-free per token: the width class is the sum of three compares, the
+// cborIntSlack is the room putCBORInts needs past 5*len(tokens): the vector
+// path's last 64-byte store may reach that far.
+const cborIntSlack = 64
+
+// useCBORAVX512 selects the AVX-512 path of putCBORInts (8 tokens per step,
+// about 8x fewer instructions than the scalar loop) where the CPU has it;
+// tests turn it off to check the scalar loop alone.
+var useCBORAVX512 = haveCBORAVX512
+
+// putCBORInts encodes tokens as CBOR ints into out, which needs cborIntSlack
+// bytes of slack past the 5*len(tokens) worst case, and returns the bytes used.
+// On CPUs with AVX512F/BW/VBMI2 whole groups of 8 tokens go through cborInts8,
+// which does per lane what the scalar loop below does per token. The scalar
+// loop is branch-free per token: the width class is the sum of three compares, the
 // head and big-endian argument are assembled in a register from the class's
 // table entry and written with one 8-byte store (bytes past the token's width
 // are overwritten by the next one or cut off by the caller). Real prompts mix
@@ -99,6 +110,12 @@ var cborIntTab = [4]uint32{
 // head encoder over every width class and their boundaries.
 func putCBORInts(out []byte, tokens []int32) int {
 	p := 0
+	if useCBORAVX512 && len(tokens) >= 8 {
+		m := len(tokens) &^ 7
+		_ = out[5*m+cborIntSlack-1] // its 64-byte stores stay inside out
+		p = cborInts8(out, tokens[:m])
+		tokens = tokens[m:]
+	}
 	for _, t := range tokens {
 		s := t >> 31               // -1 for negatives, else 0
 		v := uint64(uint32(t ^ s)) // CBOR negative integers carry -1-x = ^x

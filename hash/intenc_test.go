@@ -69,25 +69,48 @@ func intTokens(r *rand.Rand, n int) []int32 {
 // exercised), the boundaries one by one, and through appendCBORTokens into a
 // reused, dirty buffer.
 func TestPutCBORInts(t *testing.T) {
+	defer func(v bool) { useCBORAVX512 = v }(useCBORAVX512)
+	for _, vec := range []bool{false, true} {
+		if vec && !haveCBORAVX512 {
+			t.Log("no AVX-512 VBMI2 here: scalar path only")
+			continue
+		}
+		useCBORAVX512 = vec
+		t.Run(map[bool]string{false: "scalar", true: "avx512"}[vec], testPutCBORInts)
+	}
+}
+
+func testPutCBORInts(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 3))
-	out := make([]byte, 5*80+8)
+	out := make([]byte, 5*80+cborIntSlack)
 	for round := range 3000 {
 		tokens := intTokens(r, round%71)
 		for i := range out {
 			out[i] = 0xee
 		}
-		n := putCBORInts(out[:5*len(tokens)+8], tokens)
+		n := putCBORInts(out[:5*len(tokens)+cborIntSlack], tokens)
 		if want := refCBORInts(nil, tokens); !bytes.Equal(out[:n], want) {
 			t.Fatalf("tokens %v:\n got % x\nwant % x", tokens, out[:n], want)
 		}
 	}
 	for v := int64(-70000); v <= 70000; v++ {
 		tok := []int32{int32(v)}
-		n := putCBORInts(out[:13], tok)
+		n := putCBORInts(out[:5+cborIntSlack], tok)
 		if want := refCBORInts(nil, tok); !bytes.Equal(out[:n], want) {
 			t.Fatalf("token %d: got % x, want % x", v, out[:n], want)
+		}
+	}
+	// Eight equal tokens per value: every value through the vector path too.
+	var eight [8]int32
+	for v := int64(-70000); v <= 70000; v++ {
+		for i := range eight {
+			eight[i] = int32(v) + int32(i&1)
+		}
+		n := putCBORInts(out[:40+cborIntSlack], eight[:])
+		if want := refCBORInts(nil, eight[:]); !bytes.Equal(out[:n], want) {
+			t.Fatalf("tokens %v: got % x, want % x", eight, out[:n], want)
 		}
 	}
 	buf := make([]byte, 0, 8)

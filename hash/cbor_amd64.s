@@ -1,0 +1,100 @@
+#include "textflag.h"
+
+// Byte shuffles, repeated per 128-bit lane: reverse the bytes of each qword
+// (bswap64), and copy byte 0 of each qword to all its 8 bytes.
+DATA cborBswap64<>+0(SB)/8, $0x0001020304050607
+DATA cborBswap64<>+8(SB)/8, $0x08090a0b0c0d0e0f
+GLOBL cborBswap64<>(SB), RODATA|NOPTR, $16
+DATA cborByte0<>+0(SB)/8, $0x0000000000000000
+DATA cborByte0<>+8(SB)/8, $0x0808080808080808
+GLOBL cborByte0<>(SB), RODATA|NOPTR, $16
+// Byte index within its qword: 0..7, repeated.
+DATA cborIota<>+0(SB)/8, $0x0706050403020100
+DATA cborIota<>+8(SB)/8, $0x0706050403020100
+GLOBL cborIota<>(SB), RODATA|NOPTR, $16
+
+// func cborInts8(out []byte, tokens []int32) int
+//
+// Encodes the first len(tokens)&^7 tokens as CBOR ints into out, 8 per step,
+// one qword lane per token, the same way putCBORInts' scalar loop does: width
+// class from three compares (masks K1 ⊇ K2 ⊇ K3), the word = bswap64(u) shifted
+// right by the class's shift, OR the head, then VPCOMPRESSB keeps the first
+// len bytes of each lane and one 64-byte store writes them. out needs
+// 5*n+64 bytes. Requires AVX512F, AVX512BW and AVX512_VBMI2.
+//
+// Z20 = 24 (class-1 threshold, also the class-1 info bits), Z21 = 256,
+// Z22 = 65536, Z23 = 0x20 (negative major type), Z24 bswap64 shuffle, Z25
+// byte-0 broadcast shuffle, Z26 iota, Z27..Z30 the shifts 56, 48, 40, 24,
+// Z31 = 1, Z19 = 3, Z18 = 2.
+TEXT ·cborInts8(SB), NOSPLIT, $0-56
+	MOVQ out_base+0(FP), DI
+	MOVQ tokens_base+24(FP), SI
+	MOVQ tokens_len+32(FP), CX
+	SHRQ $3, CX
+	XORQ DX, DX
+	TESTQ CX, CX
+	JEQ done
+
+	MOVQ $24, AX
+	VPBROADCASTQ AX, Z20
+	MOVQ $256, AX
+	VPBROADCASTQ AX, Z21
+	MOVQ $65536, AX
+	VPBROADCASTQ AX, Z22
+	MOVQ $0x20, AX
+	VPBROADCASTQ AX, Z23
+	VBROADCASTI32X4 cborBswap64<>(SB), Z24
+	VBROADCASTI32X4 cborByte0<>(SB), Z25
+	VBROADCASTI32X4 cborIota<>(SB), Z26
+	MOVQ $56, AX
+	VPBROADCASTQ AX, Z27
+	MOVQ $48, AX
+	VPBROADCASTQ AX, Z28
+	MOVQ $40, AX
+	VPBROADCASTQ AX, Z29
+	MOVQ $24, AX
+	VPBROADCASTQ AX, Z30
+	MOVQ $1, AX
+	VPBROADCASTQ AX, Z31
+	MOVQ $3, AX
+	VPBROADCASTQ AX, Z19
+	MOVQ $2, AX
+	VPBROADCASTQ AX, Z18
+
+loop:
+	VPMOVSXDQ (SI), Z0           // t, sign-extended
+	VPSRAQ $63, Z0, Z1           // s = t >> 63
+	VPXORQ Z1, Z0, Z0            // u = t ^ s  (-1-t for negatives)
+	VPANDQ Z23, Z1, Z1           // major type bits
+	VPCMPUQ $5, Z20, Z0, K1      // u >= 24
+	VPCMPUQ $5, Z21, Z0, K2      // u >= 256
+	VPCMPUQ $5, Z22, Z0, K3      // u >= 65536
+	VPSHUFB Z24, Z0, Z2          // bswap64(u): argument in bytes 4..7
+	VMOVDQA64 Z27, Z3            // shift per class
+	VMOVDQA64 Z28, K1, Z3
+	VMOVDQA64 Z29, K2, Z3
+	VMOVDQA64 Z30, K3, Z3
+	VPSRLVQ Z3, Z2, Z2
+	VPORQ Z1, Z2, Z2             // head: major
+	VPORQ Z20, Z2, K1, Z2        // info 24
+	VPXORQ Z31, Z2, K2, Z2       // 25
+	VPXORQ Z19, Z2, K3, Z2       // 26
+	VMOVDQA64 Z31, Z4            // len per class: 1, 2, 3, 5
+	VPADDQ Z31, Z4, K1, Z4
+	VPADDQ Z31, Z4, K2, Z4
+	VPADDQ Z18, Z4, K3, Z4
+	VPSHUFB Z25, Z4, Z4          // len in every byte of its lane
+	VPCMPUB $1, Z4, Z26, K4      // byte index < len
+	VPCOMPRESSB Z2, K4, Z5
+	VMOVDQU8 Z5, (DI)(DX*1)
+	KMOVQ K4, AX
+	POPCNTQ AX, AX
+	ADDQ AX, DX
+	ADDQ $32, SI
+	DECQ CX
+	JNZ loop
+	VZEROUPPER
+
+done:
+	MOVQ DX, ret+48(FP)
+	RET
