@@ -91,10 +91,10 @@ var cborIntTab = [4]uint32{
 // path's last 64-byte store may reach that far.
 const cborIntSlack = 64
 
-// useCBORAVX512 selects the AVX-512 path of putCBORInts (8 tokens per step,
+// useIntsAVX512 selects the AVX-512 path of putCBORInts (8 tokens per step,
 // about 8x fewer instructions than the scalar loop) where the CPU has it;
 // tests turn it off to check the scalar loop alone.
-var useCBORAVX512 = haveCBORAVX512
+var useIntsAVX512 = haveIntsAVX512
 
 // putCBORInts encodes tokens as CBOR ints into out, which needs cborIntSlack
 // bytes of slack past the 5*len(tokens) worst case, and returns the bytes used.
@@ -110,7 +110,7 @@ var useCBORAVX512 = haveCBORAVX512
 // head encoder over every width class and their boundaries.
 func putCBORInts(out []byte, tokens []int32) int {
 	p := 0
-	if useCBORAVX512 && len(tokens) >= 8 {
+	if useIntsAVX512 && len(tokens) >= 8 {
 		m := len(tokens) &^ 7
 		_ = out[5*m+cborIntSlack-1] // its 64-byte stores stay inside out
 		p = cborInts8(out, tokens[:m])

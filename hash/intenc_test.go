@@ -69,13 +69,13 @@ func intTokens(r *rand.Rand, n int) []int32 {
 // exercised), the boundaries one by one, and through appendCBORTokens into a
 // reused, dirty buffer.
 func TestPutCBORInts(t *testing.T) {
-	defer func(v bool) { useCBORAVX512 = v }(useCBORAVX512)
+	defer func(v bool) { useIntsAVX512 = v }(useIntsAVX512)
 	for _, vec := range []bool{false, true} {
-		if vec && !haveCBORAVX512 {
+		if vec && !haveIntsAVX512 {
 			t.Log("no AVX-512 VBMI2 here: scalar path only")
 			continue
 		}
-		useCBORAVX512 = vec
+		useIntsAVX512 = vec
 		t.Run(map[bool]string{false: "scalar", true: "avx512"}[vec], testPutCBORInts)
 	}
 }
@@ -127,25 +127,47 @@ func testPutCBORInts(t *testing.T) {
 // TestPutPickleInts: the branch-free pickle encoder against refPickleInts, the
 // same way.
 func TestPutPickleInts(t *testing.T) {
+	defer func(v bool) { useIntsAVX512 = v }(useIntsAVX512)
+	for _, vec := range []bool{false, true} {
+		if vec && !haveIntsAVX512 {
+			t.Log("no AVX-512 VBMI2 here: scalar path only")
+			continue
+		}
+		useIntsAVX512 = vec
+		t.Run(map[bool]string{false: "scalar", true: "avx512"}[vec], testPutPickleInts)
+	}
+}
+
+func testPutPickleInts(t *testing.T) {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
 	r := rand.New(rand.NewPCG(seed, 4))
-	out := make([]byte, 5*80+8)
+	out := make([]byte, 5*80+cborIntSlack)
 	for round := range 3000 {
 		tokens := intTokens(r, round%71)
 		for i := range out {
 			out[i] = 0xee
 		}
-		n := putPickleInts(out[:5*len(tokens)+8], tokens)
+		n := putPickleInts(out[:5*len(tokens)+cborIntSlack], tokens)
 		if want := refPickleInts(nil, tokens); !bytes.Equal(out[:n], want) {
 			t.Fatalf("tokens %v:\n got % x\nwant % x", tokens, out[:n], want)
 		}
 	}
 	for v := int64(-70000); v <= 70000; v++ {
 		tok := []int32{int32(v)}
-		n := putPickleInts(out[:13], tok)
+		n := putPickleInts(out[:5+cborIntSlack], tok)
 		if want := refPickleInts(nil, tok); !bytes.Equal(out[:n], want) {
 			t.Fatalf("token %d: got % x, want % x", v, out[:n], want)
+		}
+	}
+	var eight [8]int32
+	for v := int64(-70000); v <= 70000; v++ {
+		for i := range eight {
+			eight[i] = int32(v) + int32(i&1)
+		}
+		n := putPickleInts(out[:40+cborIntSlack], eight[:])
+		if want := refPickleInts(nil, eight[:]); !bytes.Equal(out[:n], want) {
+			t.Fatalf("tokens %v: got % x, want % x", eight, out[:n], want)
 		}
 	}
 }

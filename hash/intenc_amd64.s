@@ -98,3 +98,63 @@ loop:
 done:
 	MOVQ DX, ret+48(FP)
 	RET
+
+// func pickleInts8(out []byte, tokens []int32) int
+//
+// putPickleInts' vector path: tokens[:len(tokens)&^7] as BININT1 / BININT2 /
+// BININT, 8 per step, one qword lane per token: word = u<<8 | opcode, lengths
+// 2, 3, 5 from two compares, then the same compress-and-store as cborInts8.
+// out needs 5*n+64 bytes. Requires AVX512F, AVX512BW and AVX512_VBMI2.
+TEXT ·pickleInts8(SB), NOSPLIT, $0-56
+	MOVQ out_base+0(FP), DI
+	MOVQ tokens_base+24(FP), SI
+	MOVQ tokens_len+32(FP), CX
+	SHRQ $3, CX
+	XORQ DX, DX
+	TESTQ CX, CX
+	JEQ pdone
+
+	MOVQ $256, AX
+	VPBROADCASTQ AX, Z21
+	MOVQ $65536, AX
+	VPBROADCASTQ AX, Z22
+	VBROADCASTI32X4 cborByte0<>(SB), Z25
+	VBROADCASTI32X4 cborIota<>(SB), Z26
+	MOVQ $0x4b, AX // BININT1
+	VPBROADCASTQ AX, Z27
+	MOVQ $0x4d, AX // BININT2
+	VPBROADCASTQ AX, Z28
+	MOVQ $0x4a, AX // BININT
+	VPBROADCASTQ AX, Z29
+	MOVQ $1, AX
+	VPBROADCASTQ AX, Z31
+	MOVQ $2, AX
+	VPBROADCASTQ AX, Z18
+
+ploop:
+	VPMOVZXDQ (SI), Z0           // u = uint32(t)
+	VPCMPUQ $5, Z21, Z0, K1      // u >= 256
+	VPCMPUQ $5, Z22, Z0, K2      // u >= 65536 (negatives included)
+	VPSLLQ $8, Z0, Z2
+	VMOVDQA64 Z27, Z3            // opcode per class
+	VMOVDQA64 Z28, K1, Z3
+	VMOVDQA64 Z29, K2, Z3
+	VPORQ Z3, Z2, Z2
+	VMOVDQA64 Z18, Z4            // len per class: 2, 3, 5
+	VPADDQ Z31, Z4, K1, Z4
+	VPADDQ Z18, Z4, K2, Z4
+	VPSHUFB Z25, Z4, Z4
+	VPCMPUB $1, Z4, Z26, K4
+	VPCOMPRESSB Z2, K4, Z5
+	VMOVDQU8 Z5, (DI)(DX*1)
+	KMOVQ K4, AX
+	POPCNTQ AX, AX
+	ADDQ AX, DX
+	ADDQ $32, SI
+	DECQ CX
+	JNZ ploop
+	VZEROUPPER
+
+pdone:
+	MOVQ DX, ret+48(FP)
+	RET
