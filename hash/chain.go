@@ -294,7 +294,7 @@ func (c *Chain) memoGet(tok []int32) bool {
 	if c.mHasAhead {
 		c.mKey, c.mHasAhead = c.mAhead, false
 	} else {
-		c.mKey = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok)
+		c.mKey = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, tok)
 	}
 	ok := c.memo.get(c.mKey, &c.parent)
 	if ok {
@@ -317,7 +317,7 @@ func (c *Chain) memoAhead() {
 	if c.strategy == StrategySGLangBigram {
 		tok = c.tokens[start : end+1]
 	}
-	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok), true
+	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, tok), true
 	prefetch(&c.memo.bucket(c.mAhead)[0])
 }
 
