@@ -172,6 +172,15 @@ func sum256(be backendID, b []byte) (d [32]byte) {
 	return sha256.Sum256(b)
 }
 
+// sum256To is sum256 writing the digest to *dst (the chain's parent) directly.
+func sum256To(be backendID, dst *[32]byte, b []byte) {
+	if be == backendSHANI {
+		sha256NI(dst, padSHA256(b))
+		return
+	}
+	*dst = sum256(be, b)
+}
+
 // sha256PadMax is the most padding a message takes: 0x80, up to 63 zero bytes
 // and the 8-byte length.
 const sha256PadMax = 72

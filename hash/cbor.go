@@ -50,9 +50,18 @@ func AppendCBORSeed(dst []byte, seed string) []byte {
 // It allocates only if dst lacks capacity; 50 + 5*len(tokens) + sum(9+len(extra))
 // bytes always suffice.
 func AppendCBORBlock(dst []byte, parent []byte, tokens []int32, extras [][]byte) []byte {
-	dst = append(dst, cborArray|3)
-	dst = appendCBORHead(dst, cborBytes, uint64(len(parent)))
-	dst = append(dst, parent...)
+	if len(parent) == 32 {
+		// Every chain block: a SHA-256 parent, written with two 16-byte moves
+		// rather than the generic head and an append's memmove call.
+		n := len(dst)
+		dst = slices.Grow(dst, 35)[:n+35]
+		dst[n], dst[n+1], dst[n+2] = cborArray|3, cborBytes|24, 32
+		*(*[32]byte)(dst[n+3:]) = [32]byte(parent)
+	} else {
+		dst = append(dst, cborArray|3)
+		dst = appendCBORHead(dst, cborBytes, uint64(len(parent)))
+		dst = append(dst, parent...)
+	}
 	dst = appendCBORTokens(dst, tokens)
 	if len(extras) == 0 {
 		return append(dst, cborNull)

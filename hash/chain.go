@@ -243,7 +243,7 @@ func (c *Chain) step() uint64 {
 		} else {
 			c.buf = AppendPickleBlock(c.buf[:0], c.parent[:], tok, ex)
 		}
-		c.parent = sum256(c.be, c.buf)
+		sum256To(c.be, &c.parent, c.buf)
 		if c.mOn {
 			c.memoPut()
 		}
@@ -277,7 +277,7 @@ func (c *Chain) step() uint64 {
 			}
 		}
 		c.buf = b
-		c.parent = sum256(c.be, b)
+		sum256To(c.be, &c.parent, b)
 		if c.mOn {
 			c.memoPut()
 		}
