@@ -2,10 +2,14 @@
 
 package hash
 
+// haveIntsAVX512 is false off amd64: putCBORInts and putPickleInts use their
+// scalar loops only.
 const haveIntsAVX512 = false
 
-// cborInts8 is never called off amd64.
-func cborInts8(out []byte, tokens []int32) int { return 0 }
+func cborInts8(out []byte, tokens []int32) int {
+	panic("BUG: hash.cborInts8 called without AVX-512")
+}
 
-// pickleInts8 is never called off amd64.
-func pickleInts8(out []byte, tokens []int32) int { return 0 }
+func pickleInts8(out []byte, tokens []int32) int {
+	panic("BUG: hash.pickleInts8 called without AVX-512")
+}
