@@ -48,7 +48,8 @@ func AppendCBORSeed(dst []byte, seed string) []byte {
 // (they are Python str); they are written verbatim.
 //
 // It allocates only if dst lacks capacity; 50 + 5*len(tokens) + sum(9+len(extra))
-// bytes always suffice.
+// bytes past len(dst) always suffice, plus cborIntSlack (64) of room the token
+// encoder may scribble on past the output.
 func AppendCBORBlock(dst []byte, parent []byte, tokens []int32, extras [][]byte) []byte {
 	if len(parent) == 32 {
 		// Every chain block: a SHA-256 parent, written with two 16-byte moves
