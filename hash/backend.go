@@ -2,6 +2,7 @@ package hash
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"runtime"
 	"strconv"
@@ -12,7 +13,8 @@ import (
 	simd "github.com/minio/sha256-simd"
 )
 
-// ErrUnknownBackend is returned by SetBackend for a name other than auto, stdlib, simd.
+// ErrUnknownBackend is returned by SetBackend for a name other than auto, stdlib,
+// simd, shani (or shani on a CPU without the SHA extensions).
 var ErrUnknownBackend = errors.New("conductor: unknown SHA-256 backend")
 
 // backendID is the dispatch enum captured by each Chain at Reset, so the per-block
@@ -22,18 +24,22 @@ type backendID uint32
 const (
 	backendStdlib backendID = iota // crypto/sha256 (SHA-NI / AVX2 / ARMv8 assembly in Go 1.26)
 	backendSIMD                    // github.com/minio/sha256-simd (own SHA-NI / ARMv8 assembly)
+	backendSHANI                   // sha256NI: this package's one-shot SHA-NI routine (amd64)
 )
 
 func (b backendID) String() string {
-	if b == backendSIMD {
+	switch b {
+	case backendSIMD:
 		return "simd"
+	case backendSHANI:
+		return "shani"
 	}
 	return "stdlib"
 }
 
 // BackendInfo describes the SHA-256 backend in use.
 type BackendInfo struct {
-	Name     string   // "stdlib" or "simd"
+	Name     string   // "stdlib", "simd" or "shani"
 	Features []string // CPU features relevant to SHA-256, e.g. "sha_ni", "avx2", "avx512f"
 	Auto     bool     // true when picked by auto rather than forced
 }
@@ -61,7 +67,8 @@ func Backend() BackendInfo {
 }
 
 // SetBackend forces the SHA-256 backend for chains Reset afterwards: "auto" (or "")
-// picks the measured winner for this CPU, "stdlib" and "simd" force one. Every
+// picks the measured winner for this CPU, "stdlib", "simd" and "shani" force one
+// ("shani" only where the CPU has the SHA extensions). Every
 // backend produces identical digests; tests run every vector under each. Safe for
 // concurrent use, but a Chain keeps the backend it was Reset with.
 func SetBackend(name string) error {
@@ -80,8 +87,14 @@ func setBackend(name string) error {
 	case "simd":
 		backendCur.Store(uint32(backendSIMD))
 		backendAuto.Store(false)
+	case "shani":
+		if !haveSHANI {
+			return errors.Join(ErrUnknownBackend, errors.New(`backend="shani": this CPU lacks the SHA extensions (or is not amd64)`))
+		}
+		backendCur.Store(uint32(backendSHANI))
+		backendAuto.Store(false)
 	default:
-		return errors.Join(ErrUnknownBackend, errors.New("backend="+strconv.Quote(name)+`: want "auto", "stdlib" or "simd"`))
+		return errors.Join(ErrUnknownBackend, errors.New("backend="+strconv.Quote(name)+`: want "auto", "stdlib", "simd" or "shani"`))
 	}
 	return nil
 }
@@ -105,7 +118,19 @@ func setBackend(name string) error {
 //
 // A cgo SHA-NI routine was not written: simd already runs SHA-NI assembly, and the
 // few ns of per-message overhead left are less than a cgo call's fixed cost.
+//
+// Since then the shani backend (sha256NI, this package's own assembly) beats both
+// and is auto's pick wherever it runs. Both libraries above spend ~50 ns per
+// message outside the compression on the 2-core Xeon (Sapphire Rapids class) VM:
+// digest setup, a Write that buffers the tail, and a checkSum that pads into a
+// copy and calls the block function a second time. sha256NI instead pads the
+// message in the caller's scratch (the chain's encode buffer has the room) and
+// runs every block in one call with the state held in registers. See
+// BENCHMARKS.md "Session 3: hashing floor" for the figures.
 func autoBackend() backendID {
+	if haveSHANI {
+		return backendSHANI
+	}
 	if runtime.GOARCH == "amd64" && cpuid.CPU.Supports(cpuid.SHA, cpuid.SSSE3, cpuid.SSE4) {
 		return backendSIMD
 	}
@@ -132,10 +157,46 @@ func cpuFeatures() []string {
 	return f
 }
 
-// sum256 hashes b with backend be. Both calls keep b and the digest on the stack.
-func sum256(be backendID, b []byte) [32]byte {
-	if be == backendSIMD {
+// sum256 hashes b with backend be. The shani backend pads the message in place:
+// it may overwrite b[len(b):cap(b)], and it allocates unless cap(b)-len(b) >=
+// sha256PadMax (the chain sizes its scratch for that). The digest stays on the
+// stack.
+func sum256(be backendID, b []byte) (d [32]byte) {
+	switch be {
+	case backendSHANI:
+		sha256NI(&d, padSHA256(b))
+		return d
+	case backendSIMD:
 		return simd.Sum256(b)
 	}
 	return sha256.Sum256(b)
+}
+
+// sum256To is sum256 writing the digest to *dst (the chain's parent) directly.
+func sum256To(be backendID, dst *[32]byte, b []byte) {
+	if be == backendSHANI {
+		sha256NI(dst, padSHA256(b))
+		return
+	}
+	*dst = sum256(be, b)
+}
+
+// sha256PadMax is the most padding a message takes: 0x80, up to 63 zero bytes
+// and the 8-byte length.
+const sha256PadMax = 72
+
+// padSHA256 returns b extended by its FIPS 180-4 §5.1.1 padding (0x80, zeros to
+// 56 mod 64, the message length in bits as a 64-bit big-endian integer), in place
+// when b's capacity allows.
+func padSHA256(b []byte) []byte {
+	n := len(b)
+	total := (n + sha256PadMax) &^ 63
+	if cap(b) < total {
+		b = append(b, make([]byte, total-n)...)
+	}
+	b = b[:total]
+	b[n] = 0x80
+	clear(b[n+1 : total-8])
+	binary.BigEndian.PutUint64(b[total-8:], uint64(n)<<3)
+	return b
 }

@@ -123,7 +123,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 		// Both codecs fit in this bound (pickle adds one 9-byte FRAME header per
 		// 64 KiB frame, covered by the slack).
 		need = 64 + 5*blockSize + 20 + len(lora) + len(salt)
-		need += need / frameTarget * 2 * frameHeader
+		need += need/frameTarget*2*frameHeader + sha256PadMax // shani pads in place
 	case StrategySGLang, StrategySGLangBigram:
 		if i := firstNegative(tokens); i >= 0 {
 			return &TokenError{Index: i, Value: tokens[i], Err: ErrNegativeToken}
@@ -139,7 +139,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 			blocks = ceilDiv(logical, blockSize)
 			need = 32 + 8*min(blockSize, logical)
 		}
-		need = max(need, len(sglangSaltPrefix)+len(salt))
+		need = max(need, len(sglangSaltPrefix)+len(salt)) + sha256PadMax // shani pads in place
 	default:
 		return fmt.Errorf("strategy=%v: %w", p.Strategy, ErrUnsupportedStrategy)
 	}
@@ -243,7 +243,7 @@ func (c *Chain) step() uint64 {
 		} else {
 			c.buf = AppendPickleBlock(c.buf[:0], c.parent[:], tok, ex)
 		}
-		c.parent = sum256(c.be, c.buf)
+		sum256To(c.be, &c.parent, c.buf)
 		if c.mOn {
 			c.memoPut()
 		}
@@ -277,7 +277,7 @@ func (c *Chain) step() uint64 {
 			}
 		}
 		c.buf = b
-		c.parent = sum256(c.be, b)
+		sum256To(c.be, &c.parent, b)
 		if c.mOn {
 			c.memoPut()
 		}
@@ -294,7 +294,7 @@ func (c *Chain) memoGet(tok []int32) bool {
 	if c.mHasAhead {
 		c.mKey, c.mHasAhead = c.mAhead, false
 	} else {
-		c.mKey = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok)
+		c.mKey = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, tok)
 	}
 	ok := c.memo.get(c.mKey, &c.parent)
 	if ok {
@@ -317,7 +317,7 @@ func (c *Chain) memoAhead() {
 	if c.strategy == StrategySGLangBigram {
 		tok = c.tokens[start : end+1]
 	}
-	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo.seed, c.mKey, tok), true
+	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, tok), true
 	prefetch(&c.memo.bucket(c.mAhead)[0])
 }
 

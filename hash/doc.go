@@ -27,9 +27,12 @@
 // and the Chain scratch have grown: TestZeroAllocs proves it with
 // testing.AllocsPerRun for every strategy. Chain hashes lazily, so a query that
 // stops matching at block k costs k+1 block hashes, not one per prompt block.
-// SHA-256 is dispatched to crypto/sha256 or github.com/minio/sha256-simd through a
-// switch on a small enum captured per chain (no interface call per block); see
-// Backend for how the default is picked.
+// SHA-256 is dispatched to crypto/sha256, github.com/minio/sha256-simd or this
+// package's one-shot SHA-NI routine (shani: the message is padded in the chain's
+// own scratch and hashed in one call) through a switch on a small enum captured
+// per chain (no interface call per block); see Backend for how the default is
+// picked. The CBOR and pickle token encoders are branch-free, with AVX-512 paths
+// (8 tokens per step) where the CPU has AVX512F/BW/VBMI2.
 //
 // # Digest memo
 //

@@ -73,6 +73,10 @@ type Memo struct {
 	seed  uint64
 	mask  uint64 // buckets - 1
 	slots []memoSlot
+	// sec holds XXH3's default-secret words 0..11 with the seed added (even
+	// words) or subtracted (odd words), as XXH3-128 applies it to inputs of
+	// 17-128 bytes: memoRoll16's precomputed secret.
+	sec [12]uint64
 
 	hits      paddedCounter
 	misses    paddedCounter
@@ -120,6 +124,13 @@ func newMemoSeed(maxBytes int, seed uint64) *Memo {
 		seed:  seed,
 		mask:  uint64(buckets - 1),
 		slots: make([]memoSlot, buckets*memoWays),
+	}
+	for i, k := range xxh3Secret {
+		if i%2 == 0 {
+			m.sec[i] = k + seed
+		} else {
+			m.sec[i] = k - seed
+		}
 	}
 	adviseHuge(m.slots)
 	// Commit the table now, one store per 4 KiB page, so that the first
@@ -238,9 +249,14 @@ func appendMemoTag(dst []byte, p *Profile, blockSize int, lora, salt []byte) []b
 }
 
 // memoRoll returns the key after prev for a block of tokens: XXH3-128 of the
-// previous key (16 bytes LE) and the tokens as u32le, built in scratch (which
+// previous key (16 bytes LE) and the tokens as u32le, seeded with m.seed. A
+// block of 16 tokens (80 bytes, vLLM's default block size) goes through
+// memoRoll16 without building the input; other sizes are built in scratch (which
 // must have room for 16+4*len(tokens) bytes; Reset sizes the chain's buffer).
-func memoRoll(scratch []byte, seed uint64, prev xxh3.Uint128, tokens []int32) xxh3.Uint128 {
+func memoRoll(scratch []byte, m *Memo, prev xxh3.Uint128, tokens []int32) xxh3.Uint128 {
+	if len(tokens) == 16 {
+		return memoRoll16(m, prev, (*[16]int32)(tokens))
+	}
 	n := 16 + 4*len(tokens)
 	b := scratch[:n:n]
 	binary.LittleEndian.PutUint64(b[0:], prev.Lo)
@@ -250,5 +266,65 @@ func memoRoll(scratch []byte, seed uint64, prev xxh3.Uint128, tokens []int32) xx
 	} else {
 		appendU32LE(b[16:16], tokens)
 	}
-	return xxh3.Hash128Seed(b, seed)
+	return xxh3.Hash128Seed(b, m.seed)
+}
+
+// xxh3Secret is the first 96 bytes of XXH3's default secret (kSecret in the
+// XXH3 specification) as little-endian words: all an input of 65-96 bytes reads.
+var xxh3Secret = [12]uint64{
+	0xbe4ba423396cfeb8, 0x1cad21f72c81017c, 0xdb979083e96dd4de, 0x1f67b3b7a4a44072,
+	0x78e5c0cc4ee679cb, 0x2172ffcc7dd05a82, 0x8e2443f7744608b8, 0x4c263a81e69035e0,
+	0xcb00c391bb52283c, 0xa32e531b8b65d088, 0x4ef90da297486471, 0xd8acdea946ef1938,
+}
+
+// XXH3 primes used by the 17-128-byte path.
+const (
+	xxPrime1 = 11400714785074694791
+	xxPrime2 = 14029467366897019727
+	xxPrime4 = 9650029242287828579
+)
+
+// memoRoll16 is xxh3.Hash128Seed(le(prev) || u32le(tokens), m.seed) for 16
+// tokens, computed from the words in place: XXH3-128's 17-128-byte path
+// unrolled for an 80-byte input (three 32-byte mixing rounds over word pairs
+// taken from both ends), reading the tokens two per 64-bit word and the
+// seeded secret from m.sec. It saves building the 80-byte input and the
+// length dispatch. TestMemoRoll16 checks it against xxh3.Hash128Seed.
+func memoRoll16(m *Memo, prev xxh3.Uint128, t *[16]int32) xxh3.Uint128 {
+	w := func(i int) uint64 { return uint64(uint32(t[2*i])) | uint64(uint32(t[2*i+1]))<<32 }
+	// Input words: i0, i1 = prev; token words w0..w7 are input words 2..9.
+	i0, i1 := prev.Lo, prev.Hi
+	w0, w1, w2, w3, w4, w5, w6, w7 := w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7)
+	sec := &m.sec
+	const n = 80 // input length
+	lo, hi := uint64(xxPrime1), uint64(0)
+	lo *= n
+	// len > 64: input words 4, 5 and, from the end, 4, 5 (bytes 32-47 both).
+	hi += mulFold(w2^sec[10], w3^sec[11])
+	hi ^= w2 + w3
+	lo += mulFold(w2^sec[8], w3^sec[9])
+	lo ^= w2 + w3
+	// len > 32: words 2, 3 and, from the end, bytes 48-63.
+	hi += mulFold(w4^sec[6], w5^sec[7])
+	hi ^= w0 + w1
+	lo += mulFold(w0^sec[4], w1^sec[5])
+	lo ^= w4 + w5
+	// Words 0, 1 and the last 16 bytes.
+	hi += mulFold(w6^sec[2], w7^sec[3])
+	hi ^= i0 + i1
+	lo += mulFold(i0^sec[0], i1^sec[1])
+	lo ^= w6 + w7
+	hi, lo = lo*xxPrime1+hi*xxPrime4+(n-m.seed)*xxPrime2, hi+lo
+	return xxh3.Uint128{Hi: -xxAvalanche(hi), Lo: xxAvalanche(lo)}
+}
+
+func mulFold(x, y uint64) uint64 {
+	hi, lo := bits.Mul64(x, y)
+	return hi ^ lo
+}
+
+func xxAvalanche(x uint64) uint64 {
+	x ^= x >> 37
+	x *= 0x165667919e3779f9
+	return x ^ x>>32
 }

@@ -395,3 +395,39 @@ func TestChainHugeBlockSize(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoRoll16 checks memoRoll16 against xxh3.Hash128Seed over the built
+// 80-byte input (the definition of the memo key) for random keys, tokens and
+// seeds, including negative tokens and the seed edges.
+func TestMemoRoll16(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	r := rand.New(rand.NewPCG(seed, 9))
+	var toks [16]int32
+	buf := make([]byte, 80)
+	for i := range 5000 {
+		s := r.Uint64()
+		switch i {
+		case 0:
+			s = 0
+		case 1:
+			s = ^uint64(0)
+		}
+		m := newMemoSeed(MinMemoBytes, s)
+		prev := xxh3.Uint128{Lo: r.Uint64(), Hi: r.Uint64()}
+		for j := range toks {
+			toks[j] = int32(r.Uint32())
+		}
+		binary.LittleEndian.PutUint64(buf[0:], prev.Lo)
+		binary.LittleEndian.PutUint64(buf[8:], prev.Hi)
+		for j, tk := range toks {
+			binary.LittleEndian.PutUint32(buf[16+4*j:], uint32(tk))
+		}
+		if got, want := memoRoll16(m, prev, &toks), xxh3.Hash128Seed(buf, s); got != want {
+			t.Fatalf("seed %#x: memoRoll16 %x, want %x", s, got, want)
+		}
+		if got := memoRoll(nil, m, prev, toks[:]); got != xxh3.Hash128Seed(buf, s) {
+			t.Fatal("memoRoll does not take the 16-token path consistently")
+		}
+	}
+}

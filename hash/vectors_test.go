@@ -216,8 +216,16 @@ func parseI64AsU64(t testing.TB, s string) uint64 {
 	return uint64(v)
 }
 
-// backends lists every SHA-256 backend; every vector test runs under each.
-var backends = []string{"stdlib", "simd"}
+// backends lists every SHA-256 backend this CPU runs; every vector test runs
+// under each.
+var backends = availableBackends()
+
+func availableBackends() []string {
+	if haveSHANI {
+		return []string{"stdlib", "simd", "shani"}
+	}
+	return []string{"stdlib", "simd"}
+}
 
 // forEachBackend runs f once per SHA-256 backend and restores auto afterwards.
 func forEachBackend(t *testing.T, f func(t *testing.T)) {

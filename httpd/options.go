@@ -30,6 +30,13 @@ type Options struct {
 	// Concurrency bounds concurrently served connections inside fasthttp.
 	// Default 256 * 1024 (fasthttp's default); Limiter is the real cap.
 	Concurrency int
+	// ReadBufferBytes is each connection's read buffer (fasthttp
+	// ReadBufferSize), which also bounds the request head. Default 64 KiB: a
+	// query body up to ~60 KB (8k tokens in any form) then arrives with its
+	// head in one read syscall instead of 3-4 with fasthttp's 4 KiB (the
+	// streamed body's 8 KiB prefetch and the rest each refill it), about 3 µs of
+	// server CPU per 8k-token /query. Held per connection while it is open.
+	ReadBufferBytes int
 	// Limiter bounds open connections and request-body bytes in flight; share
 	// one across every server of a process. Default: a Limiter of its own with
 	// DefaultMaxConns and DefaultMaxInflightBodyBytes.
@@ -75,6 +82,9 @@ func (o *Options) EnsureDefaults() {
 	if o.Concurrency == 0 {
 		o.Concurrency = 256 * 1024
 	}
+	if o.ReadBufferBytes == 0 {
+		o.ReadBufferBytes = DefaultReadBufferBytes
+	}
 	if o.Version == "" {
 		o.Version = "dev"
 	}
@@ -82,6 +92,9 @@ func (o *Options) EnsureDefaults() {
 		o.Logger = slog.Default()
 	}
 }
+
+// DefaultReadBufferBytes is Options.ReadBufferBytes' default.
+const DefaultReadBufferBytes = 64 << 10
 
 // ErrInvalidOptions is wrapped by every Validate failure.
 var ErrInvalidOptions = errors.New("conductor: invalid httpd options")
@@ -91,6 +104,9 @@ func (o *Options) Validate() error {
 	var errs []error
 	bad := func(field string, v any, want string) {
 		errs = append(errs, fmt.Errorf("%s=%v: %s: %w", field, v, want, ErrInvalidOptions))
+	}
+	if o.ReadBufferBytes < 0 {
+		bad("ReadBufferBytes", o.ReadBufferBytes, "must be > 0")
 	}
 	if o.MaxBodyBytes < 0 {
 		bad("MaxBodyBytes", o.MaxBodyBytes, "must be > 0")

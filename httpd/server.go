@@ -86,6 +86,7 @@ func newFastServer(h fasthttp.RequestHandler, eh func(*fasthttp.RequestCtx, erro
 		WriteTimeout:                 opts.WriteTimeout,
 		IdleTimeout:                  opts.IdleTimeout,
 		Concurrency:                  opts.Concurrency,
+		ReadBufferSize:               opts.ReadBufferBytes,
 		CloseOnShutdown:              true,
 		DisablePreParseMultipartForm: true,
 		NoDefaultServerHeader:        true,

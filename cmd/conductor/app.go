@@ -123,7 +123,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.StringVar(&s.queryToken, "query-token", "", "bearer token required on /query (default none: queries open; prefer --query-token-file or $CONDUCTOR_QUERY_TOKEN)")
 	fs.StringVar(&s.queryTokenFile, "query-token-file", "", "file holding the query token")
 	fs.StringVar(&s.clientTokens, "client-tokens-file", "", `file of "identity token" lines: identities that may register and unregister their own registrations`)
-	fs.StringVar(&s.sha256Backend, "sha256-backend", "", "SHA-256 implementation: auto, stdlib or simd (default $CONDUCTOR_SHA256_BACKEND, else auto: picked from CPU features)")
+	fs.StringVar(&s.sha256Backend, "sha256-backend", "", "SHA-256 implementation: auto, stdlib, simd or shani (default $CONDUCTOR_SHA256_BACKEND, else auto: picked from CPU features)")
 	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
 	fs.StringVar(&s.allowEndpoints, "allow-endpoints", httpd.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")

@@ -1,0 +1,312 @@
+// One-shot SHA-256 over pre-padded messages with the x86 SHA extensions
+// (SHA256RNDS2 / SHA256MSG1 / SHA256MSG2), fully unrolled: 16 groups of 4 rounds
+// per 64-byte block, the message schedule W[4i..4i+3] rolling through X3-X6.
+// Group i adds K[4i..4i+3] to its schedule word, runs two SHA256RNDS2 (two rounds
+// each, the second on the upper half of X0), and meanwhile extends the schedule:
+// MSG2 finishes W[4i+4..] from MSG1's partial sum plus W[4i-3..4i] (PALIGNR),
+// MSG1 starts W[4i+12..]. Proved against crypto/sha256 by TestSHA256NI.
+
+#include "textflag.h"
+
+DATA sha256niK<>+0(SB)/4, $0x428a2f98
+DATA sha256niK<>+4(SB)/4, $0x71374491
+DATA sha256niK<>+8(SB)/4, $0xb5c0fbcf
+DATA sha256niK<>+12(SB)/4, $0xe9b5dba5
+DATA sha256niK<>+16(SB)/4, $0x3956c25b
+DATA sha256niK<>+20(SB)/4, $0x59f111f1
+DATA sha256niK<>+24(SB)/4, $0x923f82a4
+DATA sha256niK<>+28(SB)/4, $0xab1c5ed5
+DATA sha256niK<>+32(SB)/4, $0xd807aa98
+DATA sha256niK<>+36(SB)/4, $0x12835b01
+DATA sha256niK<>+40(SB)/4, $0x243185be
+DATA sha256niK<>+44(SB)/4, $0x550c7dc3
+DATA sha256niK<>+48(SB)/4, $0x72be5d74
+DATA sha256niK<>+52(SB)/4, $0x80deb1fe
+DATA sha256niK<>+56(SB)/4, $0x9bdc06a7
+DATA sha256niK<>+60(SB)/4, $0xc19bf174
+DATA sha256niK<>+64(SB)/4, $0xe49b69c1
+DATA sha256niK<>+68(SB)/4, $0xefbe4786
+DATA sha256niK<>+72(SB)/4, $0x0fc19dc6
+DATA sha256niK<>+76(SB)/4, $0x240ca1cc
+DATA sha256niK<>+80(SB)/4, $0x2de92c6f
+DATA sha256niK<>+84(SB)/4, $0x4a7484aa
+DATA sha256niK<>+88(SB)/4, $0x5cb0a9dc
+DATA sha256niK<>+92(SB)/4, $0x76f988da
+DATA sha256niK<>+96(SB)/4, $0x983e5152
+DATA sha256niK<>+100(SB)/4, $0xa831c66d
+DATA sha256niK<>+104(SB)/4, $0xb00327c8
+DATA sha256niK<>+108(SB)/4, $0xbf597fc7
+DATA sha256niK<>+112(SB)/4, $0xc6e00bf3
+DATA sha256niK<>+116(SB)/4, $0xd5a79147
+DATA sha256niK<>+120(SB)/4, $0x06ca6351
+DATA sha256niK<>+124(SB)/4, $0x14292967
+DATA sha256niK<>+128(SB)/4, $0x27b70a85
+DATA sha256niK<>+132(SB)/4, $0x2e1b2138
+DATA sha256niK<>+136(SB)/4, $0x4d2c6dfc
+DATA sha256niK<>+140(SB)/4, $0x53380d13
+DATA sha256niK<>+144(SB)/4, $0x650a7354
+DATA sha256niK<>+148(SB)/4, $0x766a0abb
+DATA sha256niK<>+152(SB)/4, $0x81c2c92e
+DATA sha256niK<>+156(SB)/4, $0x92722c85
+DATA sha256niK<>+160(SB)/4, $0xa2bfe8a1
+DATA sha256niK<>+164(SB)/4, $0xa81a664b
+DATA sha256niK<>+168(SB)/4, $0xc24b8b70
+DATA sha256niK<>+172(SB)/4, $0xc76c51a3
+DATA sha256niK<>+176(SB)/4, $0xd192e819
+DATA sha256niK<>+180(SB)/4, $0xd6990624
+DATA sha256niK<>+184(SB)/4, $0xf40e3585
+DATA sha256niK<>+188(SB)/4, $0x106aa070
+DATA sha256niK<>+192(SB)/4, $0x19a4c116
+DATA sha256niK<>+196(SB)/4, $0x1e376c08
+DATA sha256niK<>+200(SB)/4, $0x2748774c
+DATA sha256niK<>+204(SB)/4, $0x34b0bcb5
+DATA sha256niK<>+208(SB)/4, $0x391c0cb3
+DATA sha256niK<>+212(SB)/4, $0x4ed8aa4a
+DATA sha256niK<>+216(SB)/4, $0x5b9cca4f
+DATA sha256niK<>+220(SB)/4, $0x682e6ff3
+DATA sha256niK<>+224(SB)/4, $0x748f82ee
+DATA sha256niK<>+228(SB)/4, $0x78a5636f
+DATA sha256niK<>+232(SB)/4, $0x84c87814
+DATA sha256niK<>+236(SB)/4, $0x8cc70208
+DATA sha256niK<>+240(SB)/4, $0x90befffa
+DATA sha256niK<>+244(SB)/4, $0xa4506ceb
+DATA sha256niK<>+248(SB)/4, $0xbef9a3f7
+DATA sha256niK<>+252(SB)/4, $0xc67178f2
+GLOBL sha256niK<>(SB), RODATA|NOPTR, $256
+
+// Byte swap within each 32-bit word (big-endian message words and digest).
+DATA sha256niFlip<>+0(SB)/8, $0x0405060700010203
+DATA sha256niFlip<>+8(SB)/8, $0x0c0d0e0f08090a0b
+GLOBL sha256niFlip<>(SB), RODATA|NOPTR, $16
+
+// Initial state in SHA256RNDS2 order: ABEF = [F E B A], CDGH = [H G D C] (low dword first).
+DATA sha256niABEF<>+0(SB)/4, $0x9b05688c
+DATA sha256niABEF<>+4(SB)/4, $0x510e527f
+DATA sha256niABEF<>+8(SB)/4, $0xbb67ae85
+DATA sha256niABEF<>+12(SB)/4, $0x6a09e667
+GLOBL sha256niABEF<>(SB), RODATA|NOPTR, $16
+DATA sha256niCDGH<>+0(SB)/4, $0x5be0cd19
+DATA sha256niCDGH<>+4(SB)/4, $0x1f83d9ab
+DATA sha256niCDGH<>+8(SB)/4, $0xa54ff53a
+DATA sha256niCDGH<>+12(SB)/4, $0x3c6ef372
+GLOBL sha256niCDGH<>(SB), RODATA|NOPTR, $16
+
+// func sha256NI(dst *[32]byte, p []byte)
+//
+// Registers: X0 message+K (SHA256RNDS2's implicit operand), X1 ABEF, X2 CDGH,
+// X3-X6 the rolling message schedule W[4i..4i+3], X7 scratch, X8 the byte-swap
+// mask, X9/X10 the state at the start of the block. SI walks p, DX is its end.
+TEXT ·sha256NI(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ p_base+8(FP), SI
+	MOVQ p_len+16(FP), DX
+	ANDQ $~63, DX
+	ADDQ SI, DX
+	MOVOU sha256niFlip<>(SB), X8
+	MOVOU sha256niABEF<>(SB), X1
+	MOVOU sha256niCDGH<>(SB), X2
+	CMPQ SI, DX
+	JEQ done
+
+loop:
+	MOVO X1, X9
+	MOVO X2, X10
+
+	// rounds 0-3
+	MOVOU 0(SI), X3
+	PSHUFB X8, X3
+	MOVO X3, X0
+	PADDD sha256niK<>+0(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+
+	// rounds 4-7
+	MOVOU 16(SI), X4
+	PSHUFB X8, X4
+	MOVO X4, X0
+	PADDD sha256niK<>+16(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X4, X3
+
+	// rounds 8-11
+	MOVOU 32(SI), X5
+	PSHUFB X8, X5
+	MOVO X5, X0
+	PADDD sha256niK<>+32(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X5, X4
+
+	// rounds 12-15
+	MOVOU 48(SI), X6
+	PSHUFB X8, X6
+	MOVO X6, X0
+	PADDD sha256niK<>+48(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X6, X7
+	PALIGNR $4, X5, X7
+	PADDD X7, X3
+	SHA256MSG2 X6, X3
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X6, X5
+
+	// rounds 16-19
+	MOVO X3, X0
+	PADDD sha256niK<>+64(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X3, X7
+	PALIGNR $4, X6, X7
+	PADDD X7, X4
+	SHA256MSG2 X3, X4
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X3, X6
+
+	// rounds 20-23
+	MOVO X4, X0
+	PADDD sha256niK<>+80(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X4, X7
+	PALIGNR $4, X3, X7
+	PADDD X7, X5
+	SHA256MSG2 X4, X5
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X4, X3
+
+	// rounds 24-27
+	MOVO X5, X0
+	PADDD sha256niK<>+96(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X5, X7
+	PALIGNR $4, X4, X7
+	PADDD X7, X6
+	SHA256MSG2 X5, X6
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X5, X4
+
+	// rounds 28-31
+	MOVO X6, X0
+	PADDD sha256niK<>+112(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X6, X7
+	PALIGNR $4, X5, X7
+	PADDD X7, X3
+	SHA256MSG2 X6, X3
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X6, X5
+
+	// rounds 32-35
+	MOVO X3, X0
+	PADDD sha256niK<>+128(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X3, X7
+	PALIGNR $4, X6, X7
+	PADDD X7, X4
+	SHA256MSG2 X3, X4
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X3, X6
+
+	// rounds 36-39
+	MOVO X4, X0
+	PADDD sha256niK<>+144(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X4, X7
+	PALIGNR $4, X3, X7
+	PADDD X7, X5
+	SHA256MSG2 X4, X5
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X4, X3
+
+	// rounds 40-43
+	MOVO X5, X0
+	PADDD sha256niK<>+160(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X5, X7
+	PALIGNR $4, X4, X7
+	PADDD X7, X6
+	SHA256MSG2 X5, X6
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X5, X4
+
+	// rounds 44-47
+	MOVO X6, X0
+	PADDD sha256niK<>+176(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X6, X7
+	PALIGNR $4, X5, X7
+	PADDD X7, X3
+	SHA256MSG2 X6, X3
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X6, X5
+
+	// rounds 48-51
+	MOVO X3, X0
+	PADDD sha256niK<>+192(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X3, X7
+	PALIGNR $4, X6, X7
+	PADDD X7, X4
+	SHA256MSG2 X3, X4
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+	SHA256MSG1 X3, X6
+
+	// rounds 52-55
+	MOVO X4, X0
+	PADDD sha256niK<>+208(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X4, X7
+	PALIGNR $4, X3, X7
+	PADDD X7, X5
+	SHA256MSG2 X4, X5
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+
+	// rounds 56-59
+	MOVO X5, X0
+	PADDD sha256niK<>+224(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	MOVO X5, X7
+	PALIGNR $4, X4, X7
+	PADDD X7, X6
+	SHA256MSG2 X5, X6
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+
+	// rounds 60-63
+	MOVO X6, X0
+	PADDD sha256niK<>+240(SB), X0
+	SHA256RNDS2 X0, X1, X2
+	PSHUFD $0x0e, X0, X0
+	SHA256RNDS2 X0, X2, X1
+
+	PADDD X9, X1
+	PADDD X10, X2
+	ADDQ $64, SI
+	CMPQ SI, DX
+	JB loop
+
+done:
+	// ABEF/CDGH back to ABCD/EFGH, then big-endian bytes.
+	PSHUFD $0x1b, X1, X1
+	PSHUFD $0xb1, X2, X2
+	MOVO X1, X7
+	PBLENDW $0xf0, X2, X1
+	PALIGNR $8, X7, X2
+	PSHUFB X8, X1
+	PSHUFB X8, X2
+	MOVOU X1, (DI)
+	MOVOU X2, 16(DI)
+	RET
