@@ -38,8 +38,12 @@ var (
 	buildErr  error
 )
 
-// TestMain removes the conductor build (if a test made one) after the run.
+// TestMain removes the conductor build (if a test made one) after the run; in
+// the tail harness's publisher process it runs the publisher instead.
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(tailPublisherEnv); addr != "" {
+		os.Exit(tailPublisherMain(addr)) // the tail harness's publisher process
+	}
 	code := m.Run()
 	if buildPath != "" {
 		_ = os.RemoveAll(filepath.Dir(buildPath))
