@@ -191,7 +191,9 @@ type tailPublisher interface {
 // inprocPublisher runs the stream in the test process (TAIL_PUBLISHER=inproc).
 type inprocPublisher struct{ st *tailStream }
 
-func (p inprocPublisher) endpoints() (string, string) { return p.st.pub.Endpoint(), p.st.pub.ReplayEndpoint() }
+func (p inprocPublisher) endpoints() (string, string) {
+	return p.st.pub.Endpoint(), p.st.pub.ReplayEndpoint()
+}
 
 func (p inprocPublisher) prime(tb testing.TB) {
 	tb.Helper()
@@ -273,7 +275,10 @@ func (p *procPublisher) do(tb testing.TB, cmd string) {
 
 func (p *procPublisher) prime(tb testing.TB) { tb.Helper(); p.do(tb, "prime") }
 
-func (p *procPublisher) publish(tb testing.TB, n int) { tb.Helper(); p.do(tb, fmt.Sprintf("publish %d", n)) }
+func (p *procPublisher) publish(tb testing.TB, n int) {
+	tb.Helper()
+	p.do(tb, fmt.Sprintf("publish %d", n))
+}
 
 // newTailPublisher starts engine-b in the placement TAIL_PUBLISHER names
 // ("process", the default, or "inproc"), registers it with conductor and
