@@ -111,6 +111,9 @@ func startServer(tb testing.TB, args ...string) *serverProc {
 	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--config", "/nonexistent/conductor.json",
 		"--state-dir", "", "--log-level", "info"}, args...)
 	cmd := exec.Command(conductorBinary(tb), all...)
+	// BENCH_CONDUCTOR_ENV: space-separated NAME=VALUE pairs for conductor only
+	// (GOMAXPROCS=3, GODEBUG=…), not for this process or the publisher.
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("BENCH_CONDUCTOR_ENV"))...)
 	logs := &lockedBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(logs, pw)

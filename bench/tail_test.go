@@ -247,6 +247,7 @@ func envInt(name string, def int) int {
 func tailArgs() []string { return strings.Fields(os.Getenv("TAIL_ARGS")) }
 
 func BenchmarkTailUnderIngest(b *testing.B) {
+	var rows []string
 	for _, mode := range []string{"grow", "steady"} {
 		for _, conns := range []int{4, 0} {
 			b.Run(fmt.Sprintf("%s/conns=%d", mode, conns), func(b *testing.B) {
@@ -257,6 +258,7 @@ func BenchmarkTailUnderIngest(b *testing.B) {
 				for range b.N {
 					r := runTail(b, mode == "steady", n, conns, tailArgs()...)
 					b.Logf("%s/conns=%d: %v", mode, conns, r)
+					rows = append(rows, r.row(fmt.Sprintf("%s/conns=%d", mode, conns)))
 					b.ReportMetric(float64(r.Blocks)/r.Elapsed.Seconds(), "blocks/s")
 					b.ReportMetric(float64(r.ServerCPU.Nanoseconds())/float64(r.Blocks), "server-ns/block")
 					if conns > 0 {
@@ -270,6 +272,30 @@ func BenchmarkTailUnderIngest(b *testing.B) {
 			})
 		}
 	}
+	if len(rows) > 0 {
+		// The table in one place: every case that ran, as Markdown.
+		fmt.Printf("\ntail under ingest (TAIL_BLOCKS=%d TAIL_STEADY_BLOCKS=%d TAIL_ARGS=%q TAIL_PUBLISHER=%q)\n%s\n%s\n",
+			envInt("TAIL_BLOCKS", 2_000_000), envInt("TAIL_STEADY_BLOCKS", 2_000_000), os.Getenv("TAIL_ARGS"), os.Getenv("TAIL_PUBLISHER"),
+			tailHeader, strings.Join(rows, "\n"))
+	}
+}
+
+const tailHeader = "| case | blocks | ingest M blocks/s | server CPU/block | query rps | p50 | p99 | p999 | max | GCs | GC pause max | assist CPU | apply max | RSS |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+
+// row is the run as a line of tailHeader's table.
+func (r tailRun) row(name string) string {
+	m := r.Metrics
+	var q string
+	if r.Load.Requests > 0 {
+		us := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1e3) }
+		q = fmt.Sprintf("%.0f | %s | %s | %s | %s", r.Load.RPS, us(r.Load.P50), us(r.Load.P99), us(r.Load.P999), us(r.Load.Max))
+	} else {
+		q = "– | – | – | – | –"
+	}
+	return fmt.Sprintf("| %s | %d | %.2f | %.0f ns | %s | %.0f | ≤%.3g ms | %.2f s | %.0f ms | %.0f MB |",
+		name, r.Blocks, float64(r.Blocks)/r.Elapsed.Seconds()/1e6, float64(r.ServerCPU.Nanoseconds())/float64(max(r.Blocks, 1)),
+		q, m.GCs, m.GCPauseMax*1e3, m.AssistCPU, m.ApplyMax*1e3, m.RSS/1e6)
 }
 
 // TestTailHarness runs the tail harness briefly: every published block is
