@@ -367,7 +367,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	memo := hash.NewMemo(s.hashMemoBytes)
 	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots)
 	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
-		EngineMedia: cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
+		ApplyNoYield: s.ingestNice > 0,
+		EngineMedia:  cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2
