@@ -156,12 +156,28 @@ func NewIngester(ix *core.Index, opts IngestOptions) (*Ingester, error) {
 		_ = zctx.Term()
 		return nil, fmt.Errorf("NewIngester: MaxSockets=%d: %w: %w", opts.MaxSockets, err, ErrInvalidIngestOptions)
 	}
+	// Start libzmq's I/O and reaper threads here, from the caller's thread:
+	// the context starts them with its first socket, and a new thread
+	// inherits its creator's scheduling attributes, so a first socket opened
+	// by a listener at ListenerNice would lower theirs too (TestListenerNice).
+	if err := startContextThreads(zctx); err != nil {
+		_ = zctx.Term()
+		return nil, fmt.Errorf("NewIngester: zmq context threads: %w", err)
+	}
 	return &Ingester{
 		ix:        ix,
 		opts:      opts,
 		zctx:      zctx,
 		listeners: make(map[core.ServiceKey]*listener),
 	}, nil
+}
+
+func startContextThreads(zctx *zmq.Context) error {
+	s, err := zctx.NewSocket(zmq.PAIR)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }
 
 // Metrics returns the set holding the per-stream conductor_ingest_* series.

@@ -19,7 +19,7 @@ import (
 // and raises GOMAXPROCS by one (unless $GOMAXPROCS is set) so that a P held by
 // a descheduled listener thread is never the P a query needed.
 
-const defaultIngestNice = 3
+const defaultIngestNice = 0
 
 func addSchedFlags(fs *flag.FlagSet, nice *int) {
 	fs.IntVar(nice, "ingest-nice", defaultIngestNice, fmt.Sprintf(
