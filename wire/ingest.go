@@ -172,6 +172,8 @@ func NewIngester(ix *core.Index, opts IngestOptions) (*Ingester, error) {
 	}, nil
 }
 
+// startContextThreads makes libzmq start zctx's background threads now (the
+// first socket does it); they live until zctx is terminated.
 func startContextThreads(zctx *zmq.Context) error {
 	s, err := zctx.NewSocket(zmq.PAIR)
 	if err != nil {

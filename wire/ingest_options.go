@@ -123,8 +123,11 @@ type IngestOptions struct {
 	// so that when ingest and queries compete for the CPUs the kernel runs the
 	// query threads first: the Go scheduler cannot, it preempts a running
 	// goroutine only every ~10 ms. The thread is never returned to the
-	// runtime's pool (it exits with the listener), so no other goroutine runs
-	// at the lowered priority. Pair it with a GOMAXPROCS above the CPU count
+	// runtime's pool (it exits with the listener; had the runtime put the
+	// listener on the process's main thread, it parks that thread for good
+	// instead), so no other goroutine runs at the lowered priority, and
+	// libzmq's own threads are started before any listener so that they do
+	// not inherit it. Pair it with a GOMAXPROCS above the CPU count
 	// (conductor's --ingest-nice does): a P held by a descheduled low-priority
 	// thread is otherwise a P queries cannot use. Measured effect:
 	// BENCHMARKS.md, "Query tail latency under full ingest (issue #18)".
