@@ -37,8 +37,12 @@ var (
 	buildErr  error
 )
 
-// TestMain removes the conductor build (if a test made one) after the run.
+// TestMain removes the conductor build (if a test made one) after the run; in
+// the tail harness's publisher process it runs the publisher instead.
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(tailPublisherEnv); addr != "" {
+		os.Exit(tailPublisherMain(addr)) // the tail harness's publisher process
+	}
 	code := m.Run()
 	if buildPath != "" {
 		_ = os.RemoveAll(filepath.Dir(buildPath))
@@ -106,6 +110,9 @@ func startServer(tb testing.TB, args ...string) *serverProc {
 	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--config", "/nonexistent/conductor.json",
 		"--state-dir", "", "--log-level", "info"}, args...)
 	cmd := exec.Command(conductorBinary(tb), all...)
+	// BENCH_CONDUCTOR_ENV: space-separated NAME=VALUE pairs for conductor only
+	// (GOMAXPROCS=3, GODEBUG=…), not for this process or the publisher.
+	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("BENCH_CONDUCTOR_ENV"))...)
 	logs := &lockedBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(logs, pw)

@@ -184,108 +184,6 @@ func tailMetricsDelta(a, b metricsPage) tailMetrics {
 	return m
 }
 
-var lastSeqBRE = regexp.MustCompile(`(?m)^conductor_ingest_last_seq\{instance="engine-b"[^}]*\} (\S+)$`)
-
-func (s *serverProc) lastSeqB(tb testing.TB) (uint64, bool) {
-	tb.Helper()
-	resp, err := http.Get(s.url("/metrics"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	m := lastSeqBRE.FindSubmatch(page)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
-	return uint64(v), err == nil
-}
-
-// tailPublisher is engine-b: registered with conductor, primed, streaming
-// fresh blocks.
-type tailPublisher struct {
-	s    *serverProc
-	pub  *Publisher
-	tmpl *StoredTemplate
-	hs   []uint64
-	rm   []uint64
-	next int // batch index: block hashes derive from it
-	seq  uint64
-}
-
-func newTailPublisher(tb testing.TB, s *serverProc, evict bool) *tailPublisher {
-	tb.Helper()
-	pub, err := NewPublisher(PublisherOptions{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { pub.Close() })
-	code, body := s.post(tb, "/register", "application/json", fmt.Appendf(nil,
-		`{"endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"engine-b","block_size":16,"dp_rank":0,`+
-			`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
-		pub.Endpoint(), pub.ReplayEndpoint()))
-	if code != 200 {
-		tb.Fatalf("register engine-b: %d %s", code, body)
-	}
-	p := &tailPublisher{s: s, pub: pub, tmpl: NewStoredTemplate(tailBatch, 16, 0, evict),
-		hs: make([]uint64, tailBatch), rm: make([]uint64, tailBatch)}
-	empty := AppendVLLMBatch(nil, EraMap, 1.7e9, 0)
-	for deadline := time.Now().Add(20 * time.Second); ; {
-		seq, err := pub.Publish(empty)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p.seq = seq
-		time.Sleep(20 * time.Millisecond)
-		if last, ok := s.lastSeqB(tb); ok && last > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("engine-b never reached conductor:\n%s", s.logs)
-		}
-	}
-	p.waitApplied(tb, 0)
-	return p
-}
-
-// publish streams n batches of fresh blocks (each evicting the blocks of the
-// batch steadyWindow earlier when the template evicts), keeping at most
-// tailWindow batches in flight.
-func (p *tailPublisher) publish(tb testing.TB, n int) {
-	tb.Helper()
-	for i := 0; i < n; i++ {
-		// Offset so engine-b's hashes never meet the fixture's or the bench's.
-		fillHashes(p.hs, p.next+1<<30)
-		fillHashes(p.rm, p.next+1<<30-steadyWindow)
-		p.next++
-		seq, err := p.pub.Publish(p.tmpl.Fill(make([]byte, 0, p.tmpl.Size()), p.hs, p.rm))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		p.seq = seq
-		if i%512 == 511 {
-			p.waitApplied(tb, tailWindow)
-		}
-	}
-}
-
-// waitApplied waits until at most window published batches are unapplied.
-func (p *tailPublisher) waitApplied(tb testing.TB, window uint64) {
-	tb.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		last, _ := p.s.lastSeqB(tb)
-		if p.seq <= last+window {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("conductor stuck at seq %d of %d", last, p.seq)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
 // runTail measures one case: blocks stored by engine-b (steady: after a fill
 // of steadyWindow batches) while conns connections query the 8k prompt.
 func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tailRun {
@@ -295,7 +193,6 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 	p := newTailPublisher(tb, s, steady)
 	if steady {
 		p.publish(tb, steadyWindow)
-		p.waitApplied(tb, 0)
 	}
 	if conns > 0 {
 		// Warm the query path before measuring.
@@ -324,7 +221,6 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 	}
 	start := time.Now()
 	p.publish(tb, blocks/tailBatch)
-	p.waitApplied(tb, 0)
 	elapsed := time.Since(start)
 	cancel()
 	out := <-done
@@ -351,6 +247,7 @@ func envInt(name string, def int) int {
 func tailArgs() []string { return strings.Fields(os.Getenv("TAIL_ARGS")) }
 
 func BenchmarkTailUnderIngest(b *testing.B) {
+	var rows []string
 	for _, mode := range []string{"grow", "steady"} {
 		for _, conns := range []int{4, 0} {
 			b.Run(fmt.Sprintf("%s/conns=%d", mode, conns), func(b *testing.B) {
@@ -361,6 +258,7 @@ func BenchmarkTailUnderIngest(b *testing.B) {
 				for range b.N {
 					r := runTail(b, mode == "steady", n, conns, tailArgs()...)
 					b.Logf("%s/conns=%d: %v", mode, conns, r)
+					rows = append(rows, r.row(fmt.Sprintf("%s/conns=%d", mode, conns)))
 					b.ReportMetric(float64(r.Blocks)/r.Elapsed.Seconds(), "blocks/s")
 					b.ReportMetric(float64(r.ServerCPU.Nanoseconds())/float64(r.Blocks), "server-ns/block")
 					if conns > 0 {
@@ -374,6 +272,30 @@ func BenchmarkTailUnderIngest(b *testing.B) {
 			})
 		}
 	}
+	if len(rows) > 0 {
+		// The issue's table in one place: every case that ran, as Markdown.
+		fmt.Printf("\ntail under ingest (TAIL_BLOCKS=%d TAIL_STEADY_BLOCKS=%d TAIL_ARGS=%q TAIL_PUBLISHER=%q)\n%s\n%s\n",
+			envInt("TAIL_BLOCKS", 2_000_000), envInt("TAIL_STEADY_BLOCKS", 2_000_000), os.Getenv("TAIL_ARGS"), os.Getenv("TAIL_PUBLISHER"),
+			tailHeader, strings.Join(rows, "\n"))
+	}
+}
+
+const tailHeader = "| case | blocks | ingest M blocks/s | server CPU/block | query rps | p50 | p99 | p999 | max | GCs | GC pause max | assist CPU | apply max | RSS |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+
+// row is the run as a line of tailHeader's table.
+func (r tailRun) row(name string) string {
+	m := r.Metrics
+	var q string
+	if r.Load.Requests > 0 {
+		us := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1e3) }
+		q = fmt.Sprintf("%.0f | %s | %s | %s | %s", r.Load.RPS, us(r.Load.P50), us(r.Load.P99), us(r.Load.P999), us(r.Load.Max))
+	} else {
+		q = "– | – | – | – | –"
+	}
+	return fmt.Sprintf("| %s | %d | %.2f | %.0f ns | %s | %.0f | ≤%.3g ms | %.2f s | %.0f ms | %.0f MB |",
+		name, r.Blocks, float64(r.Blocks)/r.Elapsed.Seconds()/1e6, float64(r.ServerCPU.Nanoseconds())/float64(max(r.Blocks, 1)),
+		q, m.GCs, m.GCPauseMax*1e3, m.AssistCPU, m.ApplyMax*1e3, m.RSS/1e6)
 }
 
 // TestTailHarness runs the tail harness briefly: every published block is

@@ -29,6 +29,8 @@ type applyRun struct {
 	work int   // block updates since the last yield (carried across batches)
 	t0   int64 // monoNow at the start of the current slice of this Apply
 	in   bool  // inside Apply (slices outside it, e.g. FlushHeld, are not timed)
+	// noYield: no runtime.Gosched at slice boundaries (Options.ApplyNoYield).
+	noYield bool
 	// queries is the index's count of queries in flight (Index.Query).
 	queries *atomic.Int64
 	maxNs   atomic.Int64
@@ -49,8 +51,10 @@ func (r *applyRun) tick() {
 	if r.in {
 		r.note(monoNow())
 	}
-	r.yields.Add(1)
-	runtime.Gosched()
+	if !r.noYield {
+		r.yields.Add(1)
+		runtime.Gosched()
+	}
 	r.stepAside()
 	if r.in {
 		r.t0 = monoNow()
@@ -93,7 +97,8 @@ func (r *applyRun) note(now int64) {
 // assist inside a slice shows here).
 func (s *Subscription) ApplyRunMax() time.Duration { return time.Duration(s.run.maxNs.Load()) }
 
-// ApplyYields is the number of times the applier yielded its P.
+// ApplyYields is the number of times the applier yielded its P (0 with
+// Options.ApplyNoYield).
 func (s *Subscription) ApplyYields() uint64 { return s.run.yields.Load() }
 
 // ApplyDeferrals is the number of times the applier stepped aside for

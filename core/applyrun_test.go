@@ -50,6 +50,23 @@ func TestApplyYieldsBetweenSlices(t *testing.T) {
 	}
 }
 
+// TestApplyNoYield: with Options.ApplyNoYield the applier never yields, still
+// times its slices, and applies every block.
+func TestApplyNoYield(t *testing.T) {
+	ix := New(Options{ApplyNoYield: true})
+	s := mustRegister(t, ix, engineReg(t, "a", 0, cborProfile(t)))
+	s.Apply(batchOf(10, 100, 1000)) // 1010 units: 3 slice boundaries passed
+	if got := s.ApplyYields(); got != 0 {
+		t.Fatalf("yields with ApplyNoYield: %d, want 0", got)
+	}
+	if s.ApplyRunMax() <= 0 {
+		t.Fatalf("ApplyRunMax = %v, want > 0 after applying", s.ApplyRunMax())
+	}
+	if r := row(queryHashes(t, ix, "a", seq(1000)...), "a"); r == nil || r.LongestMatched != 1000*testBS {
+		t.Fatalf("after apply: %+v, want %d tokens matched", r, 1000*testBS)
+	}
+}
+
 // TestQueryDoesNotWaitForApplier: a query completes while the applier is in
 // the middle of a batch (its subscription lock held), so queries never queue
 // behind ingest.

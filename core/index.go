@@ -74,6 +74,14 @@ type Options struct {
 	// (ApplyDeferMax per slice of ApplySliceBlocks updates): query tail
 	// latency over ingest throughput when the two compete for CPU.
 	QueryPriority bool
+	// ApplyNoYield stops appliers from calling runtime.Gosched between slices
+	// of ApplySliceBlocks updates (they still time the slices and, with
+	// QueryPriority, step aside). For appliers that run on OS threads of their
+	// own at a lower kernel priority (ingest.IngestOptions.ListenerNice): there
+	// the kernel already runs the query threads first, a spare P keeps one
+	// free for them, and a yield of a goroutine locked to its thread costs two
+	// thread hand-offs (BENCHMARKS.md, issue #18 "Session 3"). Default false.
+	ApplyNoYield bool
 	// Logger receives rare, noteworthy events (drops, gaps). Default slog.Default().
 	Logger *slog.Logger
 	// HashMemo memoises block digests of vllm_v1 and sglang prompt chains for

@@ -212,6 +212,7 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 	if ix.opts.QueryPriority {
 		sub.run.queries = &ix.queries
 	}
+	sub.run.noYield = ix.opts.ApplyNoYield
 	if r.AdditionalSalt != "" {
 		sub.regSalt = []byte(r.AdditionalSalt)
 	}

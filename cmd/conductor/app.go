@@ -87,6 +87,7 @@ type settings struct {
 	gogc           string
 	gc             gcPolicy
 	queryPriority  bool
+	ingestNice     int // schedpolicy.go
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -134,6 +135,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	addDynamoFlags(fs, &s.dynamo)
 	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; README: Memory and GC policy)")
 	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
+	addSchedFlags(fs, &s.ingestNice)
 	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit) (default $GOGC, else 100)")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -165,6 +167,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
 	}
 	if err := s.dynamo.validate(); err != nil {
+		return s, err
+	}
+	if err := validateIngestNice(s.ingestNice); err != nil {
 		return s, err
 	}
 	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc)
@@ -303,6 +308,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Warn("invalid log level, using INFO", "source", levelSrc, "value", levelText)
 	}
 	s.gc.apply(log)
+	applySchedPolicy(s.ingestNice, env, log)
 
 	path, emptyEnv := configPath(s.configPath, env)
 	if emptyEnv {
@@ -361,7 +367,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	memo := hash.NewMemo(s.hashMemoBytes)
 	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots)
 	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
-		EngineMedia: cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
+		ApplyNoYield: s.ingestNice > 0,
+		EngineMedia:  cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2
@@ -370,7 +377,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	// One listener per registration: the Ingester's limit follows the index's
 	// (ingest.MaxListenersLimit caps both; above it NewIngester refuses to start).
 	ing, err := ingest.NewIngester(ix, ingest.IngestOptions{Logger: log, MaxListeners: fds.registrations,
-		ReceiveQueueBytes: s.rxQueueBytes, MaxQueuedBytes: s.rxQueuedBytes, MaxMessageBytes: s.maxMessageBytes})
+		ReceiveQueueBytes: s.rxQueueBytes, MaxQueuedBytes: s.rxQueuedBytes, MaxMessageBytes: s.maxMessageBytes,
+		ListenerNice: s.ingestNice})
 	if err != nil {
 		log.Error("cannot start the ingester", "err", err)
 		return nil, 1

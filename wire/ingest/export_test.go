@@ -3,6 +3,8 @@ package ingest
 import (
 	"sync"
 	"time"
+
+	"github.com/seed-c7a81618/conductor/core"
 )
 
 // Test-only access to the listener's yield hook (Ingester.testCmdHook).
@@ -35,4 +37,15 @@ func StallAfterFirstBigLive(g *Ingester, d time.Duration) {
 			once.Do(func() { time.Sleep(d) })
 		}
 	}
+}
+
+// ListenerThread is the OS thread id the listener of k is locked to with
+// IngestOptions.ListenerNice (0: not locked, or no such listener).
+func ListenerThread(g *Ingester, k core.ServiceKey) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if l := g.listeners[normKey(k)]; l != nil {
+		return int(l.tid.Load())
+	}
+	return 0
 }

@@ -156,12 +156,30 @@ func NewIngester(ix *core.Index, opts IngestOptions) (*Ingester, error) {
 		_ = zctx.term()
 		return nil, fmt.Errorf("NewIngester: MaxSockets=%d: %w: %w", opts.MaxSockets, err, ErrInvalidIngestOptions)
 	}
+	// Start libzmq's I/O and reaper threads here, from the caller's thread:
+	// the context starts them with its first socket, and a new thread
+	// inherits its creator's scheduling attributes, so a first socket opened
+	// by a listener at ListenerNice would lower theirs too (TestListenerNice).
+	if err := startContextThreads(zctx); err != nil {
+		_ = zctx.term()
+		return nil, fmt.Errorf("NewIngester: zmq context threads: %w", err)
+	}
 	return &Ingester{
 		ix:        ix,
 		opts:      opts,
 		zctx:      zctx,
 		listeners: make(map[core.ServiceKey]*listener),
 	}, nil
+}
+
+// startContextThreads makes libzmq start zctx's background threads now (the
+// first socket does it); they live until zctx is terminated.
+func startContextThreads(zctx *zcontext) error {
+	s, err := zctx.socket(zPAIR)
+	if err != nil {
+		return err
+	}
+	return s.close()
 }
 
 // Metrics returns the set holding the per-stream conductor_ingest_* series.

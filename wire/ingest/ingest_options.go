@@ -35,6 +35,9 @@ const (
 	// holds an OS thread, and the Go runtime aborts the process past 10 000
 	// threads (runtime/debug.SetMaxThreads).
 	MaxListenersLimit = 8192
+	// MaxListenerNice is the largest IngestOptions.ListenerNice (Linux's
+	// lowest priority).
+	MaxListenerNice = 19
 )
 
 // Per-listener resource costs, for sizing RLIMIT_NOFILE and budgets.
@@ -114,6 +117,22 @@ type IngestOptions struct {
 	// Metrics is the set per-stream counters are registered in (and unregistered
 	// from on Unregister). Default: a new set, returned by Ingester.Metrics.
 	Metrics *metrics.Set
+	// ListenerNice, when 1..19, runs each listener — the stream's receiver,
+	// decoder and single writer — on an OS thread of its own with this nice
+	// value (Linux; elsewhere it is locked to a thread but keeps its priority),
+	// so that when ingest and queries compete for the CPUs the kernel runs the
+	// query threads first: the Go scheduler cannot, it preempts a running
+	// goroutine only every ~10 ms. The thread is never returned to the
+	// runtime's pool (it exits with the listener; had the runtime put the
+	// listener on the process's main thread, it parks that thread for good
+	// instead), so no other goroutine runs at the lowered priority, and
+	// libzmq's own threads are started before any listener so that they do
+	// not inherit it. Pair it with a GOMAXPROCS above the CPU count
+	// (conductor's --ingest-nice does): a P held by a descheduled low-priority
+	// thread is otherwise a P queries cannot use. Measured effect:
+	// BENCHMARKS.md, "Query tail latency under full ingest (issue #18)".
+	// Default 0: the listener runs like any goroutine.
+	ListenerNice int
 }
 
 // EnsureDefaults fills zero fields with their documented defaults.
@@ -201,6 +220,9 @@ func (o *IngestOptions) Validate() error {
 	}
 	if o.RcvHWM < 0 {
 		bad("RcvHWM", o.RcvHWM, "must be >= 0")
+	}
+	if o.ListenerNice < 0 || o.ListenerNice > MaxListenerNice {
+		bad("ListenerNice", o.ListenerNice, fmt.Sprintf("must be 0..%d", MaxListenerNice))
 	}
 	if o.MaxListeners < 1 || o.MaxListeners > MaxListenersLimit {
 		bad("MaxListeners", o.MaxListeners, fmt.Sprintf("must be 1..%d", MaxListenersLimit))

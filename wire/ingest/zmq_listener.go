@@ -112,6 +112,9 @@ type listener struct {
 	hasSeq  atomic.Bool
 	// queuePeak is the most bytes the receive queue has held.
 	queuePeak atomic.Int64
+	// tid is the OS thread the goroutine is locked to with ListenerNice
+	// (0: not locked).
+	tid atomic.Int64
 
 	cmds chan cmdReq
 	done chan struct{}
@@ -332,6 +335,16 @@ func (l *listener) run(ready chan<- error) {
 	defer runtime.LockOSThread()
 	defer close(l.done)
 	defer l.closeAll()
+	if n := l.opts.ListenerNice; n > 0 {
+		// Locked from here to the exit, so the thread with the lowered
+		// priority runs this goroutine only and dies with it (IngestOptions).
+		runtime.LockOSThread()
+		tid, err := setThreadNice(n)
+		l.tid.Store(int64(tid))
+		if err != nil {
+			l.log.Warn("listener thread priority unchanged", "nice", n, "err", err)
+		}
+	}
 	rx := &l.rx
 	if err := l.openSub(); err != nil {
 		ready <- err

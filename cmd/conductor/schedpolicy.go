@@ -1,0 +1,53 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log/slog"
+	"runtime"
+
+	"github.com/seed-c7a81618/conductor/wire/ingest"
+)
+
+// Scheduling policy for ingest against queries (README, "Query latency under
+// ingest, memory and GC policy"). Each registration's listener receives,
+// decodes and applies its stream on one goroutine; flat out, it keeps a CPU
+// busy. The Go scheduler preempts a running goroutine only every ~10 ms, so on
+// a small machine a query handler that becomes ready waits for the kernel to
+// give its thread a CPU. --ingest-nice runs every listener on a thread of its
+// own with a lower kernel priority, so the kernel prefers the query threads,
+// and raises GOMAXPROCS by one (unless $GOMAXPROCS is set) so that a P held by
+// a descheduled listener thread is never the P a query needed.
+
+const defaultIngestNice = 0
+
+func addSchedFlags(fs *flag.FlagSet, nice *int) {
+	fs.IntVar(nice, "ingest-nice", defaultIngestNice, fmt.Sprintf(
+		"kernel nice value of the ingest threads (1..%d, Linux; 0 = same priority as queries); >0 also raises GOMAXPROCS by one unless $GOMAXPROCS is set",
+		ingest.MaxListenerNice))
+}
+
+func validateIngestNice(n int) error {
+	if n < 0 || n > ingest.MaxListenerNice {
+		return fmt.Errorf("--ingest-nice=%d: want 0..%d", n, ingest.MaxListenerNice)
+	}
+	return nil
+}
+
+// startProcs is the runtime's own GOMAXPROCS (from the CPUs or cgroup quota
+// this process may use, or $GOMAXPROCS), read before any change so that
+// applying the policy twice in one process (tests) does not compound.
+var startProcs = runtime.GOMAXPROCS(0)
+
+// applySchedPolicy sets GOMAXPROCS for --ingest-nice and logs the result.
+// Setting it stops the runtime from following later changes of the CPU quota.
+func applySchedPolicy(nice int, env func(string) (string, bool), log *slog.Logger) {
+	procs := startProcs
+	if _, set := env("GOMAXPROCS"); nice > 0 && !set {
+		procs++
+	}
+	if procs != runtime.GOMAXPROCS(0) {
+		runtime.GOMAXPROCS(procs)
+	}
+	log.Info("scheduling policy", "ingest_nice", nice, "gomaxprocs", procs, "cpus", runtime.NumCPU())
+}
