@@ -409,3 +409,10 @@ func (r *Relay) Close(drain time.Duration) {
 	r.cancel()
 	<-r.done
 }
+
+// queued is how many messages wait for an acknowledgement.
+func (r *Relay) queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.q)
+}

@@ -368,7 +368,9 @@ func normKey(k core.ServiceKey) core.ServiceKey {
 func (r *Replica) register(reg core.Registration) {
 	_, _, err := r.ix.Register(reg)
 	if errors.Is(err, core.ErrConflict) {
-		if _, ok := r.ix.Lookup(reg.Key()); ok {
+		if old, ok := r.ix.Lookup(reg.Key()); ok {
+			r.opts.Logger.Info("replica: registration changed; replacing it", "service", reg.Key().String(),
+				"old", fmt.Sprintf("%+v", old.Registration()), "new", fmt.Sprintf("%+v", reg))
 			_, _ = r.ix.Unregister(reg.Key())
 			r.mu.Lock()
 			delete(r.seqs, normKey(reg.Key()))
