@@ -235,9 +235,11 @@ func (r *reader) fail(what string) {
 	r.b = nil
 }
 
+// Varints must be minimal (no trailing zero group): every message has one
+// encoding (FuzzReplicaMessage re-encodes what it accepts).
 func (r *reader) uvarint(what string) uint64 {
 	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && r.b[n-1] == 0 {
 		r.fail(what)
 		return 0
 	}
@@ -247,7 +249,7 @@ func (r *reader) uvarint(what string) uint64 {
 
 func (r *reader) varint(what string) int64 {
 	v, n := binary.Varint(r.b)
-	if n <= 0 {
+	if n <= 0 || n > 1 && r.b[n-1] == 0 {
 		r.fail(what)
 		return 0
 	}
@@ -337,6 +339,9 @@ func (d *Decoder) batch(r *reader) {
 	bt.TimestampF = math.Float64frombits(r.u64("timestamp"))
 	bt.TimestampU = r.uvarint("timestamp")
 	bf := r.uvarint("batch flags")
+	if bf&^3 != 0 {
+		r.fail("batch flags")
+	}
 	bt.HasDPRank, bt.HasSeq = bf&1 != 0, bf&2 != 0
 	rank := r.uvarint("dp_rank")
 	if rank > math.MaxUint32 {
@@ -344,7 +349,11 @@ func (d *Decoder) batch(r *reader) {
 	}
 	bt.DPRank = uint32(rank)
 	bt.Seq = r.uvarint("seq")
-	bt.Skipped = int(min(r.uvarint("skipped"), maxEvents))
+	skipped := r.uvarint("skipped")
+	if skipped > maxEvents {
+		r.fail("skipped")
+	}
+	bt.Skipped = int(skipped)
 	n := r.uvarint("events")
 	// Each event takes at least 21 bytes (kind, flags, counts, parent).
 	if r.err != nil || n > maxEvents || n*21 > uint64(len(r.b)) {
@@ -364,6 +373,9 @@ func decodeEvent(r *reader, e *core.Event) {
 	e.Kind = core.EventKind(r.b[0])
 	r.b = r.b[1:]
 	f := r.uvarint("event flags")
+	if f >= fBytes0<<len(byteFields(e)) {
+		r.fail("event flags")
+	}
 	e.Standard, e.HasParent, e.HasTokens = f&fStandard != 0, f&fHasParent != 0, f&fHasTokens != 0
 	e.Bigram, e.Partial, e.HasLoraID = f&fBigram != 0, f&fPartial != 0, f&fHasLoraID != 0
 	e.HasGroupIdx, e.HasSlidingWindow, e.ExtraKeysPresent = f&fHasGroupIdx != 0, f&fHasSlidingWindow != 0, f&fExtraKeys != 0

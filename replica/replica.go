@@ -42,7 +42,7 @@ type Replica struct {
 	// is applied (cmd/conductor records Dynamo indexers).
 	onRegister func(core.Registration)
 
-	d   Decoder
+	d Decoder
 
 	mu   sync.Mutex // guards seqs (the consumer writes, /metrics reads)
 	seqs map[core.ServiceKey]*seqState
