@@ -3,7 +3,9 @@ package replica
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"math/rand"
+	"os"
 	"testing"
 	"time"
 
@@ -140,7 +142,9 @@ func BenchmarkSnapshotLoad(b *testing.B) {
 				}
 				b.ReportMetric(time.Since(start).Seconds(), "write_s")
 				rix := core.New(core.Options{Logger: quietLog(), ContextSizeHint: n})
-				r, err := NewReplica(rix, benchOpts(ns.ClientURL()), nil)
+				lo := benchOpts(ns.ClientURL())
+				lo.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				r, err := NewReplica(rix, lo, nil)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -128,7 +128,7 @@ func (r *Replica) writeSnapshot(ctx context.Context, js jetstream.JetStream) err
 		pw.CloseWithError(err)
 	}()
 	name := fmt.Sprintf("%s%020d", r.snapshotPrefix(), seq)
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
 	info, err := os.Put(wctx, jetstream.ObjectMeta{Name: name, Metadata: map[string]string{"stream_seq": fmtSeq(seq)}}, pr)
 	pr.CloseWithError(err)
@@ -176,7 +176,11 @@ func (r *Replica) loadSnapshot(ctx context.Context, js jetstream.JetStream) uint
 	}
 	name, seq := names[len(names)-1], seqs[len(seqs)-1]
 	start := time.Now()
-	res, err := os.Get(ctx, name)
+	// A deadline of our own: without one the object store bounds the whole
+	// read by JetStream's default timeout (5s), too short for a large index.
+	gctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
+	defer cancel()
+	res, err := os.Get(gctx, name)
 	if err != nil {
 		log.Warn("replica: cannot read the snapshot; consuming from the start", "name", name, "err", err)
 		return 0
