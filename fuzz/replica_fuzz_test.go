@@ -3,6 +3,7 @@ package fuzz
 import (
 	"bytes"
 	"errors"
+	"reflect"
 	"testing"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -28,6 +29,10 @@ func FuzzReplicaMessage(f *testing.F) {
 		f.Add(replica.AppendKeyMessage(nil, kind, k))
 	}
 	f.Add([]byte(`` + "\x01R" + `{"endpoint":"tcp://h:1","type":"vLLM","model_name":"m","tenant_id":"t","instance_id":"i","block_size":16,"dp_rank":0,"hash_profile":{"Strategy":"xxh3","Algorithm":"xxh3_64","PythonHashSeed":"1337","IndexProjection":"seq64"}}`))
+	f.Add(replica.AppendSection(nil, k, &replica.Section{Begin: true, End: true, HasSeq: true, Seq: 9,
+		Holdings: []replica.SectionHoldings{{H: core.Holding{Context: core.ContextKey{TenantID: "t", ModelName: "m", BlockSize: 16},
+			Name: "vllm-0", Tier: core.TierCPULocal, Copies: 2, Stream: &core.StreamDims{Salt: "s"}}, Keys: []uint64{1, 2}}},
+		Engine: []core.EngineEntry{{Context: core.ContextKey{TenantID: "t", ModelName: "m", BlockSize: 16}, Hash: 5, Key: 6, Plain: 7, Count: 1}}}))
 	var d, d2 replica.Decoder
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) > 64<<10 {
@@ -46,6 +51,15 @@ func FuzzReplicaMessage(f *testing.F) {
 			again = replica.AppendBatch(nil, m.Key, &m.Batch)
 		case replica.KindClear, replica.KindFlush, replica.KindUnregister:
 			again = replica.AppendKeyMessage(nil, m.Kind, m.Key)
+		case replica.KindSection:
+			// Records may be regrouped: the section must survive a round trip.
+			again = replica.AppendSection(nil, m.Key, m.Section)
+			want := sectionOf(m.Section)
+			m2, err := d2.Decode(again)
+			if err != nil || m2.Key != m.Key || !reflect.DeepEqual(sectionOf(m2.Section), want) {
+				t.Fatalf("section round trip: %+v → %+v (%v)", want, m2, err)
+			}
+			return
 		case replica.KindRegister:
 			// JSON: not canonical byte for byte; the registration must
 			// survive a round trip.
@@ -62,4 +76,12 @@ func FuzzReplicaMessage(f *testing.F) {
 			t.Fatalf("accepted input does not re-encode to itself:\n in %x\nout %x", in, again)
 		}
 	})
+}
+
+// sectionOf copies a decoded section (it aliases its decoder), empty slices nil.
+func sectionOf(s *replica.Section) replica.Section {
+	c := *s
+	c.Holdings = append([]replica.SectionHoldings(nil), s.Holdings...)
+	c.Engine = append([]core.EngineEntry(nil), s.Engine...)
+	return c
 }

@@ -57,7 +57,7 @@ func publish(b *testing.B, url string, n int) {
 		b.Fatal(err)
 	}
 	src := core.New(core.Options{Observer: relay, Logger: quietLog()})
-	relay.Start(src.Services)
+	relay.Start(src)
 	defer relay.Close(0)
 	sub, _, err := src.Register(benchReg(b, "e"))
 	if err != nil {

@@ -47,10 +47,11 @@ var ErrMessage = errors.New("conductor: malformed replication message")
 // Message is one decoded message. Slices alias the decoder's scratch and the
 // input: valid until the next Decode.
 type Message struct {
-	Kind  Kind
-	Key   core.ServiceKey
-	Batch core.Batch
-	Reg   core.Registration
+	Kind    Kind
+	Key     core.ServiceKey
+	Batch   core.Batch
+	Reg     core.Registration
+	Section *Section // KindSection (section.go)
 }
 
 // limits on decoded sizes (a relay never produces more; bounds what a
@@ -220,7 +221,8 @@ func AppendRegister(b []byte, r *core.Registration) []byte {
 // Decoder decodes messages, reusing its scratch across calls. Not safe for
 // concurrent use.
 type Decoder struct {
-	m Message
+	m   Message
+	sec Section
 }
 
 type reader struct {
@@ -298,7 +300,7 @@ func (r *reader) key() core.ServiceKey {
 func (d *Decoder) Decode(body []byte) (*Message, error) {
 	m := &d.m
 	m.Batch.Reset()
-	m.Key, m.Reg = core.ServiceKey{}, core.Registration{}
+	m.Key, m.Reg, m.Section = core.ServiceKey{}, core.Registration{}, nil
 	if len(body) < 2 || body[0] != codecVersion {
 		return nil, fmt.Errorf("header: %w", ErrMessage)
 	}
@@ -322,6 +324,10 @@ func (d *Decoder) Decode(body []byte) (*Message, error) {
 	case KindBatch:
 		m.Key = r.key()
 		d.batch(&r)
+	case KindSection:
+		m.Key = r.key()
+		d.section(&r)
+		m.Section = &d.sec
 	default:
 		return nil, fmt.Errorf("kind %q: %w", body[1], ErrMessage)
 	}

@@ -2,6 +2,7 @@ package replica
 
 import (
 	"errors"
+	"math/rand"
 	"net"
 	"strconv"
 	"strings"
@@ -43,7 +44,7 @@ func TestRelayFailoverDedup(t *testing.T) {
 		}
 		relays[i] = r
 		srcs[i] = core.New(core.Options{Observer: r, Logger: quietLog()})
-		r.Start(srcs[i].Services)
+		r.Start(srcs[i])
 	}
 	t.Cleanup(func() { relays[1].Close(0) })
 	repIx := core.New(core.Options{Logger: quietLog()})
@@ -110,15 +111,26 @@ func TestNATSDownAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := core.New(core.Options{Observer: relay, Logger: quietLog()})
-	relay.Start(src.Services)
+	relay.Start(src)
 	t.Cleanup(func() { relay.Close(0) })
 	o := natsOpts(url)
 	o.BufferBytes = 4 << 10
+	o.Stream, o.SubjectPrefix = "SMALL", "small.events"
 	small, err := NewRelay(o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	smallSrc := core.New(core.Options{Observer: small, Logger: quietLog()})
+	small.Start(smallSrc)
+	t.Cleanup(func() { small.Close(0) })
+	smallRepIx := core.New(core.Options{Logger: quietLog()})
+	o.BufferBytes = 0
+	smallRep, err := NewReplica(smallRepIx, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	smallRep.Start()
+	t.Cleanup(smallRep.Close)
 	repIx := core.New(core.Options{Logger: quietLog()})
 	rep, err := NewReplica(repIx, natsOpts(url), nil)
 	if err != nil {
@@ -168,4 +180,70 @@ func TestNATSDownAtStart(t *testing.T) {
 		t.Fatalf("replica differs from the relay after NATS came up")
 	}
 	waitUntil(t, "the replica to report ready", 10*time.Second, func() bool { return rep.Ready() == nil })
+
+	// The relay that dropped: its dirty subscriptions are transferred
+	// whole once its buffer drained, then its batches flow again.
+	waitUntil(t, "the small relay's state transfers", 20*time.Second, func() bool {
+		return small.transfers.Get() > 0 && small.queued() == 0
+	})
+	for step := 0; step < 100; step++ {
+		k := w.rng.Intn(len(smallSubs))
+		smallSubs[k].Apply(w.batch(k))
+		time.Sleep(time.Millisecond) // within the 4 KiB buffer
+	}
+	waitUntil(t, "the small relay to drain", 20*time.Second, func() bool { return small.queued() == 0 })
+	last = streamLast(t, url, "SMALL")
+	waitUntil(t, "the small replica to apply its stream", 20*time.Second, func() bool { return smallRep.applied.Load() == last })
+	if got, want := state(t, smallRepIx), state(t, smallSrc); got != want {
+		t.Fatalf("replica of the relay that dropped differs from its index after the state transfer:\n got %d lines\nwant %d lines",
+			strings.Count(got, "\n"), strings.Count(want, "\n"))
+	}
+	t.Logf("dropped %d, suppressed %d, state transfers %d, replica sections %d",
+		small.dropped.Get(), small.suppressed.Get(), small.transfers.Get(), smallRep.msgs[5].Get())
+}
+
+// TestSectionChunks: a state transfer of a subscription too large for one
+// message is cut into several sections; a replica applying them (after
+// holding other state for it, which the transfer replaces) ends with the
+// source's exact state.
+func TestSectionChunks(t *testing.T) {
+	w := newWorkload(t, 1)
+	src := core.New(core.Options{Logger: quietLog()})
+	reg := benchReg(t, "big")
+	sub, _, err := src.Register(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := w.rng
+	for i := 0; i < 200; i++ {
+		sub.Apply(benchBatch(rng, uint64(i), 256)) // 51,200 blocks: ~400 KiB of keys
+	}
+	again := benchBatch(rand.New(rand.NewSource(99)), 200, 300)
+	sub.Apply(again)
+	again.Seq = 201
+	sub.Apply(again) // two copies of these
+	sw := &sectionWriter{key: reg.Key()}
+	if err := src.DumpStreams(nil, sw); err != nil {
+		t.Fatal(err)
+	}
+	if len(sw.msgs) < 2 {
+		t.Fatalf("%d section messages: the chunking is not exercised", len(sw.msgs))
+	}
+	dst := core.New(core.Options{Logger: quietLog()})
+	rep, err := NewReplica(dst, natsOpts("nats://127.0.0.1:1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.apply(AppendRegister(nil, &reg))
+	other := benchBatch(rand.New(rand.NewSource(98)), 7777, 100)
+	rep.apply(AppendBatch(nil, reg.Key(), other)) // state the transfer must replace
+	for _, m := range sw.msgs {
+		rep.apply(m)
+	}
+	if got, want := state(t, dst), state(t, src); got != want {
+		t.Fatalf("after %d sections the replica differs from the source", len(sw.msgs))
+	}
+	if rep.decodeErrs.Get() != 0 || rep.msgs[5].Get() != uint64(len(sw.msgs)) {
+		t.Fatalf("decode errors %d, sections applied %d of %d", rep.decodeErrs.Get(), rep.msgs[5].Get(), len(sw.msgs))
+	}
 }

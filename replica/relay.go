@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -48,12 +49,13 @@ type Relay struct {
 	q      []outMsg // FIFO; q[0] is the oldest not yet acknowledged
 	qBytes int64
 	wake   chan struct{}
-	// services lists the index's registrations (for resyncs); set by Attach.
-	services func() []core.Registration
+	// ix is the index observed (registration resyncs, state transfers); set by Start.
+	ix *core.Index
 
 	subs sync.Map // core.ServiceKey → *relaySub
 
 	published, dropped, pubErrors, resyncs *metrics.Counter
+	suppressed, transfers                  *metrics.Counter
 	connected                              bool // guarded by mu
 
 	cancel context.CancelFunc
@@ -69,9 +71,13 @@ type outMsg struct {
 // the subscription's lock (the observer's calls for one subscription are
 // serialised by it).
 type relaySub struct {
+	key      core.ServiceKey
 	subject  string
 	streamID string
 	last     uint64
+	// dirty: a message of this subscription was dropped; nothing more is
+	// published for it until a state transfer (section.go) replaces it.
+	dirty atomic.Bool
 }
 
 // NewRelay returns a relay; Start connects it. Options are validated.
@@ -85,6 +91,8 @@ func NewRelay(opts Options) (*Relay, error) {
 	r.dropped = r.set.NewCounter("conductor_relay_dropped_total")
 	r.pubErrors = r.set.NewCounter("conductor_relay_publish_errors_total")
 	r.resyncs = r.set.NewCounter("conductor_relay_registration_resyncs_total")
+	r.suppressed = r.set.NewCounter("conductor_relay_suppressed_total")
+	r.transfers = r.set.NewCounter("conductor_relay_state_transfers_total")
 	r.set.NewGauge("conductor_relay_queued_bytes", func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -119,7 +127,7 @@ func (r *Relay) sub(reg *core.Registration) *relaySub {
 	for i := range b {
 		b[i] = byte(id >> (56 - 8*i))
 	}
-	rs := &relaySub{subject: Subject(r.opts.SubjectPrefix, reg.TenantID, reg.ModelName), streamID: hex.EncodeToString(b[:])}
+	rs := &relaySub{key: k, subject: Subject(r.opts.SubjectPrefix, reg.TenantID, reg.ModelName), streamID: hex.EncodeToString(b[:])}
 	v, _ := r.subs.LoadOrStore(k, rs)
 	return v.(*relaySub)
 }
@@ -132,33 +140,52 @@ func (r *Relay) subOf(s *core.Subscription) *relaySub {
 	return r.sub(&reg)
 }
 
-func (r *Relay) enqueue(m outMsg) {
+// enqueue queues m; past BufferBytes it is dropped (false) unless force
+// (registrations: small, and a replica must not miss one).
+func (r *Relay) enqueue(m outMsg, force bool) bool {
 	r.mu.Lock()
-	if r.qBytes+int64(len(m.body)) > r.opts.BufferBytes {
+	if !force && r.qBytes+int64(len(m.body)) > r.opts.BufferBytes {
 		r.mu.Unlock()
 		r.dropped.Inc()
-		return
+		return false
 	}
 	r.q = append(r.q, m)
 	r.qBytes += int64(len(m.body))
 	r.mu.Unlock()
+	r.kick()
+	return true
+}
+
+func (r *Relay) kick() {
 	select {
 	case r.wake <- struct{}{}:
 	default:
 	}
 }
 
+// enqueueSub queues a message of rs's subscription (called under its lock):
+// nothing while rs is dirty; a drop makes it dirty.
+func (r *Relay) enqueueSub(rs *relaySub, m outMsg) {
+	if rs.dirty.Load() {
+		r.suppressed.Inc()
+		return
+	}
+	if !r.enqueue(m, false) {
+		rs.dirty.Store(true)
+	}
+}
+
 // Registered implements core.Observer.
 func (r *Relay) Registered(reg *core.Registration) {
 	rs := r.sub(reg)
-	r.enqueue(outMsg{subject: rs.subject, body: AppendRegister(nil, reg)})
+	r.enqueue(outMsg{subject: rs.subject, body: AppendRegister(nil, reg)}, true)
 }
 
 // Unregistered implements core.Observer.
 func (r *Relay) Unregistered(reg *core.Registration) {
 	rs := r.sub(reg)
 	r.subs.Delete(reg.Key())
-	r.enqueue(outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindUnregister, reg.Key())})
+	r.enqueue(outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindUnregister, reg.Key())}, true)
 }
 
 // Applied implements core.Observer.
@@ -170,38 +197,34 @@ func (r *Relay) Applied(s *core.Subscription, b *core.Batch) {
 		m.id = rs.streamID + "-" + strconv.FormatUint(b.Seq, 10) + "-" + strconv.FormatUint(xxh3.Hash(body), 16)
 		rs.last = b.Seq
 	}
-	r.enqueue(m)
+	r.enqueueSub(rs, m)
 }
 
 // Cleared implements core.Observer.
 func (r *Relay) Cleared(s *core.Subscription) {
 	rs := r.subOf(s)
-	r.enqueue(outMsg{subject: rs.subject, id: rs.streamID + "-c-" + strconv.FormatUint(rs.last, 10),
+	r.enqueueSub(rs, outMsg{subject: rs.subject, id: rs.streamID + "-c-" + strconv.FormatUint(rs.last, 10),
 		body: AppendKeyMessage(nil, KindClear, s.Key())})
 }
 
 // Flushed implements core.Observer.
 func (r *Relay) Flushed(s *core.Subscription) {
 	rs := r.subOf(s)
-	r.enqueue(outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindFlush, s.Key())})
+	r.enqueueSub(rs, outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindFlush, s.Key())})
 }
 
 // resync queues a register message for every registration: under r.mu, so
 // an unregistration the listing saw cannot be queued before it (its
 // Unregistered waits for r.mu).
 func (r *Relay) resync() {
-	if r.services == nil {
+	if r.ix == nil {
 		return
 	}
 	r.mu.Lock()
-	regs := r.services()
+	regs := r.ix.Services()
 	for i := range regs {
 		rs := r.sub(&regs[i])
 		body := AppendRegister(nil, &regs[i])
-		if r.qBytes+int64(len(body)) > r.opts.BufferBytes {
-			r.dropped.Inc()
-			continue
-		}
 		r.q = append(r.q, outMsg{subject: rs.subject, body: body})
 		r.qBytes += int64(len(body))
 	}
@@ -221,11 +244,11 @@ func (o *Options) StreamConfig() jetstream.StreamConfig {
 }
 
 // Start connects to NATS in the background (retrying while it is down) and
-// publishes the queue until Close. services lists the index's registrations
-// (core.Index.Services), published again on every (re)connection and every
-// RegistrationInterval.
-func (r *Relay) Start(services func() []core.Registration) {
-	r.services = services
+// publishes the queue until Close. ix is the index the relay observes: its
+// registrations are published again on every (re)connection and every
+// RegistrationInterval, and dirty subscriptions are transferred from it.
+func (r *Relay) Start(ix *core.Index) {
+	r.ix = ix
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go r.run(ctx)
@@ -304,6 +327,9 @@ func (r *Relay) run(ctx context.Context) {
 				return
 			}
 			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		if r.transferDirty() {
 			continue
 		}
 		select {
@@ -415,4 +441,67 @@ func (r *Relay) queued() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.q)
+}
+
+// transferDirty queues a state transfer for every dirty subscription the
+// buffer has room for; it reports whether it queued any.
+func (r *Relay) transferDirty() bool {
+	queued := false
+	r.subs.Range(func(_, v any) bool {
+		rs := v.(*relaySub)
+		if !rs.dirty.Load() {
+			return true
+		}
+		t := &transfer{r: r, rs: rs, w: sectionWriter{key: rs.key}}
+		if err := r.ix.DumpStreams(func(reg *core.Registration) bool { return reg.Key() == rs.key }, t); err != nil {
+			r.opts.Logger.Warn("relay: state transfer failed", "service", rs.key.String(), "err", err)
+		}
+		queued = queued || t.done
+		return true
+	})
+	return queued
+}
+
+// transfer is the visitor of one state transfer: it builds the sections and,
+// at the end of the subscription's dump (still under its lock, so no batch
+// of it can slip between), queues its registration and the sections
+// together and clears dirty — or, without room, leaves it dirty for later.
+type transfer struct {
+	r    *Relay
+	rs   *relaySub
+	w    sectionWriter
+	done bool
+}
+
+func (t *transfer) Stream(i *core.StreamInfo) error  { t.w.info.Reg = i.Reg; return t.w.Stream(i) }
+func (t *transfer) Holding(h *core.Holding) error    { return t.w.Holding(h) }
+func (t *transfer) Engine(e *core.EngineEntry) error { return t.w.Engine(e) }
+func (t *transfer) EndStream(i *core.StreamInfo) error {
+	if err := t.w.EndStream(i); err != nil {
+		return err
+	}
+	r := t.r
+	msgs := append([]outMsg{{subject: t.rs.subject, body: AppendRegister(nil, &i.Reg)}}, make([]outMsg, 0, len(t.w.msgs))...)
+	var n int64
+	for _, b := range t.w.msgs {
+		msgs = append(msgs, outMsg{subject: t.rs.subject, body: b})
+	}
+	for _, m := range msgs {
+		n += int64(len(m.body))
+	}
+	r.mu.Lock()
+	if r.qBytes+n > r.opts.BufferBytes && len(r.q) > 0 {
+		r.mu.Unlock()
+		return nil // no room yet: later
+	}
+	r.q = append(r.q, msgs...)
+	r.qBytes += n
+	t.rs.dirty.Store(false)
+	r.mu.Unlock()
+	r.transfers.Inc()
+	t.done = true
+	r.kick()
+	r.opts.Logger.Info("relay: state transfer queued after dropped messages", "service", t.rs.key.String(),
+		"messages", len(t.w.msgs), "bytes", n, "seq", i.Seq)
+	return nil
 }

@@ -46,6 +46,8 @@ type Replica struct {
 
 	mu   sync.Mutex // guards seqs (the consumer writes, /metrics reads)
 	seqs map[core.ServiceKey]*seqState
+	// restorers of state transfers in progress (consumer goroutine only)
+	restorers map[core.ServiceKey]*core.StreamRestorer
 
 	applied   atomic.Uint64 // stream sequence of the last message applied
 	pending   atomic.Uint64 // messages behind (consumer's NumPending)
@@ -54,7 +56,7 @@ type Replica struct {
 	lostAt    atomic.Int64 // unix nanos NATS was lost; 0 while connected
 	started   atomic.Bool
 
-	msgs                                               [5]*metrics.Counter
+	msgs                                               [6]*metrics.Counter
 	decodeErrs, orphans, dups, gaps, regErrs, startGap *metrics.Counter
 	snapWrites, snapErrs, snapLoads                    *metrics.Counter
 	snapSeq, snapLoadSeconds, snapWriteSeconds         atomic.Uint64 // seconds as float bits
@@ -75,8 +77,9 @@ func NewReplica(ix *core.Index, opts Options, onRegister func(core.Registration)
 		return nil, err
 	}
 	r := &Replica{ix: ix, opts: opts, set: metrics.NewSet(), onRegister: onRegister,
-		seqs: make(map[core.ServiceKey]*seqState), done: make(chan struct{})}
-	for i, k := range []Kind{KindBatch, KindClear, KindFlush, KindRegister, KindUnregister} {
+		seqs: make(map[core.ServiceKey]*seqState), restorers: make(map[core.ServiceKey]*core.StreamRestorer),
+		done: make(chan struct{})}
+	for i, k := range []Kind{KindBatch, KindClear, KindFlush, KindRegister, KindUnregister, KindSection} {
 		r.msgs[i] = r.set.NewCounter(`conductor_replica_messages_total{kind="` + kindName(k) + `"}`)
 	}
 	r.decodeErrs = r.set.NewCounter("conductor_replica_decode_errors_total")
@@ -121,6 +124,8 @@ func kindName(k Kind) string {
 		return "register"
 	case KindUnregister:
 		return "unregister"
+	case KindSection:
+		return "section"
 	}
 	return "unknown"
 }
@@ -309,6 +314,8 @@ func (r *Replica) apply(body []byte) {
 		r.msgs[3].Inc()
 	case KindUnregister:
 		r.msgs[4].Inc()
+	case KindSection:
+		r.msgs[5].Inc()
 	}
 	switch m.Kind {
 	case KindRegister:
@@ -326,6 +333,10 @@ func (r *Replica) apply(body []byte) {
 	sub, ok := r.ix.Lookup(m.Key)
 	if !ok {
 		r.orphans.Inc()
+		return
+	}
+	if m.Kind == KindSection {
+		r.section(sub, m.Section)
 		return
 	}
 	switch m.Kind {
@@ -389,3 +400,46 @@ func (r *Replica) register(reg core.Registration) {
 }
 
 func fmtSeq(n uint64) string { return strconv.FormatUint(n, 10) }
+
+// section applies one message of a state transfer: the first replaces the
+// subscription by a fresh one (no blocks, no restored-dump state), each
+// restores its holdings and engine entries, the last sets the sequence the
+// next batch follows.
+func (r *Replica) section(sub *core.Subscription, sec *Section) {
+	k := normKey(sub.Key())
+	if sec.Begin {
+		reg := sub.Registration()
+		if _, err := r.ix.Unregister(k); err != nil {
+			r.regErrs.Inc()
+			return
+		}
+		if _, _, err := r.ix.Register(reg); err != nil {
+			r.regErrs.Inc()
+			r.opts.Logger.Warn("replica: state transfer: re-registration refused", "service", k.String(), "err", err)
+			return
+		}
+		rs, err := r.ix.RestoreStream(&core.StreamInfo{Reg: reg, Seq: sec.Seq, HasSeq: sec.HasSeq})
+		if err != nil {
+			r.regErrs.Inc()
+			return
+		}
+		r.restorers[k] = rs
+	}
+	rs := r.restorers[k]
+	if rs == nil {
+		r.orphans.Inc() // a section without its beginning
+		return
+	}
+	for i := range sec.Holdings {
+		rs.Holdings(&sec.Holdings[i].H, sec.Holdings[i].Keys)
+	}
+	for i := range sec.Engine {
+		rs.Engine(&sec.Engine[i])
+	}
+	if sec.End {
+		delete(r.restorers, k)
+		st := r.seqState(k)
+		st.last.Store(sec.Seq)
+		st.has = sec.HasSeq
+	}
+}

@@ -200,7 +200,7 @@ func TestRelayReplicaInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := core.New(core.Options{Observer: relay, Logger: quietLog()})
-	relay.Start(src.Services)
+	relay.Start(src)
 	t.Cleanup(func() { relay.Close(0) })
 
 	fullIx := core.New(core.Options{Logger: quietLog()})

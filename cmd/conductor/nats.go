@@ -135,7 +135,7 @@ func (p *natsPart) ready() error {
 
 func (p *natsPart) start(a *app) {
 	if p.relay != nil {
-		p.relay.Start(a.ix.Services)
+		p.relay.Start(a.ix)
 	}
 	if p.rep != nil {
 		p.rep.Start()
