@@ -141,12 +141,16 @@ func (r *Replica) writeSnapshot(ctx context.Context, js jetstream.JetStream) err
 	r.snapWriteSeconds.Store(math.Float64bits(d.Seconds()))
 	r.opts.Logger.Info("replica snapshot written", "name", name, "stream_seq", seq, "bytes", info.Size,
 		"registrations", len(regs), "duration", d)
-	names, _, err := r.snapshots(ctx, os)
+	// Pruning finishes even when the replica is closing (a stored snapshot
+	// is not left over the bound).
+	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer pcancel()
+	names, _, err := r.snapshots(pctx, os)
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
 	for i := 0; i+r.opts.SnapshotKeep < len(names); i++ {
-		if err := os.Delete(ctx, names[i]); err != nil {
+		if err := os.Delete(pctx, names[i]); err != nil {
 			return fmt.Errorf("prune %s: %w", names[i], err)
 		}
 	}
