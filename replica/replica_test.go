@@ -314,7 +314,16 @@ func TestRelayReplicaInProcess(t *testing.T) {
 	if got, want := state(t, warmIx), state(t, src); got != want {
 		t.Fatalf("warm replica's index differs from the relay's")
 	}
-	// Pruning keeps SnapshotKeep per shard.
+	// Pruning keeps SnapshotKeep per shard: a third snapshot of new data.
+	waitUntil(t, "a snapshot of the later history", 20*time.Second, func() bool { return full.snapSeq.Load() == last2 })
+	for step := 0; step < 50; step++ {
+		if i := w.rng.Intn(len(subs)); subs[i] != nil {
+			subs[i].Apply(w.batch(i))
+		}
+	}
+	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
+	last3 := streamLast(t, url, "CONDUCTOR")
+	waitUntil(t, "a snapshot of the last history", 20*time.Second, func() bool { return full.snapSeq.Load() == last3 })
 	full.Close() // no snapshot in flight
 	nc, _ := nats.Connect(url)
 	defer nc.Close()
@@ -324,7 +333,7 @@ func TestRelayReplicaInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	names, _, err := full.snapshots(context.Background(), store)
-	if err != nil || len(names) == 0 || len(names) > 2 || full.snapWrites.Get() < 2 {
+	if err != nil || len(names) != 2 || full.snapWrites.Get() < 3 {
 		t.Fatalf("snapshots kept %v (written %d, keep 2), err %v", names, full.snapWrites.Get(), err)
 	}
 }
