@@ -361,8 +361,8 @@ func (d *Decoder) batch(r *reader) {
 	}
 	bt.Skipped = int(skipped)
 	n := r.uvarint("events")
-	// Each event takes at least 21 bytes (kind, flags, counts, parent).
-	if r.err != nil || n > maxEvents || n*21 > uint64(len(r.b)) {
+	// Each event takes at least minEventBytes (TestMinimalEvent).
+	if r.err != nil || n > maxEvents || n*minEventBytes > uint64(len(r.b)) {
 		r.fail("events")
 		return
 	}
@@ -370,6 +370,10 @@ func (d *Decoder) batch(r *reader) {
 		decodeEvent(r, bt.NextEvent())
 	}
 }
+
+// minEventBytes is the smallest encoded event: kind, flags, two counts and
+// eight other varints of one byte each, and the 8-byte parent.
+const minEventBytes = 19
 
 func decodeEvent(r *reader, e *core.Event) {
 	if len(r.b) == 0 {

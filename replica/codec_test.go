@@ -191,3 +191,30 @@ func TestSubjectToken(t *testing.T) {
 		}
 	}
 }
+
+// TestMinimalEvent: the smallest events (an AllBlocksCleared: no hashes, no
+// tokens, every number zero) decode, alone and many to a batch; one byte
+// less is malformed. (A size check once refused them: a replica missed an
+// engine's clear.)
+func TestMinimalEvent(t *testing.T) {
+	var d Decoder
+	k := core.ServiceKey{InstanceID: "i", TenantID: "t"}
+	for _, n := range []int{1, 2, 100} {
+		b := core.Batch{Seq: 2, HasSeq: true}
+		for i := 0; i < n; i++ {
+			b.NextEvent().Kind = core.EventCleared
+		}
+		body := AppendBatch(nil, k, &b)
+		head := len(AppendBatch(nil, k, &core.Batch{Seq: 2, HasSeq: true})) - 1 // without the event count byte
+		if per := (len(body) - head - 1) / n; per != minEventBytes {
+			t.Fatalf("a cleared event encodes in %d bytes, minEventBytes is %d", per, minEventBytes)
+		}
+		m, err := d.Decode(body)
+		if err != nil || len(m.Batch.Events) != n || m.Batch.Events[0].Kind != core.EventCleared {
+			t.Fatalf("%d cleared events: %v", n, err)
+		}
+		if _, err := d.Decode(body[:len(body)-1]); !errors.Is(err, ErrMessage) {
+			t.Fatalf("one byte short decoded: %v", err)
+		}
+	}
+}

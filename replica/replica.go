@@ -300,7 +300,7 @@ func (r *Replica) apply(body []byte) {
 	m, err := r.d.Decode(body)
 	if err != nil {
 		r.decodeErrs.Inc()
-		r.opts.Logger.Debug("replica: message skipped", "err", err)
+		r.opts.Logger.Warn("replica: undecodable message skipped (the index may now differ from the relay's)", "err", err)
 		return
 	}
 	switch m.Kind {
@@ -357,6 +357,8 @@ func (r *Replica) apply(body []byte) {
 			}
 			if b.Seq > last+1 {
 				r.gaps.Inc()
+				r.opts.Logger.Warn("replica: sequence gap in the stream (the relay lost or reordered a batch)",
+					"service", m.Key.String(), "last_seq", last, "seq", b.Seq)
 			}
 		}
 		sub.Apply(b)

@@ -69,6 +69,9 @@ func settleNATS(t *testing.T, engines []*replicaEngine, direct, replicas []*repl
 // direct conductor's last batch still being applied, so a differing query is
 // asked again for up to 5 s before it fails. It returns how many answers had
 // device hits.
+// diagRelay is the relay whose metrics a failing comparison logs.
+var diagRelay *replicaChild
+
 func compareNATS(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, ref, rep *replicaChild) int {
 	t.Helper()
 	hits := 0
@@ -101,6 +104,15 @@ func compareNATS(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, 
 				break
 			}
 			if time.Now().After(deadline) {
+				for _, p := range []*replicaChild{ref, rep, diagRelay} {
+					_, _, m := httpDo(t, "GET", "http://"+p.main+"/metrics", "", nil)
+					for _, line := range strings.Split(string(m), "\n") {
+						if strings.HasPrefix(line, "conductor_replica_") || strings.HasPrefix(line, "conductor_relay_") ||
+							strings.HasPrefix(line, "conductor_ingest_gaps") || strings.HasPrefix(line, "conductor_ingest_last_seq") {
+							t.Logf("%s %s", p.main, line)
+						}
+					}
+				}
 				t.Fatalf("query %d %s %s:\n ref     %d %s\n replica %d %s", q, path, body, ca, ra, cb, rb)
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -149,6 +161,7 @@ func TestNATSReplicas(t *testing.T) {
 
 	relay := startReplica(t, config, append(direct, "--nats-url", natsURL, "--nats-publish")...)
 	ref := startReplica(t, config, direct...)
+	diagRelay = relay
 	for _, p := range []*replicaChild{relay, ref} {
 		for i, e := range engines {
 			series := fmt.Sprintf(`conductor_ingest_batches_total{instance="%d",tenant="default",dp_rank="0"}`, i+1)
@@ -156,6 +169,24 @@ func TestNATSReplicas(t *testing.T) {
 				e.step(t)
 				v, ok := seriesValue(t, p.main, series)
 				return ok && v > 0
+			})
+		}
+	}
+	// The relay and the reference joined at different moments, so their
+	// first batches differ (worker 1 has no replay endpoint to heal from): an
+	// AllBlocksCleared from each engine, which both receive, starts them from
+	// the same empty state.
+	for i, e := range engines {
+		if _, err := e.pub.Publish(bench.AppendVLLMBatch(nil, bench.EraArray, float64(time.Now().UnixNano())/1e9, 0, bench.EngineCleared{})); err != nil {
+			t.Fatal(err)
+		}
+		e.cached, e.order = map[uint64]int{}, nil
+		last := e.pub.NextSeq() - 1
+		series := fmt.Sprintf(`conductor_ingest_last_seq{instance="%d",tenant="default",dp_rank="0"}`, i+1)
+		for _, p := range []*replicaChild{relay, ref} {
+			waitFor(t, "the clear to arrive", func() bool {
+				v, ok := seriesValue(t, p.main, series)
+				return ok && uint64(v) >= last
 			})
 		}
 	}
@@ -191,6 +222,12 @@ func TestNATSReplicas(t *testing.T) {
 			t.Logf("%s: replica %d: 1500 answers identical to the directly subscribed conductor, %d with device hits", name, i+1, hits)
 			if hits < 100 {
 				t.Fatalf("%s: only %d answers had hits; the comparison is vacuous", name, hits)
+			}
+			for _, series := range []string{"conductor_replica_decode_errors_total", "conductor_replica_seq_gaps_total",
+				"conductor_replica_duplicates_total", "conductor_replica_orphan_messages_total"} {
+				if v, ok := seriesValue(t, r.main, series); !ok || v != 0 {
+					t.Fatalf("%s: replica %d: %s = %v", name, i+1, series, v)
+				}
 			}
 			code, _, body := httpDo(t, "GET", "http://"+r.main+"/health", "", nil)
 			if code != 200 {
