@@ -241,10 +241,18 @@ func (r *Replica) run(ctx context.Context) {
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
 				return
 			}
-			if nc.IsConnected() && errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages) {
-				// Nothing to deliver: caught up.
-				r.pending.Store(0)
-				r.caughtUp.Store(true)
+			if nc.IsConnected() && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, jetstream.ErrNoMessages)) {
+				// Nothing delivered for a while: ask the server how many
+				// messages are still pending (0 when caught up).
+				ictx, cancel := context.WithTimeout(ctx, time.Second)
+				info, ierr := cons.Info(ictx)
+				cancel()
+				if ierr == nil {
+					r.pending.Store(info.NumPending)
+					if info.NumPending <= r.opts.MaxLag {
+						r.caughtUp.Store(true)
+					}
+				}
 			}
 			r.maybeSnapshot(ctx, js, &lastSnap)
 			continue
