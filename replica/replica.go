@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,8 @@ func NewReplica(ix *core.Index, opts Options, onRegister func(core.Registration)
 		return 0
 	})
 	r.set.NewGauge("conductor_replica_snapshot_stream_seq", func() float64 { return float64(r.snapSeq.Load()) })
+	r.set.NewGauge("conductor_replica_snapshot_write_seconds", func() float64 { return math.Float64frombits(r.snapWriteSeconds.Load()) })
+	r.set.NewGauge("conductor_replica_snapshot_load_seconds", func() float64 { return math.Float64frombits(r.snapLoadSeconds.Load()) })
 	r.set.RegisterMetricsWriter(func(w io.Writer) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
