@@ -247,3 +247,31 @@ func TestSectionChunks(t *testing.T) {
 		t.Fatalf("decode errors %d, sections applied %d of %d", rep.decodeErrs.Get(), rep.msgs[5].Get(), len(sw.msgs))
 	}
 }
+
+// TestRelayOversizeBatch: a batch whose message would exceed NATS's payload
+// limit is not queued (it could never be published); its subscription goes
+// dirty, so a state transfer replaces it, and later batches of it wait for
+// that transfer.
+func TestRelayOversizeBatch(t *testing.T) {
+	relay, err := NewRelay(natsOpts("nats://127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix := core.New(core.Options{Observer: relay, Logger: quietLog()})
+	sub, _, err := ix.Register(benchReg(t, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(1))
+	sub.Apply(benchBatch(rng, 0, 16))
+	sub.Apply(benchBatch(rng, 1, maxMessageBytes/8+1)) // hashes alone exceed the limit
+	sub.Apply(benchBatch(rng, 2, 16))
+	if relay.oversize.Get() != 1 || relay.suppressed.Get() != 1 || relay.queued() != 2 {
+		t.Fatalf("oversize %d, suppressed %d, queued %d; want 1, 1 and 2 (the registration and the first batch)",
+			relay.oversize.Get(), relay.suppressed.Get(), relay.queued())
+	}
+	v, _ := relay.subs.Load(sub.Key())
+	if !v.(*relaySub).dirty.Load() {
+		t.Fatal("subscription not dirty after an oversize batch")
+	}
+}

@@ -55,12 +55,17 @@ type Relay struct {
 	subs sync.Map // core.ServiceKey → *relaySub
 
 	published, dropped, pubErrors, resyncs *metrics.Counter
-	suppressed, transfers                  *metrics.Counter
+	suppressed, transfers, oversize        *metrics.Counter
 	connected                              bool // guarded by mu
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
+
+// maxMessageBytes is the largest body a relay publishes: NATS's default
+// max_payload (1 MiB) less room for headers. A bigger batch makes its
+// subscription dirty (a state transfer, cut in sectionChunkBytes, follows).
+const maxMessageBytes = 1<<20 - 4<<10
 
 type outMsg struct {
 	subject, id string
@@ -93,6 +98,7 @@ func NewRelay(opts Options) (*Relay, error) {
 	r.resyncs = r.set.NewCounter("conductor_relay_registration_resyncs_total")
 	r.suppressed = r.set.NewCounter("conductor_relay_suppressed_total")
 	r.transfers = r.set.NewCounter("conductor_relay_state_transfers_total")
+	r.oversize = r.set.NewCounter("conductor_relay_oversize_total")
 	r.set.NewGauge("conductor_relay_queued_bytes", func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -168,6 +174,13 @@ func (r *Relay) kick() {
 func (r *Relay) enqueueSub(rs *relaySub, m outMsg) {
 	if rs.dirty.Load() {
 		r.suppressed.Inc()
+		return
+	}
+	if len(m.body) > maxMessageBytes {
+		// Larger than NATS lets one message be: the subscription's state
+		// goes over in sections instead.
+		r.oversize.Inc()
+		rs.dirty.Store(true)
 		return
 	}
 	if !r.enqueue(m, false) {
