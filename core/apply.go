@@ -166,6 +166,9 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 	c := &s.ix.counters
 	c.Events.Add(uint64(st.Events))
 	c.Dropped.Add(uint64(st.Dropped))
+	if o := s.ix.opts.Observer; o != nil {
+		o.Applied(s, b)
+	}
 	return st
 }
 
@@ -506,6 +509,9 @@ func (s *Subscription) Clear(reason string) int {
 
 // clearLocked is Clear's body; the caller holds s.mu.
 func (s *Subscription) clearLocked() int {
+	if o := s.ix.opts.Observer; o != nil {
+		o.Cleared(s)
+	}
 	n := 0
 	for _, sc := range s.state {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })

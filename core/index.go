@@ -88,6 +88,9 @@ type Options struct {
 	// queries (see hash.Memo); shared by every context, safe for concurrent use.
 	// Default nil: off, every query hashes every block it walks.
 	HashMemo *hash.Memo
+	// Observer sees every change the transport makes to a subscription, in
+	// the order it is made (observer.go). Default nil: none.
+	Observer Observer
 }
 
 // EnsureDefaults fills zero fields with their defaults.

@@ -180,6 +180,15 @@ func sameConfig(a, b *Registration) bool {
 // differs from the context's bound profile is refused with ErrConflict and no
 // state change.
 func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err error) {
+	sub, created, err = ix.register(r)
+	if o := ix.opts.Observer; created && o != nil {
+		// Outside ix.mu: an observer may list Services meanwhile.
+		o.Registered(&sub.reg)
+	}
+	return sub, created, err
+}
+
+func (ix *Index) register(r Registration) (sub *Subscription, created bool, err error) {
 	r.Normalize()
 	if err := r.Validate(); err != nil {
 		return nil, false, err
@@ -238,6 +247,14 @@ func (ix *Index) Lookup(k ServiceKey) (*Subscription, bool) {
 // first closes the handle (waiting for an Apply in progress), so no event of
 // that subscription can resurrect a block afterwards.
 func (ix *Index) Unregister(k ServiceKey) (Registration, error) {
+	reg, err := ix.unregister(k)
+	if o := ix.opts.Observer; err == nil && o != nil {
+		o.Unregistered(&reg)
+	}
+	return reg, err
+}
+
+func (ix *Index) unregister(k ServiceKey) (Registration, error) {
 	if k.TenantID == "" {
 		k.TenantID = "default"
 	}

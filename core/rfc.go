@@ -305,10 +305,15 @@ func (s *Subscription) FlushHeld() ApplyStats {
 		st.Closed = true
 		return st
 	}
+	flushed := false
 	for _, rs := range s.rfc {
 		if len(rs.held) > 0 {
 			s.resolveGap(rs, "stream idle", &st)
+			flushed = true
 		}
+	}
+	if o := s.ix.opts.Observer; flushed && o != nil {
+		o.Flushed(s)
 	}
 	return st
 }

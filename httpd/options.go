@@ -57,6 +57,10 @@ type Options struct {
 	// ExtraMetrics are written on /metrics after the server's own set (e.g. the
 	// ZMQ ingester's counters). Default none.
 	ExtraMetrics []*metrics.Set
+	// Ready, when set, is asked by /health: an error answers 503 with status
+	// "not_ready" and the error as "reason" (a NATS replica catching up).
+	// Default nil: always ready.
+	Ready func() error
 	// DisableProcessMetrics drops the go_* and process_* metrics from /metrics.
 	// Default false (they are exposed).
 	DisableProcessMetrics bool

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,6 +180,31 @@ func TestHealth(t *testing.T) {
 	r = env.do(t, "GET", "/health?format=msgpack", "", nil)
 	if mm := decodeMap(t, r); r.ct != "application/msgpack" || mm["status"] != "ok" || len(mm) != 6 {
 		t.Fatalf("%q %v", r.ct, mm)
+	}
+}
+
+// TestHealthNotReady: Options.Ready's error turns /health into 503
+// not_ready with the error as reason (a NATS replica catching up), in both
+// encodings; back to 200 ok once it returns nil.
+func TestHealthNotReady(t *testing.T) {
+	var ready atomic.Bool
+	env := startEnv(t, Options{Ready: func() error {
+		if ready.Load() {
+			return nil
+		}
+		return errors.New("catching up (12 messages behind, max 5)")
+	}}, core.Options{})
+	for _, q := range []string{"", "?format=msgpack"} {
+		r := env.do(t, "GET", "/health"+q, "", nil)
+		m := decodeMap(t, r)
+		if r.status != 503 || m["status"] != "not_ready" || m["reason"] != "catching up (12 messages behind, max 5)" || len(m) != 7 {
+			t.Fatalf("%q: %d %v", q, r.status, m)
+		}
+	}
+	ready.Store(true)
+	r := env.do(t, "GET", "/health", "", nil)
+	if m := decodeMap(t, r); r.status != 200 || m["status"] != "ok" || len(m) != 6 {
+		t.Fatalf("%d %v", r.status, m)
 	}
 }
 

@@ -153,9 +153,23 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx, ep endpoint, st *reqStat
 	be := hash.Backend()
 	e := &st.enc
 	e.reset(json)
-	e.mapHeader(6)
-	e.str("status")
-	e.str("ok")
+	var notReady error
+	if s.opts.Ready != nil {
+		notReady = s.opts.Ready()
+	}
+	code := 200
+	if notReady != nil {
+		code = 503
+		e.mapHeader(7)
+		e.str("status")
+		e.str("not_ready")
+		e.str("reason")
+		e.str(notReady.Error())
+	} else {
+		e.mapHeader(6)
+		e.str("status")
+		e.str("ok")
+	}
 	e.str("version")
 	e.str(s.opts.Version)
 	e.str("go")
@@ -169,5 +183,5 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx, ep endpoint, st *reqStat
 	}
 	e.str("uptime_s")
 	e.float(float64(time.Since(s.start).Milliseconds()) / 1000)
-	s.writeBody(ctx, 200, json, e.buf)
+	s.writeBody(ctx, code, json, e.buf)
 }

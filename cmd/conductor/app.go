@@ -87,7 +87,8 @@ type settings struct {
 	gogc           string
 	gc             gcPolicy
 	queryPriority  bool
-	ingestNice     int // schedpolicy.go
+	ingestNice     int          // schedpolicy.go
+	nats           natsSettings // nats.go
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -133,6 +134,7 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
 	addDynamoFlags(fs, &s.dynamo)
+	addNATSFlags(fs, &s.nats)
 	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; README: Memory and GC policy)")
 	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
 	addSchedFlags(fs, &s.ingestNice)
@@ -170,6 +172,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 		return s, err
 	}
 	if err := validateIngestNice(s.ingestNice); err != nil {
+		return s, err
+	}
+	if err := s.nats.validate(); err != nil {
 		return s, err
 	}
 	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc)
@@ -264,6 +269,7 @@ type app struct {
 	demo            io.Writer    // non-nil: run the embedded simulator, summary here
 	pprof           *http.Server // nil unless --pprof-addr
 	dp              *dynamoPart  // dynamo.go
+	np              *natsPart    // nats.go
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
@@ -366,7 +372,16 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 
 	memo := hash.NewMemo(s.hashMemoBytes)
 	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots)
-	ixOpts := core.Options{MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
+	np := &natsPart{log: log}
+	if np.relay, err = newNATSRelay(&s.nats, log); err != nil {
+		log.Error("invalid NATS options", "err", err)
+		return nil, 2
+	}
+	if s.nats.consume {
+		// A replica's registrations come from the stream.
+		s.stateDir, cfg.Static, s.dynamo.workers = "", nil, ""
+	}
+	ixOpts := core.Options{Observer: observerOf(np.relay), MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
 		ApplyNoYield: s.ingestNice > 0,
 		EngineMedia:  cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
@@ -374,6 +389,10 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		return nil, 2
 	}
 	ix := core.New(ixOpts)
+	if err := np.attach(&s.nats, ix); err != nil {
+		log.Error("invalid NATS options", "err", err)
+		return nil, 2
+	}
 	// One listener per registration: the Ingester's limit follows the index's
 	// (ingest.MaxListenersLimit caps both; above it NewIngester refuses to start).
 	ing, err := ingest.NewIngester(ix, ingest.IngestOptions{Logger: log, MaxListeners: fds.registrations,
@@ -413,7 +432,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		Limiter:        lim,
 		Access:         access,
 		Gate:           gate,
-		ExtraMetrics:   []*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)},
+		Ready:          np.ready,
+		ExtraMetrics:   append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)}, np.metrics()...),
 	})
 	if err != nil {
 		ing.Close()
@@ -428,7 +448,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		return nil, 1
 	}
 	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
-		shutdownTimeout: s.shutdownTimeout}
+		shutdownTimeout: s.shutdownTimeout, np: np}
 	if state != nil && s.snapInterval >= 0 {
 		a.snap = &snapshotter{dir: s.stateDir, interval: s.snapInterval}
 	}
@@ -471,6 +491,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	if a.dp.ln != nil {
 		policy.DenyOwn(a.dp.ln.Addr().(*net.TCPAddr).Port)
 	}
+	np.dyn = a.dp.dyn
 	log.Info("conductor starting", "version", ver, "config", path, "listen", s.listen,
 		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken+s.queryTokenFile != "",
 		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
@@ -563,6 +584,7 @@ func (a *app) serve(ctx context.Context) int {
 	restoreSnapshot()
 	a.persist()
 	a.startSnapshots()
+	a.np.start(a)
 	a.log.Info("HTTP server listening", "addr", a.Addr())
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- a.srv.Serve(a.ln) }()
@@ -619,6 +641,7 @@ func (a *app) serve(ctx context.Context) int {
 	}
 	a.stopSnapshots()
 	a.ing.Close()
+	a.np.stop(a.shutdownTimeout) // after the ingester: the relay publishes what it applied last
 	demo.close()
 	a.log.Info("conductor stopped")
 	return code

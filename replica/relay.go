@@ -1,0 +1,520 @@
+package replica
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/zeebo/xxh3"
+
+	"github.com/seed-c7a81618/conductor/core"
+)
+
+// Relay publishes what the index's ZMQ subscriptions apply to a JetStream
+// stream. It is the index's core.Observer: each applied batch (after the
+// transport's sequence healing: gaps replayed, restarts and stale streams
+// cleared), clear, flush, registration and unregistration is encoded
+// (codec.go) and queued in order, and one goroutine publishes the queue.
+//
+// Message ids (JetStream's Nats-Msg-Id, deduplicated within
+// Options.Duplicates): a batch's id is the ZMQ stream (a hash of the service
+// key and endpoint), its ZMQ sequence and a hash of its body, so two relays
+// subscribed to the same engines store each batch once, and a batch the
+// engine publishes again after a restart (same sequence, other content) is
+// not mistaken for a duplicate. A clear's id is the stream and the sequence
+// it follows. Registrations carry none (they are idempotent on replicas).
+//
+// Order: the queue keeps the observer's order, which for one subscription is
+// its apply order. Publishes go out asynchronously, at most MaxPending at a
+// time; when any of a window fails (NATS down, timeout) the window is sent
+// again from its first failure after a backoff: ids make the resend of what
+// was stored a no-op. (A failure followed by a success inside one window
+// stores the two out of order; a replica then counts a sequence gap.)
+//
+// Bounds: the queue holds at most BufferBytes; past it messages are dropped
+// and counted (conductor_relay_dropped_total) — replicas then miss those
+// batches until the subscription's next clear.
+type Relay struct {
+	opts Options
+	set  *metrics.Set
+
+	mu     sync.Mutex
+	q      []outMsg // FIFO; q[0] is the oldest not yet acknowledged
+	qBytes int64
+	wake   chan struct{}
+	// ix is the index observed (registration resyncs, state transfers); set by Start.
+	ix *core.Index
+
+	subs sync.Map // core.ServiceKey → *relaySub
+
+	published, dropped, pubErrors, resyncs *metrics.Counter
+	suppressed, transfers, oversize        *metrics.Counter
+	connected                              bool // guarded by mu
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// maxMessageBytes is the largest body a relay publishes: NATS's default
+// max_payload (1 MiB) less room for headers. A bigger batch makes its
+// subscription dirty (a state transfer, cut in sectionChunkBytes, follows).
+const maxMessageBytes = 1<<20 - 4<<10
+
+type outMsg struct {
+	subject, id string
+	body        []byte
+}
+
+// relaySub is what the relay keeps per subscription. last is written under
+// the subscription's lock (the observer's calls for one subscription are
+// serialised by it).
+type relaySub struct {
+	key      core.ServiceKey
+	subject  string
+	streamID string
+	last     uint64
+	// dirty: a message of this subscription was dropped; nothing more is
+	// published for it until a state transfer (section.go) replaces it.
+	dirty atomic.Bool
+}
+
+// NewRelay returns a relay; Start connects it. Options are validated.
+func NewRelay(opts Options) (*Relay, error) {
+	opts.EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Relay{opts: opts, set: metrics.NewSet(), wake: make(chan struct{}, 1), done: make(chan struct{})}
+	r.published = r.set.NewCounter("conductor_relay_published_total")
+	r.dropped = r.set.NewCounter("conductor_relay_dropped_total")
+	r.pubErrors = r.set.NewCounter("conductor_relay_publish_errors_total")
+	r.resyncs = r.set.NewCounter("conductor_relay_registration_resyncs_total")
+	r.suppressed = r.set.NewCounter("conductor_relay_suppressed_total")
+	r.transfers = r.set.NewCounter("conductor_relay_state_transfers_total")
+	r.oversize = r.set.NewCounter("conductor_relay_oversize_total")
+	r.set.NewGauge("conductor_relay_queued_bytes", func() float64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return float64(r.qBytes)
+	})
+	r.set.NewGauge("conductor_relay_queued_messages", func() float64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return float64(len(r.q))
+	})
+	r.set.NewGauge("conductor_relay_connected", func() float64 {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.connected {
+			return 1
+		}
+		return 0
+	})
+	return r, nil
+}
+
+// Metrics returns the relay's conductor_relay_* series.
+func (r *Relay) Metrics() *metrics.Set { return r.set }
+
+func (r *Relay) sub(reg *core.Registration) *relaySub {
+	k := reg.Key()
+	if v, ok := r.subs.Load(k); ok {
+		return v.(*relaySub)
+	}
+	id := xxh3.HashString(k.String() + "|" + reg.Endpoint)
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(id >> (56 - 8*i))
+	}
+	rs := &relaySub{key: k, subject: Subject(r.opts.SubjectPrefix, reg.TenantID, reg.ModelName), streamID: hex.EncodeToString(b[:])}
+	v, _ := r.subs.LoadOrStore(k, rs)
+	return v.(*relaySub)
+}
+
+func (r *Relay) subOf(s *core.Subscription) *relaySub {
+	if v, ok := r.subs.Load(s.Key()); ok {
+		return v.(*relaySub)
+	}
+	reg := s.Registration()
+	return r.sub(&reg)
+}
+
+// enqueue queues m; past BufferBytes it is dropped (false) unless force
+// (registrations: small, and a replica must not miss one).
+func (r *Relay) enqueue(m outMsg, force bool) bool {
+	r.mu.Lock()
+	if !force && r.qBytes+int64(len(m.body)) > r.opts.BufferBytes {
+		r.mu.Unlock()
+		r.dropped.Inc()
+		return false
+	}
+	r.q = append(r.q, m)
+	r.qBytes += int64(len(m.body))
+	r.mu.Unlock()
+	r.kick()
+	return true
+}
+
+func (r *Relay) kick() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueueSub queues a message of rs's subscription (called under its lock):
+// nothing while rs is dirty; a drop makes it dirty.
+func (r *Relay) enqueueSub(rs *relaySub, m outMsg) {
+	if rs.dirty.Load() {
+		r.suppressed.Inc()
+		return
+	}
+	if len(m.body) > maxMessageBytes {
+		// Larger than NATS lets one message be: the subscription's state
+		// goes over in sections instead.
+		r.oversize.Inc()
+		rs.dirty.Store(true)
+		return
+	}
+	if !r.enqueue(m, false) {
+		rs.dirty.Store(true)
+	}
+}
+
+// Registered implements core.Observer.
+func (r *Relay) Registered(reg *core.Registration) {
+	rs := r.sub(reg)
+	r.enqueue(outMsg{subject: rs.subject, body: AppendRegister(nil, reg)}, true)
+}
+
+// Unregistered implements core.Observer.
+func (r *Relay) Unregistered(reg *core.Registration) {
+	rs := r.sub(reg)
+	r.subs.Delete(reg.Key())
+	r.enqueue(outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindUnregister, reg.Key())}, true)
+}
+
+// Applied implements core.Observer.
+func (r *Relay) Applied(s *core.Subscription, b *core.Batch) {
+	rs := r.subOf(s)
+	body := AppendBatch(make([]byte, 0, 64+len(b.Events)*96), s.Key(), b)
+	m := outMsg{subject: rs.subject, body: body}
+	if b.HasSeq {
+		m.id = rs.streamID + "-" + strconv.FormatUint(b.Seq, 10) + "-" + strconv.FormatUint(xxh3.Hash(body), 16)
+		rs.last = b.Seq
+	}
+	r.enqueueSub(rs, m)
+}
+
+// Cleared implements core.Observer.
+func (r *Relay) Cleared(s *core.Subscription) {
+	rs := r.subOf(s)
+	r.enqueueSub(rs, outMsg{subject: rs.subject, id: rs.streamID + "-c-" + strconv.FormatUint(rs.last, 10),
+		body: AppendKeyMessage(nil, KindClear, s.Key())})
+}
+
+// Flushed implements core.Observer.
+func (r *Relay) Flushed(s *core.Subscription) {
+	rs := r.subOf(s)
+	r.enqueueSub(rs, outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindFlush, s.Key())})
+}
+
+// resync queues a register message for every registration: under r.mu, so
+// an unregistration the listing saw cannot be queued before it (its
+// Unregistered waits for r.mu).
+func (r *Relay) resync() {
+	if r.ix == nil {
+		return
+	}
+	r.mu.Lock()
+	regs := r.ix.Services()
+	for i := range regs {
+		rs := r.sub(&regs[i])
+		body := AppendRegister(nil, &regs[i])
+		r.q = append(r.q, outMsg{subject: rs.subject, body: body})
+		r.qBytes += int64(len(body))
+	}
+	r.mu.Unlock()
+	r.resyncs.Inc()
+}
+
+// StreamConfig is the stream a relay creates or updates.
+func (o *Options) StreamConfig() jetstream.StreamConfig {
+	st := jetstream.FileStorage
+	if o.MemoryStorage {
+		st = jetstream.MemoryStorage
+	}
+	return jetstream.StreamConfig{Name: o.Stream, Subjects: []string{o.SubjectPrefix + ".>"},
+		Retention: jetstream.LimitsPolicy, MaxAge: o.MaxAge, MaxBytes: o.MaxBytes, Replicas: o.Replicas,
+		Duplicates: o.Duplicates, Storage: st, Discard: jetstream.DiscardOld}
+}
+
+// Start connects to NATS in the background (retrying while it is down) and
+// publishes the queue until Close. ix is the index the relay observes: its
+// registrations are published again on every (re)connection and every
+// RegistrationInterval, and dirty subscriptions are transferred from it.
+func (r *Relay) Start(ix *core.Index) {
+	r.ix = ix
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	go r.run(ctx)
+}
+
+// connect dials NATS with unbounded reconnection; it fails only when ctx ends.
+func connect(ctx context.Context, o *Options, name string, onChange func(bool)) (*nats.Conn, error) {
+	opts := []nats.Option{nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(true), nats.ReconnectBufSize(8 << 20), nats.Timeout(2 * time.Second),
+		nats.ConnectHandler(func(*nats.Conn) { onChange(true) }),
+		nats.ReconnectHandler(func(*nats.Conn) { onChange(true) }),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { onChange(false) }),
+	}
+	nc, err := nats.Connect(o.URL, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if nc.IsConnected() {
+		onChange(true)
+	}
+	return nc, nil
+}
+
+func (r *Relay) setConnected(c bool) {
+	r.mu.Lock()
+	was := r.connected
+	r.connected = c
+	r.mu.Unlock()
+	if c && !was {
+		r.opts.Logger.Info("relay connected to NATS", "url", r.opts.URL)
+		go r.resync()
+	} else if !c && was {
+		r.opts.Logger.Warn("relay lost NATS; buffering", "buffer_bytes", r.opts.BufferBytes)
+	}
+}
+
+func (r *Relay) run(ctx context.Context) {
+	defer close(r.done)
+	log := r.opts.Logger
+	nc, err := connect(ctx, &r.opts, "conductor-relay", r.setConnected)
+	if err != nil {
+		log.Error("relay: cannot use the NATS URL", "url", r.opts.URL, "err", err)
+		return
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(max(r.opts.MaxPending, 1)))
+	if err != nil {
+		log.Error("relay: JetStream", "err", err)
+		return
+	}
+	cfg := r.opts.StreamConfig()
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = js.CreateOrUpdateStream(cctx, cfg)
+		cancel()
+		if err == nil {
+			break
+		}
+		log.Warn("relay: cannot create the JetStream stream yet", "stream", cfg.Name, "err", err)
+		if !sleepCtx(ctx, backoff) {
+			return
+		}
+	}
+	log.Info("relay publishing", "stream", cfg.Name, "subjects", cfg.Subjects[0])
+	tick := time.NewTicker(r.opts.RegistrationInterval)
+	defer tick.Stop()
+	backoff := 50 * time.Millisecond
+	for {
+		n := r.publishWindow(ctx, js)
+		switch {
+		case n > 0:
+			backoff = 50 * time.Millisecond
+			continue
+		case n < 0:
+			if !sleepCtx(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, 2*time.Second)
+			continue
+		}
+		if r.transferDirty() {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		case <-tick.C:
+			r.resync()
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// publishWindow publishes up to MaxPending queued messages and waits for
+// their acknowledgements. It returns how many were acknowledged and removed
+// from the queue, 0 when the queue was empty, -1 when a publish failed
+// (those before the first failure are removed).
+func (r *Relay) publishWindow(ctx context.Context, js jetstream.JetStream) int {
+	r.mu.Lock()
+	n := min(len(r.q), max(r.opts.MaxPending, 1))
+	win := append([]outMsg(nil), r.q[:n]...)
+	r.mu.Unlock()
+	if n == 0 {
+		return 0
+	}
+	futs := make([]jetstream.PubAckFuture, 0, n)
+	var err error
+	for i := range win {
+		m := nats.NewMsg(win[i].subject)
+		m.Data = win[i].body
+		var f jetstream.PubAckFuture
+		if win[i].id != "" {
+			f, err = js.PublishMsgAsync(m, jetstream.WithMsgID(win[i].id))
+		} else {
+			f, err = js.PublishMsgAsync(m)
+		}
+		if err != nil {
+			break
+		}
+		futs = append(futs, f)
+	}
+	ok := 0
+	timeout := time.NewTimer(10 * time.Second)
+	defer timeout.Stop()
+wait:
+	for _, f := range futs {
+		select {
+		case <-f.Ok():
+			ok++
+		case e := <-f.Err():
+			err = e
+			break wait
+		case <-timeout.C:
+			err = errors.New("publish acknowledgement timeout")
+			break wait
+		case <-ctx.Done():
+			return -1
+		}
+	}
+	r.mu.Lock()
+	var freed int64
+	for i := 0; i < ok; i++ {
+		freed += int64(len(r.q[i].body))
+		r.q[i] = outMsg{}
+	}
+	r.q = r.q[ok:]
+	r.qBytes -= freed
+	r.mu.Unlock()
+	r.published.Add(ok)
+	if err != nil || ok < n {
+		r.pubErrors.Inc()
+		r.opts.Logger.Debug("relay: publish failed; resending from the first failure", "acked", ok, "window", n, "err", err)
+		return -1
+	}
+	return ok
+}
+
+// Close publishes what is queued for up to drain, then disconnects.
+func (r *Relay) Close(drain time.Duration) {
+	if r.cancel == nil {
+		return
+	}
+	deadline := time.Now().Add(drain)
+	for time.Now().Before(deadline) {
+		r.mu.Lock()
+		empty := len(r.q) == 0
+		r.mu.Unlock()
+		if empty {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.cancel()
+	<-r.done
+}
+
+// queued is how many messages wait for an acknowledgement.
+func (r *Relay) queued() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.q)
+}
+
+// transferDirty queues a state transfer for every dirty subscription the
+// buffer has room for; it reports whether it queued any.
+func (r *Relay) transferDirty() bool {
+	queued := false
+	r.subs.Range(func(_, v any) bool {
+		rs := v.(*relaySub)
+		if !rs.dirty.Load() {
+			return true
+		}
+		t := &transfer{r: r, rs: rs, w: sectionWriter{key: rs.key}}
+		if err := r.ix.DumpStreams(func(reg *core.Registration) bool { return reg.Key() == rs.key }, t); err != nil {
+			r.opts.Logger.Warn("relay: state transfer failed", "service", rs.key.String(), "err", err)
+		}
+		queued = queued || t.done
+		return true
+	})
+	return queued
+}
+
+// transfer is the visitor of one state transfer: it builds the sections and,
+// at the end of the subscription's dump (still under its lock, so no batch
+// of it can slip between), queues its registration and the sections
+// together and clears dirty — or, without room, leaves it dirty for later.
+type transfer struct {
+	r    *Relay
+	rs   *relaySub
+	w    sectionWriter
+	done bool
+}
+
+func (t *transfer) Stream(i *core.StreamInfo) error  { t.w.info.Reg = i.Reg; return t.w.Stream(i) }
+func (t *transfer) Holding(h *core.Holding) error    { return t.w.Holding(h) }
+func (t *transfer) Engine(e *core.EngineEntry) error { return t.w.Engine(e) }
+func (t *transfer) EndStream(i *core.StreamInfo) error {
+	if err := t.w.EndStream(i); err != nil {
+		return err
+	}
+	r := t.r
+	msgs := append([]outMsg{{subject: t.rs.subject, body: AppendRegister(nil, &i.Reg)}}, make([]outMsg, 0, len(t.w.msgs))...)
+	var n int64
+	for _, b := range t.w.msgs {
+		msgs = append(msgs, outMsg{subject: t.rs.subject, body: b})
+	}
+	for _, m := range msgs {
+		n += int64(len(m.body))
+	}
+	r.mu.Lock()
+	if r.qBytes+n > r.opts.BufferBytes && len(r.q) > 0 {
+		r.mu.Unlock()
+		return nil // no room yet: later
+	}
+	r.q = append(r.q, msgs...)
+	r.qBytes += n
+	t.rs.dirty.Store(false)
+	r.mu.Unlock()
+	r.transfers.Inc()
+	t.done = true
+	r.kick()
+	r.opts.Logger.Info("relay: state transfer queued after dropped messages", "service", t.rs.key.String(),
+		"messages", len(t.w.msgs), "bytes", n, "seq", i.Seq)
+	return nil
+}

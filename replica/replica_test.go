@@ -1,0 +1,339 @@
+package replica
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand"
+	"os"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// startNATS runs an embedded NATS server with JetStream on a loopback port
+// (port -1: a random one) storing in dir.
+func startNATS(t testing.TB, dir string, port int) *natsserver.Server {
+	t.Helper()
+	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true,
+		StoreDir: dir, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS server did not start")
+	}
+	t.Cleanup(s.Shutdown)
+	return s
+}
+
+func quietLog() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.NewTextHandler(bytes.NewBuffer(nil), nil))
+}
+
+func waitUntil(t testing.TB, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// state renders an index's exact contents canonically: one sorted line per
+// (registration, holding) and (registration, engine entry), with the
+// registration's watermark. (A /dump's order follows map iteration, so two
+// equal indexes need not dump the same bytes.)
+func state(t testing.TB, ix *core.Index) string {
+	t.Helper()
+	v := &stateVisitor{}
+	if err := ix.DumpStreams(nil, v); err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(v.lines)
+	return strings.Join(v.lines, "\n")
+}
+
+type stateVisitor struct {
+	cur   string
+	lines []string
+}
+
+func (v *stateVisitor) Stream(i *core.StreamInfo) error {
+	v.cur = fmt.Sprintf("%s seq=%d/%v", i.Reg.Key(), i.Seq, i.HasSeq)
+	v.lines = append(v.lines, v.cur)
+	return nil
+}
+func (v *stateVisitor) Holding(h *core.Holding) error {
+	v.lines = append(v.lines, fmt.Sprintf("%s H %+v %v %s %d %v %d %d", v.cur, h.Context, h.Shared, h.Name, h.Rank, h.Tier, h.Key, h.Copies))
+	return nil
+}
+func (v *stateVisitor) Engine(e *core.EngineEntry) error {
+	v.lines = append(v.lines, fmt.Sprintf("%s E %+v %d %d %d %d", v.cur, e.Context, e.Hash, e.Key, e.Plain, e.Count))
+	return nil
+}
+func (v *stateVisitor) EndStream(*core.StreamInfo) error { return nil }
+
+// workload drives subscriptions of an index with random engine batches:
+// stores (with token ids on xxh3 registrations), per-copy removes, clears.
+type workload struct {
+	rng    *rand.Rand
+	regs   []core.Registration
+	held   [][]uint64
+	seq    []uint64
+	tokens [][]int32
+}
+
+func newWorkload(t testing.TB, seed int64) *workload {
+	cbor, err := hash.Resolve(hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &workload{rng: rand.New(rand.NewSource(seed))}
+	for i, c := range []struct {
+		tenant, model string
+		p             hash.Profile
+		explicit      bool
+	}{{"t1", "m/a", cbor, true}, {"t1", "m/a", cbor, true}, {"t2", "m.b", hash.DefaultProfile(), false}, {"t1", "m2", hash.DefaultProfile(), false}} {
+		w.regs = append(w.regs, core.Registration{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", 6000+i), Type: core.PublisherVLLM,
+			ModelName: c.model, TenantID: c.tenant, InstanceID: fmt.Sprintf("e%d", i), BlockSize: 4,
+			Profile: c.p, ProfileExplicit: c.explicit})
+	}
+	w.held = make([][]uint64, len(w.regs))
+	w.seq = make([]uint64, len(w.regs))
+	for p := 0; p < 30; p++ {
+		toks := make([]int32, 4*(1+w.rng.Intn(6)))
+		for i := range toks {
+			toks[i] = int32(w.rng.Intn(50))
+		}
+		w.tokens = append(w.tokens, toks)
+	}
+	return w
+}
+
+// batch returns the next batch of registration i.
+func (w *workload) batch(i int) *core.Batch {
+	b := &core.Batch{Seq: w.seq[i], HasSeq: true, TimestampF: float64(w.seq[i])}
+	w.seq[i]++
+	for n := 1 + w.rng.Intn(3); n > 0; n-- {
+		e := b.NextEvent()
+		if len(w.held[i]) > 0 && w.rng.Intn(3) == 0 {
+			j := w.rng.Intn(len(w.held[i]))
+			e.Kind, e.Hashes, e.Medium = core.EventRemoved, []uint64{w.held[i][j]}, []byte("GPU")
+			w.held[i] = append(w.held[i][:j], w.held[i][j+1:]...)
+			continue
+		}
+		toks := w.tokens[w.rng.Intn(len(w.tokens))]
+		e.Kind, e.BlockSize, e.Medium = core.EventStored, 4, []byte("GPU")
+		if w.rng.Intn(5) == 0 {
+			e.Medium = []byte("cpu")
+		}
+		e.Tokens, e.HasTokens = toks, true
+		for k := 0; k < len(toks)/4; k++ {
+			// engine hashes: the prompt's prefix, folded
+			h := uint64(1469598103934665603)
+			for _, t := range toks[:4*(k+1)] {
+				h = (h ^ uint64(t)) * 1099511628211
+			}
+			e.Hashes = append(e.Hashes, h)
+			if string(e.Medium) == "GPU" {
+				w.held[i] = append(w.held[i], h)
+			}
+		}
+	}
+	return b
+}
+
+func natsOpts(url string) Options {
+	return Options{URL: url, MemoryStorage: true, Logger: quietLog(), SnapshotKeep: 2}
+}
+
+func streamLast(t testing.TB, url, stream string) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		return 0
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
+}
+
+// TestRelayReplicaInProcess: an index with a relay as its observer takes
+// random batches, clears and an unregistration; a full replica's /dump must
+// equal the relay's byte for byte, a replica filtered to tenant t1 must equal
+// an index fed only t1's batches directly, and a replica started later from
+// the writer's newest snapshot must equal the relay too.
+func TestRelayReplicaInProcess(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	ns := startNATS(t, t.TempDir(), -1)
+	url := ns.ClientURL()
+
+	relay, err := NewRelay(natsOpts(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := core.New(core.Options{Observer: relay, Logger: quietLog()})
+	relay.Start(src)
+	t.Cleanup(func() { relay.Close(0) })
+
+	fullIx := core.New(core.Options{Logger: quietLog()})
+	o := natsOpts(url)
+	o.SnapshotInterval = 50 * time.Millisecond
+	full, err := NewReplica(fullIx, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full.Start()
+	t.Cleanup(full.Close)
+	shardIx := core.New(core.Options{Logger: quietLog()})
+	o = natsOpts(url)
+	o.FilterTenant = "t1"
+	shard, err := NewReplica(shardIx, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shard.Start()
+	t.Cleanup(shard.Close)
+
+	ref := core.New(core.Options{Logger: quietLog()}) // t1's batches only, applied directly
+	w := newWorkload(t, seed)
+	subs := make([]*core.Subscription, len(w.regs))
+	refSubs := make([]*core.Subscription, len(w.regs))
+	for i, r := range w.regs {
+		if subs[i], _, err = src.Register(r); err != nil {
+			t.Fatal(err)
+		}
+		if r.TenantID == "t1" {
+			if refSubs[i], _, err = ref.Register(r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for step := 0; step < 1500; step++ {
+		i := w.rng.Intn(len(subs))
+		if subs[i] == nil {
+			continue
+		}
+		if w.rng.Intn(200) == 0 {
+			subs[i].Clear("test")
+			if refSubs[i] != nil {
+				refSubs[i].Clear("test")
+			}
+			w.held[i] = nil
+			continue
+		}
+		b := w.batch(i)
+		subs[i].Apply(b)
+		if refSubs[i] != nil {
+			refSubs[i].Apply(b)
+		}
+		if step == 1000 {
+			if _, err := src.Unregister(w.regs[1].Key()); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ref.Unregister(w.regs[1].Key()); err != nil {
+				t.Fatal(err)
+			}
+			subs[1], refSubs[1] = nil, nil
+		}
+	}
+	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool {
+		return relay.published.Get() > 0 && relay.queued() == 0
+	})
+	last := streamLast(t, url, "CONDUCTOR")
+	waitUntil(t, "the replica to apply the stream", 20*time.Second, func() bool { return full.applied.Load() == last })
+	want := state(t, src)
+	if got := state(t, fullIx); got != want {
+		t.Fatalf("full replica's index differs from the relay's:\n got %d lines\nwant %d lines", strings.Count(got, "\n"), strings.Count(want, "\n"))
+	}
+	if n := strings.Count(want, " H "); n < 100 {
+		t.Fatalf("vacuous: the relay's index holds %d holdings", n)
+	}
+	t.Logf("relay and replica hold the same %d holdings and %d engine entries", strings.Count(want, " H "), strings.Count(want, " E "))
+	waitUntil(t, "the shard to be caught up", 20*time.Second, func() bool { return shard.Ready() == nil && shard.pending.Load() == 0 })
+	time.Sleep(100 * time.Millisecond)
+	if got, want := state(t, shardIx), state(t, ref); got != want || !strings.Contains(got, " H ") || strings.Contains(got, "|t2|") {
+		t.Fatalf("t1 shard's index differs from t1's batches applied directly:\n got %s\nwant %s", got, want)
+	}
+	if full.Ready() != nil {
+		t.Fatalf("caught-up replica not ready: %v", full.Ready())
+	}
+	if n := full.dups.Get() + full.gaps.Get() + full.orphans.Get() + full.decodeErrs.Get(); n != 0 {
+		t.Fatalf("replica counted %d duplicates/gaps/orphans/decode errors on a clean stream", n)
+	}
+
+	// Warm start: the full replica snapshots; a new replica loads the
+	// newest and consumes the rest.
+	waitUntil(t, "a snapshot of the last message", 20*time.Second, func() bool { return full.snapSeq.Load() == last })
+	for step := 0; step < 200; step++ { // more history after the snapshot
+		if i := w.rng.Intn(len(subs)); subs[i] != nil {
+			subs[i].Apply(w.batch(i))
+		}
+	}
+	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
+	last2 := streamLast(t, url, "CONDUCTOR")
+	warmIx := core.New(core.Options{Logger: quietLog()})
+	warm, err := NewReplica(warmIx, natsOpts(url), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm.Start()
+	t.Cleanup(warm.Close)
+	waitUntil(t, "the warm replica to apply the stream", 20*time.Second, func() bool { return warm.applied.Load() == last2 })
+	if warm.snapLoads.Get() != 1 || warm.msgs[0].Get() >= full.msgs[0].Get() {
+		t.Fatalf("warm replica loaded %d snapshots and applied %d batches (the full one %d): not a warm start",
+			warm.snapLoads.Get(), warm.msgs[0].Get(), full.msgs[0].Get())
+	}
+	if got, want := state(t, warmIx), state(t, src); got != want {
+		t.Fatalf("warm replica's index differs from the relay's")
+	}
+	// Pruning keeps SnapshotKeep per shard: a third snapshot of new data.
+	waitUntil(t, "a snapshot of the later history", 20*time.Second, func() bool { return full.snapSeq.Load() == last2 })
+	for step := 0; step < 50; step++ {
+		if i := w.rng.Intn(len(subs)); subs[i] != nil {
+			subs[i].Apply(w.batch(i))
+		}
+	}
+	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
+	last3 := streamLast(t, url, "CONDUCTOR")
+	waitUntil(t, "a snapshot of the last history", 20*time.Second, func() bool { return full.snapSeq.Load() == last3 })
+	full.Close() // no snapshot in flight
+	nc, _ := nats.Connect(url)
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	store, err := js.ObjectStore(context.Background(), "conductor-snapshots")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, _, err := full.snapshots(context.Background(), store)
+	if err != nil || len(names) != 2 || full.snapWrites.Get() < 3 {
+		t.Fatalf("snapshots kept %v (written %d, keep 2), err %v", names, full.snapWrites.Get(), err)
+	}
+}
