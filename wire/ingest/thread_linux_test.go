@@ -2,9 +2,11 @@ package ingest_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/seed-c7a81618/conductor/bench"
@@ -18,7 +20,8 @@ import (
 func threadNice(t *testing.T, tid int) (nice int, ok bool) {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/stat", tid))
-	if os.IsNotExist(err) {
+	if os.IsNotExist(err) || errors.Is(err, syscall.ESRCH) {
+		// Gone, or exiting while we read it.
 		return 0, false
 	}
 	if err != nil {

@@ -297,6 +297,12 @@ func TestZMQReceiveQueueBytes(t *testing.T) {
 				}
 				return true
 			})
+			// The blocks can be in the index before the replay that brought
+			// them has counted itself done.
+			waitFor(t, "the replays to finish", func() bool {
+				st := h.status(k)
+				return st.ReplaysSucceeded+st.ReplaysFailed == st.ReplaysRequested
+			})
 			st := h.status(k)
 			t.Logf("queue peak %d bytes (bound %d), %d drops, %d gaps, %d replays", st.QueuePeakBytes, tc.bound, st.QueueDrops, st.Gaps, st.ReplaysSucceeded)
 			// Kept messages fill the bound up to one message short of it.
@@ -304,8 +310,16 @@ func TestZMQReceiveQueueBytes(t *testing.T) {
 			if st.QueueDrops == 0 || st.QueuePeakBytes > int64(tc.bound) || int(st.QueuePeakBytes)/msg != tc.bound/msg {
 				t.Fatalf("want drops and a queue peak of %d messages of %d bytes (bound %d): %+v", tc.bound/msg, msg, tc.bound, st)
 			}
-			if st.StaleClears != 0 || st.Gaps == 0 || st.DecodeErrors != 0 {
-				t.Fatalf("want the gap healed by replay: %+v", st)
+			// Every dropped block is held (above) and nothing was cleared as
+			// stale, so replay healed the drops. Whether that replay counts as
+			// a gap depends on which message the listener kept first: if the
+			// first live message it handles after connecting comes after
+			// dropped ones, it is the stream's first message (seqFirst) and
+			// its replay fetches what precedes it without a gap being seen.
+			// The connection's replay answers with the publisher's ring as it
+			// was before the burst, so it cannot have healed them.
+			if st.StaleClears != 0 || st.DecodeErrors != 0 || st.ReplaysFailed != 0 || st.ReplaysSucceeded < 2 {
+				t.Fatalf("want the drops healed by replay: %+v", st)
 			}
 		})
 	}
