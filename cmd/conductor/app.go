@@ -408,7 +408,11 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("invalid access settings", "err", err)
 		return nil, 2
 	}
-	gate := httpd.NewGate(ing, ix, policy)
+	var registrar httpd.Registrar = ing
+	if s.nats.consume {
+		registrar = replicaRegistrar{}
+	}
+	gate := httpd.NewGate(registrar, ix, policy)
 	var state *stateStore
 	if s.demo {
 		// The demo's simulated engines live at fresh ports each run: restoring
@@ -424,7 +428,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	}
 	ver := buildVersion()
 	lim := httpd.NewLimiter(fds.conns, s.maxInflightBody, log)
-	srv, err := httpd.New(ix, ing, httpd.Options{
+	srv, err := httpd.New(ix, registrar, httpd.Options{
 		MaxBodyBytes:   s.maxBodyBytes,
 		MaxQueryTokens: s.maxQueryTokens,
 		Version:        ver,

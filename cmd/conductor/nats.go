@@ -150,3 +150,18 @@ func (p *natsPart) stop(drain time.Duration) {
 		p.rep.Close()
 	}
 }
+
+// errReplicaRegistration answers /register and /unregister (every surface:
+// HTTP, RPC, Dynamo) on a query replica with 403: its registrations come from
+// the stream, and one made here would exist on this replica only.
+var errReplicaRegistration = fmt.Errorf("%w: this conductor is a NATS query replica (--nats-consume): "+
+	"register and unregister engines on the relay", httpd.ErrForbidden)
+
+// replicaRegistrar is a query replica's httpd.Registrar: it refuses.
+type replicaRegistrar struct{}
+
+func (replicaRegistrar) Register(core.Registration) (bool, error) { return false, errReplicaRegistration }
+
+func (replicaRegistrar) Unregister(core.ServiceKey) (core.Registration, error) {
+	return core.Registration{}, errReplicaRegistration
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 )
@@ -33,4 +34,27 @@ func TestNATSFlags(t *testing.T) {
 	f("SubjectPrefix=", "--nats-url", "nats://h:4222", "--nats-publish", "--nats-subject-prefix", "x.>")
 	f("Replicas=", "--nats-url", "nats://h:4222", "--nats-publish", "--nats-replicas", "9")
 	f("Bucket=", "--nats-url", "nats://h:4222", "--nats-consume", "--nats-snapshot-bucket", "a.b")
+}
+
+// TestReplicaRefusesRegistration: a query replica's registrations come from
+// the stream, so /register and /unregister answer 403 forbidden saying where
+// to register instead (NATS need not be up: the replica starts without it).
+func TestReplicaRefusesRegistration(t *testing.T) {
+	p := startConductor(t, "", "--nats-url", "nats://127.0.0.1:1", "--nats-consume")
+	for _, c := range []struct{ path, body string }{
+		{"/register", `{"type":"vLLM","modelname":"m","tenant_id":"default","instance_id":"e1","block_size":16,` +
+			`"dp_rank":0,"endpoint":"tcp://127.0.0.1:5557"}`},
+		{"/unregister", `{"instance_id":"e1","tenant_id":"default","dp_rank":0}`},
+	} {
+		resp, err := http.Post(p.url(c.path), "application/json", strings.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(string(body), "forbidden") ||
+			!strings.Contains(string(body), "query replica") || !strings.Contains(string(body), "on the relay") {
+			t.Errorf("%s: %d %s, want 403 forbidden naming the relay", c.path, resp.StatusCode, body)
+		}
+	}
 }
