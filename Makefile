@@ -94,8 +94,9 @@ test-faults: deps
 # with -count=$(COUNT) and benchstat; SUITES= picks some (hash core-apply
 # core-query wire ingest-recv httpd). Run it on a quiet machine: about 20 minutes.
 COUNT ?= 6
+REPORT_BENCHTIME ?= 300ms
 bench-report: deps
-	COUNT=$(COUNT) $(if $(SUITES),SUITES="$(SUITES)") ./bench/report.sh
+	COUNT=$(COUNT) BENCHTIME=$(REPORT_BENCHTIME) $(if $(SUITES),SUITES="$(SUITES)") ./bench/report.sh
 
 bench: deps
 	$(GO) test -run='^$$' -bench='$(BENCH)' -benchtime=$(BENCHTIME) -benchmem ./...

@@ -19,6 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=${COUNT:-6}
+# BENCHTIME (e.g. 300ms): -benchtime for suites that do not set their own
+# (default: go test's 1s). The whole report at 1s takes over an hour on 2 cores.
+BENCHTIME=${BENCHTIME:-}
 OUT=${OUT:-bench/results/report}
 BENCHSTAT=${BENCHSTAT:-go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}
 mkdir -p "$OUT"
@@ -33,6 +36,7 @@ machine() {
 suite() {
   local name=$1 pkg=$2 re=$3
   shift 3
+  if [ -n "$BENCHTIME" ] && [[ " $* " != *" -benchtime"* ]]; then set -- "$@" "-benchtime=$BENCHTIME"; fi
   local cmd="go test -run='^\$' -bench='$re' -benchmem -count=$COUNT $* $pkg"
   echo "== $name: $cmd" >&2
   if [ -n "${TESTBIN_DIR:-}" ]; then

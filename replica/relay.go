@@ -35,8 +35,9 @@ import (
 // its apply order. Publishes go out asynchronously, at most MaxPending at a
 // time; when any of a window fails (NATS down, timeout) the window is sent
 // again from its first failure after a backoff: ids make the resend of what
-// was stored a no-op. (A failure followed by a success inside one window
-// stores the two out of order; a replica then counts a sequence gap.)
+// was stored a no-op. A failure followed inside one window by a stored
+// message of the same subscription would reach replicas out of order; that
+// subscription's state is transferred instead (reorderedAfterFailure).
 //
 // Bounds: the queue holds at most BufferBytes; past it messages are dropped
 // and counted (conductor_relay_dropped_total) — replicas then miss those
@@ -56,6 +57,7 @@ type Relay struct {
 
 	published, dropped, pubErrors, resyncs *metrics.Counter
 	suppressed, transfers, oversize        *metrics.Counter
+	reordered                              *metrics.Counter
 	connected                              bool // guarded by mu
 
 	cancel context.CancelFunc
@@ -70,6 +72,9 @@ const maxMessageBytes = 1<<20 - 4<<10
 type outMsg struct {
 	subject, id string
 	body        []byte
+	// sub is the subscription whose order the message is part of (nil for
+	// registrations, which are idempotent and order-free).
+	sub *relaySub
 }
 
 // relaySub is what the relay keeps per subscription. last is written under
@@ -99,6 +104,7 @@ func NewRelay(opts Options) (*Relay, error) {
 	r.suppressed = r.set.NewCounter("conductor_relay_suppressed_total")
 	r.transfers = r.set.NewCounter("conductor_relay_state_transfers_total")
 	r.oversize = r.set.NewCounter("conductor_relay_oversize_total")
+	r.reordered = r.set.NewCounter("conductor_relay_reordered_total")
 	r.set.NewGauge("conductor_relay_queued_bytes", func() float64 {
 		r.mu.Lock()
 		defer r.mu.Unlock()
@@ -172,6 +178,7 @@ func (r *Relay) kick() {
 // enqueueSub queues a message of rs's subscription (called under its lock):
 // nothing while rs is dirty; a drop makes it dirty.
 func (r *Relay) enqueueSub(rs *relaySub, m outMsg) {
+	m.sub = rs
 	if rs.dirty.Load() {
 		r.suppressed.Inc()
 		return
@@ -397,6 +404,7 @@ func (r *Relay) publishWindow(ctx context.Context, js jetstream.JetStream) int {
 	ok := 0
 	timeout := time.NewTimer(10 * time.Second)
 	defer timeout.Stop()
+	timedOut := false
 wait:
 	for _, f := range futs {
 		select {
@@ -407,10 +415,14 @@ wait:
 			break wait
 		case <-timeout.C:
 			err = errors.New("publish acknowledgement timeout")
+			timedOut = true
 			break wait
 		case <-ctx.Done():
 			return -1
 		}
+	}
+	if ok < len(futs)-1 {
+		r.reorderedAfterFailure(win, futs, ok, timedOut, timeout.C)
 	}
 	r.mu.Lock()
 	var freed int64
@@ -428,6 +440,44 @@ wait:
 		return -1
 	}
 	return ok
+}
+
+// reorderedAfterFailure handles a window whose message ok failed (or got no
+// acknowledgement) while later ones were sent. Those later ones may be stored
+// already, ahead of the failed one, which the resend then stores after them:
+// a replica would apply a subscription's batch N+1 and then skip N as old. So
+// every subscription with a message that failed (or is unknown) followed in
+// the window by one of its own that was (or may have been) stored is made
+// dirty: its queued messages still go out, nothing new is queued for it, and
+// a state transfer replaces the replicas' copy once the queue has drained
+// (TestRelayReorderedWindowTransfers).
+func (r *Relay) reorderedAfterFailure(win []outMsg, futs []jetstream.PubAckFuture, ok int, timedOut bool, timeout <-chan time.Time) {
+	missing := map[*relaySub]bool{} // subscriptions with a message that may not be stored
+	for i := ok; i < len(win); i++ {
+		acked, unknown := false, i < len(futs) && timedOut
+		if i > ok && i < len(futs) && !timedOut {
+			select {
+			case <-futs[i].Ok():
+				acked = true
+			case <-futs[i].Err():
+			case <-timeout:
+				timedOut, unknown = true, true
+			}
+		}
+		rs := win[i].sub
+		if rs == nil {
+			continue
+		}
+		if (acked || unknown) && missing[rs] && !rs.dirty.Load() {
+			rs.dirty.Store(true)
+			r.reordered.Inc()
+			r.opts.Logger.Warn("relay: a later message may be stored before a failed one; the subscription's state will be transferred",
+				"service", rs.key.String())
+		}
+		if !acked {
+			missing[rs] = true
+		}
+	}
 }
 
 // Close publishes what is queued for up to drain, then disconnects.
@@ -497,7 +547,7 @@ func (t *transfer) EndStream(i *core.StreamInfo) error {
 	msgs := append([]outMsg{{subject: t.rs.subject, body: AppendRegister(nil, &i.Reg)}}, make([]outMsg, 0, len(t.w.msgs))...)
 	var n int64
 	for _, b := range t.w.msgs {
-		msgs = append(msgs, outMsg{subject: t.rs.subject, body: b})
+		msgs = append(msgs, outMsg{subject: t.rs.subject, body: b, sub: t.rs})
 	}
 	for _, m := range msgs {
 		n += int64(len(m.body))
