@@ -19,8 +19,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=${COUNT:-6}
-# BENCHTIME (e.g. 300ms): -benchtime for suites that do not set their own
-# (default: go test's 1s). The whole report at 1s takes over an hour on 2 cores.
+# BENCHTIME (e.g. 300ms, make's default): -benchtime for suites that do not
+# set their own (default: go test's 1s). All suites at 300ms take about 6
+# minutes on the 2-core machine, at 1s about three times that.
 BENCHTIME=${BENCHTIME:-}
 OUT=${OUT:-bench/results/report}
 BENCHSTAT=${BENCHSTAT:-go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da}
