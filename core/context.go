@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/puzpuzpuz/xsync/v3"
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
@@ -63,7 +62,7 @@ type context struct {
 	// pool-only context is bound by its first engine registration, while
 	// appliers and queries read it: hence an atomic pointer.
 	bind   atomic.Pointer[binding]
-	blocks *xsync.MapOf[uint64, blockVal]
+	blocks *blockMap // blockmap.go
 
 	meta atomic.Pointer[ctxMeta]
 
@@ -88,17 +87,10 @@ type ownerKey struct {
 }
 
 func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *context {
-	// Grow-only: engines evict and re-store blocks all the time; a table that
-	// shrank whenever evictions outpaced stores would pay resize after resize.
-	opts := []func(*xsync.MapConfig){xsync.WithGrowOnly()}
-	if sizeHint > 0 {
-		opts = append(opts, xsync.WithPresize(sizeHint))
-	}
-	blocks := xsync.NewMapOfWithHasher[uint64, blockVal](hashBlockKey, opts...)
 	c := &context{
 		key:      key,
 		lora:     []byte(key.LoraName),
-		blocks:   blocks,
+		blocks:   newBlockMap(sizeHint),
 		ownerIdx: make(map[ownerKey]uint32),
 		regSlots: make(map[slot]int),
 	}

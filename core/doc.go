@@ -6,8 +6,9 @@
 //
 // A context is (tenant_id, model_name, lora_name, block_size), bound to one
 // resolved hash profile (package hash) at its first registration. Each context
-// holds a concurrent map (xsync.MapOf) from the 64-bit prefix key of a block to
-// the set of owners holding it, per tier. Under an engine profile (vllm_v1,
+// holds a concurrent map from the 64-bit prefix key of a block to the set of
+// owners holding it, per tier: 64 xsync.MapOf shards by the key's top bits
+// (blockmap.go), so a growing index doubles one shard at a time. Under an engine profile (vllm_v1,
 // sglang) the key is the engine's projected block hash; under the xxh3 standard
 // profile it is the plain RFC #1527 rolling sequence hash (seed S, no LoRA or
 // salt in the formula), re-computed from the event's token ids when the

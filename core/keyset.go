@@ -2,12 +2,83 @@ package core
 
 import "math/bits"
 
-// keySet is an owner's set of block keys: an open-addressing hash set of
-// uint64 with linear probing and backward-shift deletion (no tombstones), so
-// inserts and deletes on the apply path cost a few nanoseconds and iteration
-// visits only the table. The zero value is an empty set. Not safe for
+// keySet is an owner's set of block keys. Small, it is one keyTable; past
+// keySetSplit keys it becomes keySubs tables chosen by bits of the key (a mix
+// independent of the tables' own), each growing and shrinking on its own, so
+// that no insert or remove of a large owner copies the whole set at once (a
+// 10M-key table took the applier ~0.2 s to double; issue #18,
+// TestKeySetSplitAgreesWithMap). The zero value is an empty set. Not safe for
 // concurrent use (one subscription writer owns it).
 type keySet struct {
+	t    keyTable
+	subs []keyTable // nil until the split
+}
+
+const (
+	keySetSplit = 1 << 16
+	keySubBits  = 6
+	keySubs     = 1 << keySubBits
+)
+
+// keySub picks a key's table after the split: the top bits of a multiply by a
+// constant other than keyTable.home's, so the keys of one table still spread
+// over all of its slots.
+func keySub(k uint64) uint64 { return (k * 0xD6E8FEB86659FD93) >> (64 - keySubBits) }
+
+// Len returns the number of keys.
+func (s *keySet) Len() int {
+	if s.subs == nil {
+		return s.t.Len()
+	}
+	n := 0
+	for i := range s.subs {
+		n += s.subs[i].Len()
+	}
+	return n
+}
+
+// add inserts k (idempotent).
+func (s *keySet) add(k uint64) {
+	if s.subs != nil {
+		s.subs[keySub(k)].add(k)
+		return
+	}
+	s.t.add(k)
+	if s.t.n > keySetSplit {
+		subs := make([]keyTable, keySubs)
+		s.t.each(func(k uint64) { subs[keySub(k)].add(k) })
+		s.subs, s.t = subs, keyTable{}
+	}
+}
+
+// remove deletes k if present.
+func (s *keySet) remove(k uint64) {
+	if s.subs != nil {
+		s.subs[keySub(k)].remove(k)
+		return
+	}
+	s.t.remove(k)
+}
+
+// each calls f for every key. f must not modify the set.
+func (s *keySet) each(f func(k uint64)) {
+	if s.subs == nil {
+		s.t.each(f)
+		return
+	}
+	for i := range s.subs {
+		s.subs[i].each(f)
+	}
+}
+
+// reset empties the set and releases its tables.
+func (s *keySet) reset() { *s = keySet{} }
+
+// keyTable is an open-addressing hash set of uint64 with linear probing and
+// backward-shift deletion (no tombstones), so inserts and deletes on the
+// apply path cost a few nanoseconds and iteration visits only the table. The
+// zero value is an empty table.
+type keyTable struct {
 	slots []uint64 // 0 = empty; the key 0 is kept in hasZero
 	n     int      // keys in slots
 	shift uint8    // 64 - log2(len(slots))
@@ -17,12 +88,12 @@ type keySet struct {
 
 const keySetMinSlots = 16
 
-func (s *keySet) home(k uint64) int {
+func (s *keyTable) home(k uint64) int {
 	return int((k * 0x9E3779B97F4A7C15) >> s.shift)
 }
 
 // Len returns the number of keys.
-func (s *keySet) Len() int {
+func (s *keyTable) Len() int {
 	if s.hasZero {
 		return s.n + 1
 	}
@@ -30,7 +101,7 @@ func (s *keySet) Len() int {
 }
 
 // add inserts k (idempotent).
-func (s *keySet) add(k uint64) {
+func (s *keyTable) add(k uint64) {
 	if k == 0 {
 		s.hasZero = true
 		return
@@ -52,7 +123,7 @@ func (s *keySet) add(k uint64) {
 }
 
 // remove deletes k if present.
-func (s *keySet) remove(k uint64) {
+func (s *keyTable) remove(k uint64) {
 	if k == 0 {
 		s.hasZero = false
 		return
@@ -90,7 +161,7 @@ func (s *keySet) remove(k uint64) {
 	}
 }
 
-func (s *keySet) grow() {
+func (s *keyTable) grow() {
 	if len(s.slots) == 0 {
 		s.resize(keySetMinSlots)
 		return
@@ -98,7 +169,7 @@ func (s *keySet) grow() {
 	s.resize(len(s.slots) * 2)
 }
 
-func (s *keySet) resize(size int) {
+func (s *keyTable) resize(size int) {
 	old := s.slots
 	s.slots = make([]uint64, size)
 	s.shift = uint8(64 - bits.TrailingZeros(uint(size)))
@@ -118,7 +189,7 @@ func (s *keySet) resize(size int) {
 }
 
 // each calls f for every key. f must not modify the set.
-func (s *keySet) each(f func(k uint64)) {
+func (s *keyTable) each(f func(k uint64)) {
 	if s.hasZero {
 		f(0)
 	}
@@ -128,6 +199,3 @@ func (s *keySet) each(f func(k uint64)) {
 		}
 	}
 }
-
-// reset empties the set and releases its table.
-func (s *keySet) reset() { *s = keySet{} }

@@ -48,3 +48,69 @@ func TestKeySetAgreesWithMap(t *testing.T) {
 		}
 	}
 }
+
+// TestKeySetSplitAgreesWithMap: an owner set that passes keySetSplit keys is
+// split into keySubs tables and keeps agreeing with a Go map through adds,
+// removes (down to empty, with the key 0) and more adds; afterwards no table
+// holds more than 1.3× its share, so a table's growth copies about a 64th of
+// the set.
+func TestKeySetSplitAgreesWithMap(t *testing.T) {
+	rng := rand.New(rand.NewSource(11))
+	var s keySet
+	ref := map[uint64]bool{}
+	check := func(when string) {
+		t.Helper()
+		if s.Len() != len(ref) {
+			t.Fatalf("%s: len %d want %d", when, s.Len(), len(ref))
+		}
+		n := 0
+		s.each(func(k uint64) {
+			if !ref[k] {
+				t.Fatalf("%s: unexpected key %x", when, k)
+			}
+			n++
+		})
+		if n != len(ref) {
+			t.Fatalf("%s: each visited %d want %d", when, n, len(ref))
+		}
+	}
+	s.add(0)
+	ref[0] = true
+	keys := make([]uint64, 0, 3*keySetSplit)
+	for len(keys) < 3*keySetSplit {
+		k := rng.Uint64()
+		keys = append(keys, k)
+		s.add(k)
+		ref[k] = true
+		if rng.Intn(4) == 0 { // remove an earlier key
+			r := keys[rng.Intn(len(keys))]
+			s.remove(r)
+			delete(ref, r)
+		}
+	}
+	if s.subs == nil {
+		t.Fatal("not split past keySetSplit keys")
+	}
+	check("after the split")
+	share := float64(s.Len()) / keySubs
+	for i := range s.subs {
+		if n := float64(s.subs[i].Len()); n > 1.3*share {
+			t.Errorf("table %d holds %.0f keys, share %.0f", i, n, share)
+		}
+	}
+	for _, k := range keys[:len(keys)/2] {
+		s.remove(k)
+		delete(ref, k)
+	}
+	check("after removing half")
+	for k := range ref {
+		s.remove(k)
+	}
+	ref = map[uint64]bool{}
+	check("emptied")
+	for _, k := range keys[:1000] {
+		s.add(k)
+		ref[k] = true
+	}
+	check("refilled")
+}
