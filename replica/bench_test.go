@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/replica/natstest"
 )
 
 // Benchmarks of the JetStream path, in-process (the relay, the embedded NATS
@@ -77,7 +78,7 @@ func publish(b *testing.B, url string, n int) {
 // JetStream (file storage) acknowledged every one.
 func BenchmarkRelayThroughput(b *testing.B) {
 	b.ReportAllocs()
-	ns := startNATS(b, b.TempDir(), -1)
+	ns := natstest.Start(b, b.TempDir(), -1)
 	b.ResetTimer()
 	start := time.Now()
 	publish(b, ns.ClientURL(), b.N)
@@ -90,7 +91,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 // until it applied the last.
 func BenchmarkReplicaCatchUp(b *testing.B) {
 	b.ReportAllocs()
-	ns := startNATS(b, b.TempDir(), -1)
+	ns := natstest.Start(b, b.TempDir(), -1)
 	publish(b, ns.ClientURL(), b.N)
 	last := streamLast(b, ns.ClientURL(), "CONDUCTOR")
 	b.ResetTimer()
@@ -111,7 +112,7 @@ func BenchmarkReplicaCatchUp(b *testing.B) {
 func BenchmarkSnapshotLoad(b *testing.B) {
 	for _, n := range []int{1_000_000, 10_000_000} {
 		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
-			ns := startNATS(b, b.TempDir(), -1)
+			ns := natstest.Start(b, b.TempDir(), -1)
 			ix := core.New(core.Options{Logger: quietLog(), ContextSizeHint: n})
 			sub, _, err := ix.Register(benchReg(b, "e"))
 			if err != nil {

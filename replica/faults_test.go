@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/replica/natstest"
 )
 
 // freePort returns a loopback port nothing listens on (it was free a moment
@@ -33,7 +34,7 @@ func freePort(t *testing.T) int {
 func TestRelayFailoverDedup(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	ns := startNATS(t, t.TempDir(), -1)
+	ns := natstest.Start(t, t.TempDir(), -1)
 	url := ns.ClientURL()
 	var relays [2]*Relay
 	var srcs [2]*core.Index
@@ -172,7 +173,7 @@ func TestNATSDownAtStart(t *testing.T) {
 		t.Fatalf("ready error %q", rep.Ready())
 	}
 
-	startNATS(t, t.TempDir(), port)
+	natstest.Start(t, t.TempDir(), port)
 	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
 	last := streamLast(t, url, "CONDUCTOR")
 	waitUntil(t, "the replica to apply the stream", 20*time.Second, func() bool { return rep.applied.Load() == last })

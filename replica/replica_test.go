@@ -12,30 +12,13 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/replica/natstest"
 )
-
-// startNATS runs an embedded NATS server with JetStream on a loopback port
-// (port -1: a random one) storing in dir.
-func startNATS(t testing.TB, dir string, port int) *natsserver.Server {
-	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true,
-		StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
 
 func quietLog() *slog.Logger {
 	if testing.Verbose() {
@@ -192,7 +175,7 @@ func streamLast(t testing.TB, url, stream string) uint64 {
 func TestRelayReplicaInProcess(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	ns := startNATS(t, t.TempDir(), -1)
+	ns := natstest.Start(t, t.TempDir(), -1)
 	url := ns.ClientURL()
 
 	relay, err := NewRelay(natsOpts(url))

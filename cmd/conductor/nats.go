@@ -160,7 +160,9 @@ var errReplicaRegistration = fmt.Errorf("%w: this conductor is a NATS query repl
 // replicaRegistrar is a query replica's httpd.Registrar: it refuses.
 type replicaRegistrar struct{}
 
-func (replicaRegistrar) Register(core.Registration) (bool, error) { return false, errReplicaRegistration }
+func (replicaRegistrar) Register(core.Registration) (bool, error) {
+	return false, errReplicaRegistration
+}
 
 func (replicaRegistrar) Unregister(core.ServiceKey) (core.Registration, error) {
 	return core.Registration{}, errReplicaRegistration

@@ -9,27 +9,9 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
-
 	"github.com/seed-c7a81618/conductor/bench"
+	"github.com/seed-c7a81618/conductor/replica/natstest"
 )
-
-// startNATS runs an embedded NATS server with JetStream on loopback (port -1:
-// a random one), storing in dir. The test's child conductors connect to it.
-func startNATS(t *testing.T, dir string, port int) *natsserver.Server {
-	t.Helper()
-	s, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: port, JetStream: true,
-		StoreDir: dir, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS server did not start")
-	}
-	t.Cleanup(s.Shutdown)
-	return s
-}
 
 // settleNATS waits until the directly subscribed conductors received the last
 // batch of every engine (ingest last_seq) and the replicas applied it from the
@@ -76,24 +58,7 @@ func compareNATS(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, 
 	t.Helper()
 	hits := 0
 	for q := 0; q < n; q++ {
-		e := engines[rng.Intn(len(engines))]
-		pr := e.prompts[rng.Intn(len(e.prompts))]
-		toks := append([]int32(nil), pr[:rng.Intn(len(pr))+1]...)
-		if rng.Intn(8) == 0 {
-			toks = append(toks, int32(rng.Intn(1000)))
-		}
-		var addrA, addrB, path, body string
-		switch q % 3 {
-		case 0:
-			addrA, addrB, path = ref.dyn, rep.dyn, "/query"
-			body = `{"model_name":"m","token_ids":` + jsonList(toks) + `}`
-		case 1:
-			addrA, addrB, path = ref.dyn, rep.dyn, "/query_by_hash"
-			body = `{"model_name":"m","block_hashes":` + jsonList(localBlockHashes(toks, e.bs)) + `}`
-		default:
-			addrA, addrB, path = ref.main, rep.main, "/query"
-			body = `{"model":"m","block_size":` + strconv.Itoa(e.bs) + `,"token_ids":` + jsonList(toks) + `}`
-		}
+		addrA, addrB, path, body := replicaQuery(rng, engines, q, ref, rep)
 		for deadline := time.Now().Add(5 * time.Second); ; {
 			ca, _, ra := httpDo(t, "POST", "http://"+addrA+path, "application/json", []byte(body))
 			cb, _, rb := httpDo(t, "POST", "http://"+addrB+path, "application/json", []byte(body))
@@ -139,7 +104,7 @@ func TestNATSReplicas(t *testing.T) {
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))
 	natsDir := t.TempDir()
-	ns := startNATS(t, natsDir, -1)
+	ns := natstest.Start(t, natsDir, -1)
 	natsURL := ns.ClientURL()
 	natsPort := ns.Addr().(interface{ String() string }).String()
 	port, _ := strconv.Atoi(natsPort[strings.LastIndex(natsPort, ":")+1:])
@@ -271,7 +236,7 @@ func TestNATSReplicas(t *testing.T) {
 		t.Fatalf("replica stopped answering while NATS was down: %d", code)
 	}
 	t.Logf("%d batches published while NATS was down", batches()-before)
-	startNATS(t, natsDir, port)
+	natstest.Start(t, natsDir, port)
 	time.Sleep(500 * time.Millisecond)
 	check("after a NATS restart", r1, r3)
 	if v, _ := seriesValue(t, relay.main, "conductor_relay_dropped_total"); v != 0 {

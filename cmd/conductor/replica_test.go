@@ -255,24 +255,7 @@ func compareReplicas(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n i
 	t.Helper()
 	hits := 0
 	for q := 0; q < n; q++ {
-		e := engines[rng.Intn(len(engines))]
-		pr := e.prompts[rng.Intn(len(e.prompts))]
-		toks := append([]int32(nil), pr[:rng.Intn(len(pr))+1]...)
-		if rng.Intn(8) == 0 {
-			toks = append(toks, int32(rng.Intn(1000)))
-		}
-		var addrA, addrB, path, body string
-		switch q % 3 {
-		case 0:
-			addrA, addrB, path = a.dyn, b.dyn, "/query"
-			body = `{"model_name":"m","token_ids":` + jsonList(toks) + `}`
-		case 1:
-			addrA, addrB, path = a.dyn, b.dyn, "/query_by_hash"
-			body = `{"model_name":"m","block_hashes":` + jsonList(localBlockHashes(toks, e.bs)) + `}`
-		default:
-			addrA, addrB, path = a.main, b.main, "/query"
-			body = `{"model":"m","block_size":` + strconv.Itoa(e.bs) + `,"token_ids":` + jsonList(toks) + `}`
-		}
+		addrA, addrB, path, body := replicaQuery(rng, engines, q, a, b)
 		ca, _, ra := httpDo(t, "POST", "http://"+addrA+path, "application/json", []byte(body))
 		cb, _, rb := httpDo(t, "POST", "http://"+addrB+path, "application/json", []byte(body))
 		if ca != 200 || cb != 200 || !bytes.Equal(ra, rb) {
@@ -283,6 +266,27 @@ func compareReplicas(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n i
 		}
 	}
 	return hits
+}
+
+// replicaQuery is the q-th random query of a replica comparison: a prefix of
+// one of the engines' prompts (sometimes with a token no prompt has), asked
+// in turn as Dynamo /query, Dynamo /query_by_hash with Dynamo local hashes, and
+// Mooncake JSON /query, with each conductor's address for that surface.
+func replicaQuery(rng *rand.Rand, engines []*replicaEngine, q int, a, b *replicaChild) (addrA, addrB, path, body string) {
+	e := engines[rng.Intn(len(engines))]
+	pr := e.prompts[rng.Intn(len(e.prompts))]
+	toks := append([]int32(nil), pr[:rng.Intn(len(pr))+1]...)
+	if rng.Intn(8) == 0 {
+		toks = append(toks, int32(rng.Intn(1000)))
+	}
+	switch q % 3 {
+	case 0:
+		return a.dyn, b.dyn, "/query", `{"model_name":"m","token_ids":` + jsonList(toks) + `}`
+	case 1:
+		return a.dyn, b.dyn, "/query_by_hash", `{"model_name":"m","block_hashes":` + jsonList(localBlockHashes(toks, e.bs)) + `}`
+	default:
+		return a.main, b.main, "/query", `{"model":"m","block_size":` + strconv.Itoa(e.bs) + `,"token_ids":` + jsonList(toks) + `}`
+	}
 }
 
 func localBlockHashes(tokens []int32, bs int) []uint64 {
