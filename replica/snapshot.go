@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -75,8 +76,8 @@ func (r *Replica) objectStore(ctx context.Context, js jetstream.JetStream, creat
 }
 
 // snapshots lists this shard's snapshots, oldest first.
-func (r *Replica) snapshots(ctx context.Context, os jetstream.ObjectStore) ([]string, []uint64, error) {
-	infos, err := os.List(ctx)
+func (r *Replica) snapshots(ctx context.Context, store jetstream.ObjectStore) ([]string, []uint64, error) {
+	infos, err := store.List(ctx)
 	if errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return nil, nil, nil
 	}
@@ -108,7 +109,7 @@ func (r *Replica) snapshots(ctx context.Context, os jetstream.ObjectStore) ([]st
 func (r *Replica) writeSnapshot(ctx context.Context, js jetstream.JetStream) error {
 	start := time.Now()
 	seq := r.applied.Load()
-	os, err := r.objectStore(ctx, js, true)
+	store, err := r.objectStore(ctx, js, true)
 	if err != nil {
 		return fmt.Errorf("object store %s: %w", r.opts.Bucket, err)
 	}
@@ -130,7 +131,7 @@ func (r *Replica) writeSnapshot(ctx context.Context, js jetstream.JetStream) err
 	name := fmt.Sprintf("%s%020d", r.snapshotPrefix(), seq)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	info, err := os.Put(wctx, jetstream.ObjectMeta{Name: name, Metadata: map[string]string{"stream_seq": fmtSeq(seq)}}, pr)
+	info, err := store.Put(wctx, jetstream.ObjectMeta{Name: name, Metadata: map[string]string{"stream_seq": fmtSeq(seq)}}, pr)
 	pr.CloseWithError(err)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", name, err)
@@ -145,16 +146,40 @@ func (r *Replica) writeSnapshot(ctx context.Context, js jetstream.JetStream) err
 	// is not left over the bound).
 	pctx, pcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer pcancel()
-	names, _, err := r.snapshots(pctx, os)
+	names, _, err := r.snapshots(pctx, store)
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
 	}
 	for i := 0; i+r.opts.SnapshotKeep < len(names); i++ {
-		if err := os.Delete(pctx, names[i]); err != nil {
+		if err := store.Delete(pctx, names[i]); err != nil {
 			return fmt.Errorf("prune %s: %w", names[i], err)
 		}
 	}
 	return nil
+}
+
+// spool copies an object into an unlinked temporary file (in os.TempDir, the
+// snapshot's size: ~21 MB per 1M blocks) and returns it rewound. The object
+// store delivers an object's chunks to a subscription as fast as the server
+// sends them; read at the pace of the restore, a large snapshot overflowed the
+// subscription's pending limit ("slow consumer", chunks dropped, the read
+// restarted from the gap) and a 10M-block load took 128 s instead of ~40.
+// The object's digest is checked when the copy reaches its end.
+func spool(obj io.Reader) (*os.File, error) {
+	f, err := os.CreateTemp("", "conductor-snapshot-*")
+	if err != nil {
+		return nil, err
+	}
+	_ = os.Remove(f.Name()) // unlinked: freed on Close, or if the process dies
+	if _, err := io.Copy(f, obj); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // loadSnapshot restores the newest snapshot of this shard, if any, and
@@ -164,14 +189,14 @@ func (r *Replica) writeSnapshot(ctx context.Context, js jetstream.JetStream) err
 // the dump was read whole.
 func (r *Replica) loadSnapshot(ctx context.Context, js jetstream.JetStream) uint64 {
 	log := r.opts.Logger
-	os, err := r.objectStore(ctx, js, false)
+	store, err := r.objectStore(ctx, js, false)
 	if err != nil {
 		if !errors.Is(err, jetstream.ErrBucketNotFound) && !errors.Is(err, jetstream.ErrStreamNotFound) {
 			log.Warn("replica: snapshot store not readable; consuming from the start", "err", err)
 		}
 		return 0
 	}
-	names, seqs, err := r.snapshots(ctx, os)
+	names, seqs, err := r.snapshots(ctx, store)
 	if err != nil || len(names) == 0 {
 		if err != nil {
 			log.Warn("replica: cannot list snapshots; consuming from the start", "err", err)
@@ -184,13 +209,19 @@ func (r *Replica) loadSnapshot(ctx context.Context, js jetstream.JetStream) uint
 	// read by JetStream's default timeout (5s), too short for a large index.
 	gctx, cancel := context.WithTimeout(ctx, 30*time.Minute)
 	defer cancel()
-	res, err := os.Get(gctx, name)
+	res, err := store.Get(gctx, name)
 	if err != nil {
 		log.Warn("replica: cannot read the snapshot; consuming from the start", "name", name, "err", err)
 		return 0
 	}
-	defer res.Close()
-	br := bufio.NewReaderSize(res, 1<<20)
+	src, err := spool(res)
+	res.Close()
+	if err != nil {
+		log.Warn("replica: cannot read the snapshot; consuming from the start", "name", name, "err", err)
+		return 0
+	}
+	defer src.Close()
+	br := bufio.NewReaderSize(src, 1<<20)
 	line, err := br.ReadBytes('\n')
 	var h snapshotHeader
 	if err == nil {
