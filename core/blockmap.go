@@ -21,8 +21,7 @@ import (
 // measurable difference).
 type blockMap struct {
 	shards  [blockShards]atomic.Pointer[xsync.MapOf[uint64, blockVal]]
-	presize int          // per shard, from Options.ContextSizeHint; 0 = xsync's minimum
-	created atomic.Int32 // shards made (tests)
+	presize int // per shard, from Options.ContextSizeHint; 0 = xsync's minimum
 }
 
 const (
@@ -76,7 +75,6 @@ func (m *blockMap) create(p *atomic.Pointer[xsync.MapOf[uint64, blockVal]]) *xsy
 	}
 	s := xsync.NewMapOfWithHasher[uint64, blockVal](hashBlockKey, opts...)
 	if p.CompareAndSwap(nil, s) {
-		m.created.Add(1)
 		return s
 	}
 	return p.Load()

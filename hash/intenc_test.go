@@ -69,64 +69,29 @@ func intTokens(r *rand.Rand, n int) []int32 {
 // exercised), the boundaries one by one, and through appendCBORTokens into a
 // reused, dirty buffer.
 func TestPutCBORInts(t *testing.T) {
-	defer func(v bool) { useIntsAVX512 = v }(useIntsAVX512)
-	for _, vec := range []bool{false, true} {
-		if vec && !haveIntsAVX512 {
-			t.Log("no AVX-512 VBMI2 here: scalar path only")
-			continue
+	forEachIntsPath(t, func(t *testing.T) {
+		r := testPutInts(t, putCBORInts, refCBORInts, 3)
+		buf := make([]byte, 0, 8)
+		for range 200 {
+			tokens := intTokens(r, r.IntN(600))
+			buf = appendCBORTokens(append(buf[:0], 0xaa), tokens)
+			want := refCBORInts(appendCBORHead([]byte{0xaa}, cborArray, uint64(len(tokens))), tokens)
+			if !bytes.Equal(buf, want) {
+				t.Fatalf("appendCBORTokens(%d tokens) differs from the reference", len(tokens))
+			}
 		}
-		useIntsAVX512 = vec
-		t.Run(map[bool]string{false: "scalar", true: "avx512"}[vec], testPutCBORInts)
-	}
-}
-
-func testPutCBORInts(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 3))
-	out := make([]byte, 5*80+cborIntSlack)
-	for round := range 3000 {
-		tokens := intTokens(r, round%71)
-		for i := range out {
-			out[i] = 0xee
-		}
-		n := putCBORInts(out[:5*len(tokens)+cborIntSlack], tokens)
-		if want := refCBORInts(nil, tokens); !bytes.Equal(out[:n], want) {
-			t.Fatalf("tokens %v:\n got % x\nwant % x", tokens, out[:n], want)
-		}
-	}
-	for v := int64(-70000); v <= 70000; v++ {
-		tok := []int32{int32(v)}
-		n := putCBORInts(out[:5+cborIntSlack], tok)
-		if want := refCBORInts(nil, tok); !bytes.Equal(out[:n], want) {
-			t.Fatalf("token %d: got % x, want % x", v, out[:n], want)
-		}
-	}
-	// Eight equal tokens per value: every value through the vector path too.
-	var eight [8]int32
-	for v := int64(-70000); v <= 70000; v++ {
-		for i := range eight {
-			eight[i] = int32(v) + int32(i&1)
-		}
-		n := putCBORInts(out[:40+cborIntSlack], eight[:])
-		if want := refCBORInts(nil, eight[:]); !bytes.Equal(out[:n], want) {
-			t.Fatalf("tokens %v: got % x, want % x", eight, out[:n], want)
-		}
-	}
-	buf := make([]byte, 0, 8)
-	for range 200 {
-		tokens := intTokens(r, r.IntN(600))
-		buf = appendCBORTokens(append(buf[:0], 0xaa), tokens)
-		want := refCBORInts(appendCBORHead([]byte{0xaa}, cborArray, uint64(len(tokens))), tokens)
-		if !bytes.Equal(buf, want) {
-			t.Fatalf("appendCBORTokens(%d tokens) differs from the reference", len(tokens))
-		}
-	}
+	})
 }
 
 // TestPutPickleInts: the branch-free pickle encoder against refPickleInts, the
 // same way.
 func TestPutPickleInts(t *testing.T) {
+	forEachIntsPath(t, func(t *testing.T) { testPutInts(t, putPickleInts, refPickleInts, 4) })
+}
+
+// forEachIntsPath runs f on the scalar encoders and, where the CPU has
+// AVX-512 VBMI2, on the vector ones.
+func forEachIntsPath(t *testing.T, f func(t *testing.T)) {
 	defer func(v bool) { useIntsAVX512 = v }(useIntsAVX512)
 	for _, vec := range []bool{false, true} {
 		if vec && !haveIntsAVX512 {
@@ -134,40 +99,45 @@ func TestPutPickleInts(t *testing.T) {
 			continue
 		}
 		useIntsAVX512 = vec
-		t.Run(map[bool]string{false: "scalar", true: "avx512"}[vec], testPutPickleInts)
+		t.Run(map[bool]string{false: "scalar", true: "avx512"}[vec], f)
 	}
 }
 
-func testPutPickleInts(t *testing.T) {
+// testPutInts checks put against ref: random token mixes into a dirty
+// buffer, every value in -70000..70000 alone and eight at a time (the vector
+// path). It returns its random source for further checks.
+func testPutInts(t *testing.T, put func([]byte, []int32) int, ref func([]byte, []int32) []byte, stream uint64) *rand.Rand {
 	seed := rand.Uint64()
 	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 4))
+	r := rand.New(rand.NewPCG(seed, stream))
 	out := make([]byte, 5*80+cborIntSlack)
 	for round := range 3000 {
 		tokens := intTokens(r, round%71)
 		for i := range out {
 			out[i] = 0xee
 		}
-		n := putPickleInts(out[:5*len(tokens)+cborIntSlack], tokens)
-		if want := refPickleInts(nil, tokens); !bytes.Equal(out[:n], want) {
+		n := put(out[:5*len(tokens)+cborIntSlack], tokens)
+		if want := ref(nil, tokens); !bytes.Equal(out[:n], want) {
 			t.Fatalf("tokens %v:\n got % x\nwant % x", tokens, out[:n], want)
 		}
 	}
 	for v := int64(-70000); v <= 70000; v++ {
 		tok := []int32{int32(v)}
-		n := putPickleInts(out[:5+cborIntSlack], tok)
-		if want := refPickleInts(nil, tok); !bytes.Equal(out[:n], want) {
+		n := put(out[:5+cborIntSlack], tok)
+		if want := ref(nil, tok); !bytes.Equal(out[:n], want) {
 			t.Fatalf("token %d: got % x, want % x", v, out[:n], want)
 		}
 	}
+	// Eight near-equal tokens per value: every value through the vector path too.
 	var eight [8]int32
 	for v := int64(-70000); v <= 70000; v++ {
 		for i := range eight {
 			eight[i] = int32(v) + int32(i&1)
 		}
-		n := putPickleInts(out[:40+cborIntSlack], eight[:])
-		if want := refPickleInts(nil, eight[:]); !bytes.Equal(out[:n], want) {
+		n := put(out[:40+cborIntSlack], eight[:])
+		if want := ref(nil, eight[:]); !bytes.Equal(out[:n], want) {
 			t.Fatalf("tokens %v: got % x, want % x", eight, out[:n], want)
 		}
 	}
+	return r
 }

@@ -48,13 +48,7 @@ func TestRelayFailoverDedup(t *testing.T) {
 		r.Start(srcs[i])
 	}
 	t.Cleanup(func() { relays[1].Close(0) })
-	repIx := core.New(core.Options{Logger: quietLog()})
-	rep, err := NewReplica(repIx, natsOpts(url), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep.Start()
-	t.Cleanup(rep.Close)
+	rep, repIx := startReplica(t, natsOpts(url))
 
 	w := newWorkload(t, seed)
 	var subs [2][]*core.Subscription
@@ -124,21 +118,9 @@ func TestNATSDownAtStart(t *testing.T) {
 	smallSrc := core.New(core.Options{Observer: small, Logger: quietLog()})
 	small.Start(smallSrc)
 	t.Cleanup(func() { small.Close(0) })
-	smallRepIx := core.New(core.Options{Logger: quietLog()})
 	o.BufferBytes = 0
-	smallRep, err := NewReplica(smallRepIx, o, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	smallRep.Start()
-	t.Cleanup(smallRep.Close)
-	repIx := core.New(core.Options{Logger: quietLog()})
-	rep, err := NewReplica(repIx, natsOpts(url), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep.Start()
-	t.Cleanup(rep.Close)
+	smallRep, smallRepIx := startReplica(t, o)
+	rep, repIx := startReplica(t, natsOpts(url))
 
 	w := newWorkload(t, seed)
 	var subs, smallSubs []*core.Subscription

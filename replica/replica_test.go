@@ -20,6 +20,20 @@ import (
 	"github.com/seed-c7a81618/conductor/replica/natstest"
 )
 
+// startReplica starts a replica with options o over a new index; it is
+// closed at the test's cleanup.
+func startReplica(t testing.TB, o Options) (*Replica, *core.Index) {
+	t.Helper()
+	ix := core.New(core.Options{Logger: quietLog()})
+	r, err := NewReplica(ix, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Start()
+	t.Cleanup(r.Close)
+	return r, ix
+}
+
 func quietLog() *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -186,24 +200,12 @@ func TestRelayReplicaInProcess(t *testing.T) {
 	relay.Start(src)
 	t.Cleanup(func() { relay.Close(0) })
 
-	fullIx := core.New(core.Options{Logger: quietLog()})
 	o := natsOpts(url)
 	o.SnapshotInterval = 50 * time.Millisecond
-	full, err := NewReplica(fullIx, o, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	full.Start()
-	t.Cleanup(full.Close)
-	shardIx := core.New(core.Options{Logger: quietLog()})
+	full, fullIx := startReplica(t, o)
 	o = natsOpts(url)
 	o.FilterTenant = "t1"
-	shard, err := NewReplica(shardIx, o, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	shard.Start()
-	t.Cleanup(shard.Close)
+	shard, shardIx := startReplica(t, o)
 
 	ref := core.New(core.Options{Logger: quietLog()}) // t1's batches only, applied directly
 	w := newWorkload(t, seed)
@@ -282,13 +284,7 @@ func TestRelayReplicaInProcess(t *testing.T) {
 	}
 	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
 	last2 := streamLast(t, url, "CONDUCTOR")
-	warmIx := core.New(core.Options{Logger: quietLog()})
-	warm, err := NewReplica(warmIx, natsOpts(url), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	warm.Start()
-	t.Cleanup(warm.Close)
+	warm, warmIx := startReplica(t, natsOpts(url))
 	waitUntil(t, "the warm replica to apply the stream", 20*time.Second, func() bool { return warm.applied.Load() == last2 })
 	if warm.snapLoads.Get() != 1 || warm.msgs[0].Get() >= full.msgs[0].Get() {
 		t.Fatalf("warm replica loaded %d snapshots and applied %d batches (the full one %d): not a warm start",

@@ -118,24 +118,13 @@ func TestNATSReplicas(t *testing.T) {
 		newReplicaEngine(t, seed+1, bs, shared, bench.PublisherOptions{}),
 		newReplicaEngine(t, seed+2, bs, shared, bench.PublisherOptions{}),
 	}
-	workers := fmt.Sprintf("1=%s", engines[0].pub.Endpoint())
-	dyn := []string{"--block-size", strconv.Itoa(bs), "--model-name", "m"}
-	config := fmt.Sprintf(`{"services":[{"instance_id":"2","endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","block_size":%d,"dp_rank":0}]}`,
-		engines[1].pub.Endpoint(), engines[1].pub.ReplayEndpoint(), bs)
-	direct := append(dyn, "--workers", workers)
+	config, direct := twoEngineArgs(engines, bs)
 
-	relay := startReplica(t, config, append(direct, "--nats-url", natsURL, "--nats-publish")...)
+	relay := startReplica(t, config, append(append([]string(nil), direct...), "--nats-url", natsURL, "--nats-publish")...)
 	ref := startReplica(t, config, direct...)
 	diagRelay = relay
 	for _, p := range []*replicaChild{relay, ref} {
-		for i, e := range engines {
-			series := fmt.Sprintf(`conductor_ingest_batches_total{instance="%d",tenant="default",dp_rank="0"}`, i+1)
-			waitFor(t, "receiving", func() bool {
-				e.step(t)
-				v, ok := seriesValue(t, p.main, series)
-				return ok && v > 0
-			})
-		}
+		waitReceiving(t, p, engines)
 	}
 	// The relay and the reference joined at different moments, so their
 	// first batches differ (worker 1 has no replay endpoint to heal from): an
@@ -155,7 +144,7 @@ func TestNATSReplicas(t *testing.T) {
 			})
 		}
 	}
-	repArgs := append(dyn, "--nats-url", natsURL, "--nats-consume", "--nats-max-lag", "50")
+	repArgs := append([]string{"--block-size", strconv.Itoa(bs), "--model-name", "m"}, "--nats-url", natsURL, "--nats-consume", "--nats-max-lag", "50")
 	r1 := startReplica(t, `{}`, append(repArgs, "--nats-snapshot-interval", "300ms", "--nats-snapshot-keep", "2")...)
 	r2 := startReplica(t, `{}`, repArgs...)
 	t.Cleanup(func() {

@@ -289,6 +289,29 @@ func replicaQuery(rng *rand.Rand, engines []*replicaEngine, q int, a, b *replica
 	}
 }
 
+// twoEngineArgs subscribes a conductor to two engines of block size bs:
+// worker 1 from --workers (no replay endpoint), worker 2, with its replay
+// endpoint, from the configuration file (the same context: tenant = routing
+// group "default", model m).
+func twoEngineArgs(engines []*replicaEngine, bs int) (config string, args []string) {
+	config = fmt.Sprintf(`{"services":[{"instance_id":"2","endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","block_size":%d,"dp_rank":0}]}`,
+		engines[1].pub.Endpoint(), engines[1].pub.ReplayEndpoint(), bs)
+	return config, []string{"--block-size", strconv.Itoa(bs), "--model-name", "m", "--workers", "1=" + engines[0].pub.Endpoint()}
+}
+
+// waitReceiving steps the engines until p has applied a batch from each.
+func waitReceiving(t *testing.T, p *replicaChild, engines []*replicaEngine) {
+	t.Helper()
+	for i, e := range engines {
+		series := fmt.Sprintf(`conductor_ingest_batches_total{instance="%d",tenant="default",dp_rank="0"}`, i+1)
+		waitFor(t, p.main+" receiving", func() bool {
+			e.step(t)
+			v, ok := seriesValue(t, p.main, series)
+			return ok && v > 0
+		})
+	}
+}
+
 func localBlockHashes(tokens []int32, bs int) []uint64 {
 	var out []uint64
 	for i := 0; i+bs <= len(tokens); i += bs {
@@ -330,21 +353,11 @@ func TestReplicaRecovery(t *testing.T) {
 	// Worker 1 comes from --workers; worker 2, with its replay endpoint, from
 	// the configuration file (the same context: tenant = routing group
 	// "default", model m, block 4).
-	workers := fmt.Sprintf("1=%s", engines[0].pub.Endpoint())
-	args := []string{"--block-size", strconv.Itoa(bs), "--model-name", "m", "--workers", workers}
-	config := fmt.Sprintf(`{"services":[{"instance_id":"2","endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","block_size":%d,"dp_rank":0}]}`,
-		engines[1].pub.Endpoint(), engines[1].pub.ReplayEndpoint(), bs)
+	config, args := twoEngineArgs(engines, bs)
 
 	a := startReplica(t, config, args...)
 	// A's listeners must be connected before the first event (no peer for A).
-	for i, e := range engines {
-		series := fmt.Sprintf(`conductor_ingest_batches_total{instance="%d",tenant="default",dp_rank="0"}`, i+1)
-		waitFor(t, "A receiving", func() bool {
-			e.step(t)
-			v, ok := seriesValue(t, a.main, series)
-			return ok && v > 0
-		})
-	}
+	waitReceiving(t, a, engines)
 	fl := startFlow(t, engines)
 	time.Sleep(500 * time.Millisecond)
 

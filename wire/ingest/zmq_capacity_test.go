@@ -342,8 +342,7 @@ func TestZMQMaxMessageBytes(t *testing.T) {
 	x := uint64(100)
 	waitFor(t, "a later batch applied", func() bool {
 		x++
-		publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
-			bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"}))
+		publish(t, pub, storeOne(x))
 		time.Sleep(20 * time.Millisecond)
 		return h.holds("vllm-a", x-1)
 	})

@@ -46,8 +46,7 @@ func TestZMQPauseResumeDuringReplay(t *testing.T) {
 	x := uint64(100)
 	waitFor(t, "a live batch after the pauses", func() bool {
 		x++
-		publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
-			bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"}))
+		publish(t, pub, storeOne(x))
 		time.Sleep(20 * time.Millisecond)
 		return h.holds("vllm-a", x) || h.holds("vllm-a", x-1)
 	})

@@ -310,3 +310,8 @@ func settle(t *testing.T, baseG, baseFD, slack int) (g, fd int) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// storeOne is a vLLM batch (map era) storing the one GPU block x.
+func storeOne(x uint64) []byte {
+	return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
+}

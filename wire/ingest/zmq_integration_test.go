@@ -246,15 +246,12 @@ func TestZMQReplayRingTooShort(t *testing.T) {
 	pub := newPublisher(t, bench.PublisherOptions{Ring: 4})
 	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
 	h.prime(k, pub, emptyVLLM())
-	store := func(x uint64) []byte {
-		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-	}
-	publish(t, pub, store(1))
+	publish(t, pub, storeOne(1))
 	waitFor(t, "block 1", func() bool { return h.holds("vllm-a", 1) })
 	for x := uint64(2); x <= 8; x++ { // hidden; the ring keeps the last four: 6, 7, 8 and 9
-		publishHidden(t, pub, store(x))
+		publishHidden(t, pub, storeOne(x))
 	}
-	publish(t, pub, store(9))
+	publish(t, pub, storeOne(9))
 	waitFor(t, "blocks 6..9", func() bool {
 		for x := uint64(6); x <= 9; x++ {
 			if !h.holds("vllm-a", x) {
@@ -279,13 +276,10 @@ func TestZMQStaleWithoutReplay(t *testing.T) {
 	pub := newPublisher(t, bench.PublisherOptions{NoReplay: true})
 	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
 	h.prime(k, pub, emptyVLLM())
-	store := func(x uint64) []byte {
-		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-	}
-	publish(t, pub, store(1))
+	publish(t, pub, storeOne(1))
 	waitFor(t, "block 1", func() bool { return h.holds("vllm-a", 1) })
-	publishHidden(t, pub, store(2))
-	publish(t, pub, store(3))
+	publishHidden(t, pub, storeOne(2))
+	publish(t, pub, storeOne(3))
 	waitFor(t, "block 3", func() bool { return h.holds("vllm-a", 3) })
 	if h.holds("vllm-a", 1) {
 		t.Fatal("block 1 survived the stale clear")
@@ -307,13 +301,10 @@ func TestZMQReplayTimeout(t *testing.T) {
 	r.ReplayEndpoint = "tcp://127.0.0.1:" + freePort(t) // nothing listens
 	k := h.register(r)
 	h.prime(k, pub, emptyVLLM())
-	store := func(x uint64) []byte {
-		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-	}
-	publish(t, pub, store(1))
+	publish(t, pub, storeOne(1))
 	waitFor(t, "block 1", func() bool { return h.holds("vllm-a", 1) })
-	publishHidden(t, pub, store(2))
-	publish(t, pub, store(3))
+	publishHidden(t, pub, storeOne(2))
+	publish(t, pub, storeOne(3))
 	waitFor(t, "block 3", func() bool { return h.holds("vllm-a", 3) })
 	st := h.status(k)
 	if h.holds("vllm-a", 1) || st.StaleClears != 1 || st.ReplaysFailed == 0 || st.ReplaysSucceeded != 0 {
@@ -376,14 +367,11 @@ func TestZMQPublisherRestart(t *testing.T) {
 			h := newHarness(t, fastOpts(t))
 			a := newPublisher(t, bench.PublisherOptions{NoReplay: tc.noReplay})
 			k := h.register(registration("vllm-a", core.PublisherVLLM, a, vllmProfile(t)))
-			store := func(x uint64) []byte {
-				return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-			}
 			if tc.noReplay {
 				h.prime(k, a, emptyVLLM())
 			}
 			for x := uint64(100); x < 110; x++ {
-				publish(t, a, store(x))
+				publish(t, a, storeOne(x))
 			}
 			waitFor(t, "first incarnation", func() bool { return h.holds("vllm-a", 109) })
 			ep, rep := a.Endpoint(), a.ReplayEndpoint()
@@ -392,12 +380,12 @@ func TestZMQPublisherRestart(t *testing.T) {
 			}
 			b := newPublisher(t, bench.PublisherOptions{Endpoint: ep, ReplayEndpoint: rep, NoReplay: tc.noReplay})
 			for x := uint64(200); x < 200+uint64(tc.early); x++ {
-				publish(t, b, store(x))
+				publish(t, b, storeOne(x))
 			}
 			// Keep the new engine busy (as a real one is) until the index shows it.
 			next := uint64(1000)
 			waitFor(t, "restart handled", func() bool {
-				publish(t, b, store(next))
+				publish(t, b, storeOne(next))
 				next++
 				if tc.early > 0 && (!h.holds("vllm-a", 200) || !h.holds("vllm-a", 200+uint64(tc.early)-1)) {
 					return false
@@ -442,20 +430,17 @@ func TestZMQGarbagePublisher(t *testing.T) {
 	kb := h.register(registration("bad", core.PublisherVLLM, bad, prof))
 	kg := h.register(registration("good", core.PublisherVLLM, good, prof))
 	h.prime(kb, bad, emptyVLLM())
-	store := func(x uint64) []byte {
-		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-	}
 	seq := func(s uint64) []byte { return binary.BigEndian.AppendUint64(nil, s) }
 	next := bad.NextSeq()
 	raws := [][][]byte{
 		{[]byte("only-one-frame")},
 		{nil, seq(next)},                                              // two frames
-		{nil, []byte{1, 2, 3}, store(1)},                              // short sequence frame
-		{nil, seq(next), store(1), nil, []byte{}},                     // five frames
-		{nil, seq(1 << 63), store(1)},                                 // sequence above INT64_MAX
+		{nil, []byte{1, 2, 3}, storeOne(1)},                           // short sequence frame
+		{nil, seq(next), storeOne(1), nil, []byte{}},                  // five frames
+		{nil, seq(1 << 63), storeOne(1)},                              // sequence above INT64_MAX
 		{nil, seq(next), []byte{0xc1}},                                // invalid msgpack: consumes seq next
 		{nil, seq(next + 1), bytes.Repeat([]byte{0x91}, 64)},          // truncated nesting
-		{nil, seq(next + 2), append(store(1), 0)},                     // trailing byte
+		{nil, seq(next + 2), append(storeOne(1), 0)},                  // trailing byte
 		{nil, seq(next + 3), []byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0}}, // truncated float
 	}
 	for _, r := range raws {
@@ -467,8 +452,8 @@ func TestZMQGarbagePublisher(t *testing.T) {
 	for bad.NextSeq() < next+4 {
 		publishHidden(t, bad, emptyVLLM())
 	}
-	publish(t, bad, store(7))
-	publish(t, good, store(8))
+	publish(t, bad, storeOne(7))
+	publish(t, good, storeOne(8))
 	waitFor(t, "valid batches after the garbage", func() bool { return h.holds("bad", 7) && h.holds("good", 8) })
 	sb, sg := h.status(kb), h.status(kg)
 	if sb.DecodeErrors != uint64(len(raws)) || sb.State != ingest.ListenerActive || sb.StaleClears != 0 || sb.Gaps != 0 || sb.LastError == "" {
@@ -497,8 +482,7 @@ func TestZMQPendingUntilPublisherAppears(t *testing.T) {
 		t.Fatalf("status: %+v", st)
 	}
 	pub := newPublisher(t, bench.PublisherOptions{Endpoint: ep, ReplayEndpoint: rep})
-	publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
-		bench.EngineStored{Hashes: []uint64{42}, BlockSize: testBS, Medium: "GPU"}))
+	publish(t, pub, storeOne(42))
 	waitFor(t, "block from the late publisher", func() bool { return h.holds("late", 42) })
 	if st := h.status(k); st.State != ingest.ListenerActive {
 		t.Fatalf("status: %+v", st)
@@ -511,10 +495,7 @@ func TestZMQPauseResume(t *testing.T) {
 	h := newHarness(t, fastOpts(t))
 	pub := newPublisher(t, bench.PublisherOptions{})
 	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
-	store := func(x uint64) []byte {
-		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-	}
-	publish(t, pub, store(1))
+	publish(t, pub, storeOne(1))
 	waitFor(t, "block 1", func() bool { return h.holds("vllm-a", 1) })
 	if err := h.g.Pause(k); err != nil {
 		t.Fatal(err)
@@ -522,8 +503,8 @@ func TestZMQPauseResume(t *testing.T) {
 	if st := h.status(k); st.State != ingest.ListenerPaused {
 		t.Fatalf("status after pause: %+v", st)
 	}
-	publish(t, pub, store(2))
-	publish(t, pub, store(3))
+	publish(t, pub, storeOne(2))
+	publish(t, pub, storeOne(3))
 	if err := h.g.Pause(k); err != nil { // idempotent
 		t.Fatal(err)
 	}
@@ -643,11 +624,8 @@ func TestZMQUnregisterRemovesContributions(t *testing.T) {
 	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
 	other := newPublisher(t, bench.PublisherOptions{})
 	h.register(registration("vllm-b", core.PublisherVLLM, other, vllmProfile(t)))
-	store := func(x uint64) []byte {
-		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-	}
-	publish(t, pub, store(1))
-	publish(t, other, store(1))
+	publish(t, pub, storeOne(1))
+	publish(t, other, storeOne(1))
 	waitFor(t, "block 1 on both", func() bool { return h.holds("vllm-a", 1) && h.holds("vllm-b", 1) })
 	stop := make(chan struct{})
 	done := make(chan struct{})
@@ -659,7 +637,7 @@ func TestZMQUnregisterRemovesContributions(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := pub.Publish(store(x)); err != nil {
+			if _, err := pub.Publish(storeOne(x)); err != nil {
 				return
 			}
 		}
@@ -696,11 +674,8 @@ func TestZMQUnregisterRemovesContributions(t *testing.T) {
 func TestZMQRestartAfterReplayOnlyJoin(t *testing.T) {
 	h := newHarness(t, fastOpts(t))
 	a := newPublisher(t, bench.PublisherOptions{})
-	store := func(x uint64) []byte {
-		return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: []uint64{x}, BlockSize: testBS, Medium: "GPU"})
-	}
 	for x := uint64(100); x < 110; x++ {
-		publish(t, a, store(x)) // before the subscription: only the ring has them
+		publish(t, a, storeOne(x)) // before the subscription: only the ring has them
 	}
 	k := h.register(registration("vllm-a", core.PublisherVLLM, a, vllmProfile(t)))
 	waitFor(t, "replayed on connect", func() bool { return h.holds("vllm-a", 109) })
@@ -711,7 +686,7 @@ func TestZMQRestartAfterReplayOnlyJoin(t *testing.T) {
 	b := newPublisher(t, bench.PublisherOptions{Endpoint: ep, ReplayEndpoint: rep})
 	waitFor(t, "reconnect", func() bool { st := h.status(k); return st.Reconnects > 0 && st.ReplaysSucceeded >= 2 })
 	for x := uint64(200); x < 203; x++ {
-		publish(t, b, store(x))
+		publish(t, b, storeOne(x))
 	}
 	waitFor(t, "new incarnation applied, old cleared", func() bool {
 		return h.holds("vllm-a", 200) && h.holds("vllm-a", 202) && !h.holds("vllm-a", 109)

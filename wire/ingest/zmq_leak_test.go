@@ -26,8 +26,7 @@ func TestZMQRegisterUnregisterNoLeak(t *testing.T) {
 	h := newHarness(t, fastOpts(t))
 	pub := newPublisher(t, bench.PublisherOptions{})
 	// One batch in the ring, so connect-time replays have something to send.
-	publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
-		bench.EngineStored{Hashes: []uint64{1}, BlockSize: testBS, Medium: "GPU"}))
+	publish(t, pub, storeOne(1))
 	r := registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t))
 
 	// Warm up once: the first use of a libzmq context starts its I/O and reaper
@@ -114,8 +113,7 @@ func TestZMQManyListeners(t *testing.T) {
 		r.ReplayEndpoint = ""
 		h.register(r)
 	}
-	publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
-		bench.EngineStored{Hashes: []uint64{77}, BlockSize: testBS, Medium: "GPU"}))
+	publish(t, pub, storeOne(77))
 	waitFor(t, "block on the live listener", func() bool { return h.holds("live", 77) })
 	ls := h.g.Listeners()
 	if len(ls) != n+1 || ls[0].Key.InstanceID != "idle-000" || ls[n].Key.InstanceID != "live" {
