@@ -369,6 +369,12 @@ func TestZMQPublisherRestart(t *testing.T) {
 			k := h.register(registration("vllm-a", core.PublisherVLLM, a, vllmProfile(t)))
 			if tc.noReplay {
 				h.prime(k, a, emptyVLLM())
+			} else {
+				// Publish once the listener is connected: its replay request on
+				// connecting (answered with the still empty ring) follows its
+				// subscription, so nothing after it is lost to a slow join
+				// (which no later message of this incarnation would heal).
+				waitFor(t, "the connection's replay request", func() bool { return len(a.ReplayRequests()) >= 1 })
 			}
 			for x := uint64(100); x < 110; x++ {
 				publish(t, a, storeOne(x))
