@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -169,6 +171,155 @@ func TestScanUint31s(t *testing.T) {
 	f(`1,2`, 10, []int32{1}, 2, false)   // end of input
 	f(`1,2,3]`, 2, []int32{1, 2}, 4, false)
 	f(`]`, 10, nil, 0, false)
+	f(strings.Repeat("9", 70)+`]`, 10, nil, 0, false) // a run longer than the window
+}
+
+// TestScanUint31sWindows runs TestScanUint31s' shapes behind k leading
+// elements, so that each lands at every offset of the 64-byte windows and
+// across their edges: the window path must take and stop exactly where the
+// byte loop does.
+func TestScanUint31sWindows(t *testing.T) {
+	cases := []string{`1,22,333]`, `1, 2,` + "\n\t" + `3]`, `999999999,1]`, `12345678,1]`, `1,1000000000]`, `0,7]`, `1,01]`, `1,-2]`,
+		`1,2.5]`, `1,2e3]`, `1,2 ]`, `1,2`, `1,2,3]`, `]`, `1,` + strings.Repeat(" ", 80) + `2]`, `1,x]`}
+	for _, tail := range cases {
+		for k := 0; k < 48; k++ {
+			in := strings.Repeat("5,", k) + tail
+			for _, max := range []int{k + 2, 1 << 20} {
+				want, wantPos, wantDone := refScanUint31s([]int32{-7}, []byte(in), 0, max+1)
+				got, pos, done := scanUint31s([]int32{-7}, []byte(in), 0, max+1)
+				if !slices.Equal(got, want) || pos != wantPos || done != wantDone {
+					t.Fatalf("%q max=%d: got %v pos %d done %v; want %v pos %d done %v", in, max, got, pos, done, want, wantPos, wantDone)
+				}
+			}
+		}
+	}
+}
+
+// TestScanUint31sRandom compares scanUint31s with refScanUint31s (the byte
+// loop alone) on random arrays mixing the fast shape with everything that
+// must stop it: long, zero-led, signed, fractional and exponent numbers,
+// whitespace of every kind before and after separators, stray bytes, limits
+// and truncation.
+func TestScanUint31sRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	elems := []func() string{
+		func() string { return strconv.Itoa(rng.IntN(10)) },
+		func() string { return strconv.Itoa(rng.IntN(1_000_000)) },
+		func() string { return strconv.Itoa(rng.IntN(1_000_000_000)) },
+		func() string { return strconv.Itoa(100_000_000 + rng.IntN(900_000_000)) }, // 9 digits
+		func() string { return strconv.FormatUint(rng.Uint64(), 10) },
+		func() string { return "0" + strconv.Itoa(rng.IntN(1000)) },
+		func() string { return "-" + strconv.Itoa(rng.IntN(1000)) },
+		func() string { return strconv.Itoa(rng.IntN(1000)) + ".5" },
+		func() string { return strconv.Itoa(rng.IntN(1000)) + "e2" },
+		func() string { return string(rune(rng.IntN(128))) },
+	}
+	seps := []string{",", ",", ", ", ", ", ",\n", ", \n\t\r ", " ,", ",,", "]", " ]", ""}
+	for iter := 0; iter < 20000; iter++ {
+		var sb strings.Builder
+		for sb.Len() < rng.IntN(400) {
+			if rng.IntN(30) == 0 {
+				sb.WriteString(elems[rng.IntN(len(elems))]())
+			} else {
+				sb.WriteString(elems[rng.IntN(3)]())
+			}
+			if rng.IntN(40) == 0 {
+				sb.WriteString(seps[rng.IntN(len(seps))])
+			} else {
+				sb.WriteString(seps[rng.IntN(4)])
+			}
+		}
+		in := []byte(sb.String())
+		if rng.IntN(4) == 0 {
+			in = in[:rng.IntN(len(in)+1)]
+		}
+		limit := 1 << 20
+		if rng.IntN(4) == 0 {
+			limit = 1 + rng.IntN(60)
+		}
+		want, wantPos, wantDone := refScanUint31s([]int32{-7}, in, 0, limit)
+		got, pos, done := scanUint31s([]int32{-7}, in, 0, limit)
+		if !slices.Equal(got, want) || pos != wantPos || done != wantDone {
+			t.Fatalf("%q limit=%d: got %v pos %d done %v; want %v pos %d done %v", in, limit, got, pos, done, want, wantPos, wantDone)
+		}
+	}
+}
+
+// refScanUint31s is the model: scanUint31s' contract one byte at a time.
+func refScanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
+	for len(dst) < limit {
+		start := p
+		var u uint64
+		for p < len(b) && isDigit(b[p]) {
+			u = u*10 + uint64(b[p]-'0')
+			p++
+			if p-start > 9 {
+				return dst, start, false
+			}
+		}
+		n := p - start
+		if n == 0 || p >= len(b) || (n > 1 && b[start] == '0') {
+			return dst, start, false
+		}
+		switch b[p] {
+		case ',':
+			dst = append(dst, int32(u))
+			p++
+			for p < len(b) && strings.IndexByte(" \n\t\r", b[p]) >= 0 {
+				p++
+			}
+		case ']':
+			return append(dst, int32(u)), p + 1, true
+		default:
+			return dst, start, false
+		}
+	}
+	return dst, p, false
+}
+
+// TestNonDigits64: every byte value at every position, among digits and
+// among other non-digits, against isDigit.
+func TestNonDigits64(t *testing.T) {
+	var w [64]byte
+	for _, fill := range []byte{'0', '9', ',', 0xff} {
+		for pos := 0; pos < 64; pos++ {
+			for c := 0; c < 256; c++ {
+				for i := range w {
+					w[i] = fill
+				}
+				w[pos] = byte(c)
+				var want uint64
+				for i, x := range w {
+					if !isDigit(x) {
+						want |= 1 << i
+					}
+				}
+				if got := nonDigits64(w[:]); got != want {
+					t.Fatalf("fill %q, byte %d = %#x: got %064b want %064b", fill, pos, c, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestDigits8: every length 1..8 of random digits, as scanUint31s lays them
+// out (most significant first, shifted to the top), against strconv.
+func TestDigits8(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for iter := 0; iter < 100000; iter++ {
+		n := 1 + rng.IntN(8)
+		s := strconv.FormatUint(rng.Uint64N(100_000_000), 10)
+		s = strings.Repeat("0", 8)[:max(0, n-len(s))] + s
+		s = s[len(s)-n:]
+		var t8 uint64
+		for i := 0; i < n; i++ {
+			t8 |= uint64(s[i]-'0') << (8 * i)
+		}
+		want, _ := strconv.ParseUint(s, 10, 32)
+		if got := digits8(t8 << (64 - 8*uint(n))); uint64(got) != want {
+			t.Fatalf("%q: got %d", s, got)
+		}
+	}
 }
 
 // TestPrintableASCII: never true when a byte is outside 0x20..0x7f (checked

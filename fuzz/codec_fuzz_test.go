@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -28,7 +29,7 @@ func jsonInts(src []byte) ([]json.Number, bool) {
 	d := json.NewDecoder(bytes.NewReader(src))
 	d.UseNumber()
 	var v []any
-	if err := d.Decode(&v); err != nil || d.More() {
+	if err := d.Decode(&v); err != nil || v == nil || d.More() { // nil: a JSON null, which is not an array
 		return nil, false
 	}
 	if _, err := d.Token(); err != io.EOF {
@@ -75,6 +76,11 @@ func wholeArray(src []byte, read func(b []byte) ([]byte, error)) error {
 func FuzzJSONInt32s(f *testing.F) {
 	for _, s := range []string{`[]`, `[1,2,3]`, ` [ -2147483648 , 2147483647 ] `, `[-0]`, `[2147483648]`, `[4294967295]`, `[4294967296]`, `[1.0]`, `[1e3]`,
 		`[01]`, `[1,]`, `["1"]`, `[null]`, `[1 2]`, `[99999999999999999999999]`, `[-]`, "[1]\n", `[1]x`, `[1, 2,` + "\n" + `3]`} {
+		f.Add([]byte(s))
+	}
+	// long enough for scanUint31s' 64-byte windows, with faults deep inside
+	long := strings.Repeat("123456, 7, 99999999, ", 8)
+	for _, s := range []string{`[` + long + `0]`, `[` + long + `012]`, `[` + long + `1.5]`, `[` + long + `123456789, 1234567890]`, `[` + long + "\n-3 ]"} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, src []byte) {
