@@ -75,7 +75,7 @@ func wholeArray(src []byte, read func(b []byte) ([]byte, error)) error {
 // accepted; it appends after dst's contents; every error is categorised.
 func FuzzJSONInt32s(f *testing.F) {
 	for _, s := range []string{`[]`, `[1,2,3]`, ` [ -2147483648 , 2147483647 ] `, `[-0]`, `[2147483648]`, `[4294967295]`, `[4294967296]`, `[1.0]`, `[1e3]`,
-		`[01]`, `[1,]`, `["1"]`, `[null]`, `[1 2]`, `[99999999999999999999999]`, `[-]`, "[1]\n", `[1]x`, `[1, 2,` + "\n" + `3]`} {
+		`[01]`, `[1,]`, `["1"]`, `[null]`, `null`, `[1 2]`, `[99999999999999999999999]`, `[-]`, "[1]\n", `[1]x`, `[1, 2,` + "\n" + `3]`} {
 		f.Add([]byte(s))
 	}
 	// long enough for scanUint31s' 64-byte windows, with faults deep inside
