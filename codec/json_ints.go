@@ -182,11 +182,14 @@ func nonDigits64(w []byte) uint64 {
 // digits8 is the value of eight decimal digits, one per byte of t (0..9 each,
 // the most significant in the lowest byte; zero bytes below a shorter number
 // are leading zeros): bytes are combined into 2-digit, then 4-digit, then the
-// 8-digit value, each step keeping every other lane.
+// 8-digit value, each step one multiply that adds to each lane ten (then 100,
+// then 10,000) times the lane below it, keeping every other lane. In step one
+// t*(10<<8+1)>>8 equals 10t + t>>8 in every bit the mask keeps (the product's
+// overflow only reaches the top byte); the other steps likewise.
 func digits8(t uint64) uint32 {
-	t = (t*10 + t>>8) & 0x00ff00ff00ff00ff
-	t = (t*100 + t>>16) & 0x0000ffff0000ffff
-	return uint32(t*10000 + t>>32)
+	t = (t * (10<<8 + 1) >> 8) & 0x00ff00ff00ff00ff
+	t = (t * (100<<16 + 1) >> 16) & 0x0000ffff0000ffff
+	return uint32(t * (10000<<32 + 1) >> 32)
 }
 
 // Mode says which 64-bit values an integer reader takes, and how.
