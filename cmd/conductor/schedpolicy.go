@@ -16,14 +16,19 @@ import (
 // a small machine a query handler that becomes ready waits for the kernel to
 // give its thread a CPU. --ingest-nice runs every listener on a thread of its
 // own with a lower kernel priority, so the kernel prefers the query threads,
-// and raises GOMAXPROCS by one (unless $GOMAXPROCS is set) so that a P held by
-// a descheduled listener thread is never the P a query needed.
+// and doubles GOMAXPROCS (unless $GOMAXPROCS is set): a listener thread the
+// kernel has descheduled still holds its P, and with one spare P per CPU the
+// query handlers that become ready find an idle P and a thread of their own
+// at once, so the kernel, which knows the priorities, arbitrates between them
+// and ingest instead of the Go run queue. (One spare P in all, the first
+// version, left queries queued behind each other: BENCHMARKS.md, issue #18,
+// "Session 5".)
 
 const defaultIngestNice = 0
 
 func addSchedFlags(fs *flag.FlagSet, nice *int) {
 	fs.IntVar(nice, "ingest-nice", defaultIngestNice, fmt.Sprintf(
-		"kernel nice value of the ingest threads (1..%d, Linux; 0 = same priority as queries); >0 also raises GOMAXPROCS by one unless $GOMAXPROCS is set",
+		"kernel nice value of the ingest threads (1..%d, Linux; 0 = same priority as queries); >0 also doubles GOMAXPROCS unless $GOMAXPROCS is set",
 		ingest.MaxListenerNice))
 }
 
@@ -44,7 +49,7 @@ var startProcs = runtime.GOMAXPROCS(0)
 func applySchedPolicy(nice int, env func(string) (string, bool), log *slog.Logger) {
 	procs := startProcs
 	if _, set := env("GOMAXPROCS"); nice > 0 && !set {
-		procs++
+		procs *= 2
 	}
 	if procs != runtime.GOMAXPROCS(0) {
 		runtime.GOMAXPROCS(procs)

@@ -28,9 +28,9 @@ func TestIngestNiceFlag(t *testing.T) {
 	}
 }
 
-// TestSchedPolicyGOMAXPROCS: a positive --ingest-nice adds one P to the
-// runtime's own GOMAXPROCS, idempotently, unless $GOMAXPROCS is set; 0
-// leaves the runtime's value.
+// TestSchedPolicyGOMAXPROCS: a positive --ingest-nice doubles the runtime's
+// own GOMAXPROCS, idempotently, unless $GOMAXPROCS is set; 0 leaves the
+// runtime's value.
 func TestSchedPolicyGOMAXPROCS(t *testing.T) {
 	old := runtime.GOMAXPROCS(0)
 	t.Cleanup(func() { runtime.GOMAXPROCS(old) })
@@ -42,8 +42,8 @@ func TestSchedPolicyGOMAXPROCS(t *testing.T) {
 		env  func(string) (string, bool)
 		want int
 	}{
-		{3, noEnv, startProcs + 1},
-		{3, noEnv, startProcs + 1}, // applied twice: still one more
+		{3, noEnv, 2 * startProcs},
+		{3, noEnv, 2 * startProcs}, // applied twice: still double, not four times
 		{0, noEnv, startProcs},
 		{19, withEnv, startProcs},
 	} {
