@@ -1,6 +1,7 @@
 package codec
 
 import (
+	"bytes"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -245,33 +246,27 @@ func TestScanUint31sRandom(t *testing.T) {
 	}
 }
 
-// refScanUint31s is the model: scanUint31s' contract one byte at a time.
+// refScanUint31s is the model: scanUint31s' contract written with the
+// standard library (the digit run by bytes.TrimLeft, its value by strconv).
 func refScanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
 	for len(dst) < limit {
-		start := p
-		var u uint64
-		for p < len(b) && isDigit(b[p]) {
-			u = u*10 + uint64(b[p]-'0')
-			p++
-			if p-start > 9 {
-				return dst, start, false
-			}
+		end := len(b) - len(bytes.TrimLeft(b[p:], "0123456789"))
+		n := end - p
+		if n == 0 || n > 9 || end == len(b) || (n > 1 && b[p] == '0') {
+			return dst, p, false
 		}
-		n := p - start
-		if n == 0 || p >= len(b) || (n > 1 && b[start] == '0') {
-			return dst, start, false
+		v, err := strconv.ParseUint(string(b[p:end]), 10, 32)
+		if err != nil {
+			panic(err)
 		}
-		switch b[p] {
-		case ',':
-			dst = append(dst, int32(u))
-			p++
-			for p < len(b) && strings.IndexByte(" \n\t\r", b[p]) >= 0 {
-				p++
-			}
+		switch b[end] {
 		case ']':
-			return append(dst, int32(u)), p + 1, true
+			return append(dst, int32(v)), end + 1, true
+		case ',':
+			dst = append(dst, int32(v))
+			p = len(b) - len(bytes.TrimLeft(b[end+1:], " \n\t\r"))
 		default:
-			return dst, start, false
+			return dst, p, false
 		}
 	}
 	return dst, p, false
