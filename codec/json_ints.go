@@ -86,6 +86,24 @@ func JSONInt32s(dst []int32, b []byte, max int) (out []int32, rest []byte, bad i
 // elements.
 func scanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
 	for len(dst) < limit && len(b)-p >= 72 {
+		if useJSONWindowAVX512 && limit-len(dst) >= 32 {
+			// Up to 31 elements of the window at once; n == 0 leaves the
+			// window to the scalar loop below (an element of another shape).
+			var n, next int
+			win := (*[64]byte)(b[p : p+64])
+			if cap(dst)-len(dst) >= 32 {
+				n, next = jsonWindowAVX512(win, (*[32]int32)(dst[len(dst):len(dst)+32]))
+				dst = dst[:len(dst)+n]
+			} else {
+				var out [32]int32
+				n, next = jsonWindowAVX512(win, &out)
+				dst = append(dst, out[:n]...)
+			}
+			if n > 0 {
+				p += next
+				continue
+			}
+		}
 		// One window: win[0:64] is masked, and the 8 bytes past it let an
 		// element starting anywhere in it be loaded whole. Offsets below are
 		// kept under 64 (the &63 is exact: it only spares bounds checks).
@@ -161,6 +179,10 @@ func scanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
 	}
 	return dst, p, false
 }
+
+// useJSONWindowAVX512 selects jsonWindowAVX512 where the CPU has it (tests
+// turn it off to check the scalar loops alone).
+var useJSONWindowAVX512 = haveJSONWindowAVX512
 
 // nonDigits64 returns a mask with bit i set when w[i] is not an ASCII digit.
 // Per 8-byte word: xored with '0', digits become 0..9; a byte is not a digit

@@ -151,12 +151,19 @@ func TestJSONUint64s(t *testing.T) {
 // TestScanUint31s pins the fast path's contract: what it takes, where it
 // stops (unconsumed, for the general path), and that it honours the limit.
 func TestScanUint31s(t *testing.T) {
+	for _, simd := range jsonPaths(t) {
+		useJSONWindowAVX512 = simd
+		scanUint31sCases(t)
+	}
+}
+
+func scanUint31sCases(t *testing.T) {
 	f := func(in string, max int, want []int32, wantPos int, wantDone bool) {
 		t.Helper()
 		dst := []int32{-7}
 		got, pos, done := scanUint31s(dst, []byte(in), 0, max+1) // the limit bounds len(dst), which starts at 1
 		if !slices.Equal(got[1:], want) || got[0] != -7 || pos != wantPos || done != wantDone {
-			t.Fatalf("%q max=%d: got %v pos %d done %v; want %v pos %d done %v", in, max, got[1:], pos, done, want, wantPos, wantDone)
+			t.Fatalf("avx512=%v %q max=%d: got %v pos %d done %v; want %v pos %d done %v", useJSONWindowAVX512, in, max, got[1:], pos, done, want, wantPos, wantDone)
 		}
 	}
 	f(`1,22,333]`, 10, []int32{1, 22, 333}, 9, true)
@@ -182,18 +189,35 @@ func TestScanUint31s(t *testing.T) {
 func TestScanUint31sWindows(t *testing.T) {
 	cases := []string{`1,22,333]`, `1, 2,` + "\n\t" + `3]`, `999999999,1]`, `12345678,1]`, `1,1000000000]`, `0,7]`, `1,01]`, `1,-2]`,
 		`1,2.5]`, `1,2e3]`, `1,2 ]`, `1,2`, `1,2,3]`, `]`, `1,` + strings.Repeat(" ", 80) + `2]`, `1,x]`}
-	for _, tail := range cases {
-		for k := 0; k < 48; k++ {
-			in := strings.Repeat("5,", k) + tail
-			for _, max := range []int{k + 2, 1 << 20} {
-				want, wantPos, wantDone := refScanUint31s([]int32{-7}, []byte(in), 0, max+1)
-				got, pos, done := scanUint31s([]int32{-7}, []byte(in), 0, max+1)
-				if !slices.Equal(got, want) || pos != wantPos || done != wantDone {
-					t.Fatalf("%q max=%d: got %v pos %d done %v; want %v pos %d done %v", in, max, got, pos, done, want, wantPos, wantDone)
+	for _, simd := range jsonPaths(t) {
+		useJSONWindowAVX512 = simd
+		for _, tail := range cases {
+			for _, lead := range []string{"5,", "5, ", "12345678,", "0, "} {
+				for k := 0; k < 48; k++ {
+					in := strings.Repeat(lead, k) + tail
+					for _, max := range []int{k + 2, k + 40, 1 << 20} {
+						want, wantPos, wantDone := refScanUint31s([]int32{-7}, []byte(in), 0, max+1)
+						got, pos, done := scanUint31s([]int32{-7}, []byte(in), 0, max+1)
+						if !slices.Equal(got, want) || pos != wantPos || done != wantDone {
+							t.Fatalf("avx512=%v %q max=%d: got %v pos %d done %v; want %v pos %d done %v", simd, in, max, got, pos, done, want, wantPos, wantDone)
+						}
+					}
 				}
 			}
 		}
 	}
+}
+
+// jsonPaths lists the scanUint31s paths this CPU can run (the scalar loops
+// alone, and the AVX-512 window where the CPU has it) and restores the
+// default when the test ends.
+func jsonPaths(t *testing.T) []bool {
+	t.Cleanup(func() { useJSONWindowAVX512 = haveJSONWindowAVX512 })
+	if haveJSONWindowAVX512 {
+		return []bool{false, true}
+	}
+	t.Log("no AVX-512 VBMI/VBMI2 on this CPU: scalar loops only")
+	return []bool{false}
 }
 
 // TestScanUint31sRandom compares scanUint31s with refScanUint31s (the byte
@@ -202,10 +226,18 @@ func TestScanUint31sWindows(t *testing.T) {
 // whitespace of every kind before and after separators, stray bytes, limits
 // and truncation.
 func TestScanUint31sRandom(t *testing.T) {
+	for _, simd := range jsonPaths(t) {
+		useJSONWindowAVX512 = simd
+		scanUint31sRandom(t)
+	}
+}
+
+func scanUint31sRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	elems := []func() string{
 		func() string { return strconv.Itoa(rng.IntN(10)) },
 		func() string { return strconv.Itoa(rng.IntN(1_000_000)) },
+		func() string { return strconv.Itoa(rng.IntN(100_000_000)) }, // up to 8 digits
 		func() string { return strconv.Itoa(rng.IntN(1_000_000_000)) },
 		func() string { return strconv.Itoa(100_000_000 + rng.IntN(900_000_000)) }, // 9 digits
 		func() string { return strconv.FormatUint(rng.Uint64(), 10) },
@@ -218,13 +250,15 @@ func TestScanUint31sRandom(t *testing.T) {
 	seps := []string{",", ",", ", ", ", ", ",\n", ", \n\t\r ", " ,", ",,", "]", " ]", ""}
 	for iter := 0; iter < 20000; iter++ {
 		var sb strings.Builder
-		for sb.Len() < rng.IntN(400) {
-			if rng.IntN(30) == 0 {
+		size, odd := rng.IntN(400), 1+rng.IntN(60) // one element in odd is of any kind
+		widths := 1 + rng.IntN(4)                  // fast-shape kinds used: up to 1, 6, 8 or 9 digits
+		for sb.Len() < size {
+			if rng.IntN(odd) == 0 {
 				sb.WriteString(elems[rng.IntN(len(elems))]())
 			} else {
-				sb.WriteString(elems[rng.IntN(3)]())
+				sb.WriteString(elems[rng.IntN(widths)]())
 			}
-			if rng.IntN(40) == 0 {
+			if rng.IntN(odd) == 0 {
 				sb.WriteString(seps[rng.IntN(len(seps))])
 			} else {
 				sb.WriteString(seps[rng.IntN(4)])
@@ -241,7 +275,7 @@ func TestScanUint31sRandom(t *testing.T) {
 		want, wantPos, wantDone := refScanUint31s([]int32{-7}, in, 0, limit)
 		got, pos, done := scanUint31s([]int32{-7}, in, 0, limit)
 		if !slices.Equal(got, want) || pos != wantPos || done != wantDone {
-			t.Fatalf("%q limit=%d: got %v pos %d done %v; want %v pos %d done %v", in, limit, got, pos, done, want, wantPos, wantDone)
+			t.Fatalf("avx512=%v %q limit=%d: got %v pos %d done %v; want %v pos %d done %v", useJSONWindowAVX512, in, limit, got, pos, done, want, wantPos, wantDone)
 		}
 	}
 }
