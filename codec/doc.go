@@ -8,7 +8,10 @@
 // functions). The integer array readers (JSONInt32s, ReadInt32s, JSONUint64s,
 // ReadUint64s) hold the hot loops, with their fast paths, once for both
 // callers; a Mode says which 64-bit forms a reader takes (Unsigned, Bits,
-// Hash). Strings and bins are sub-slices of the input, valid as long as it is;
+// Hash). JSONInt32s reads token arrays in 64-byte windows, with AVX-512
+// (VBMI, VBMI2) where the CPU has it and a scalar mask-and-multiply loop
+// elsewhere; every path takes the same elements (scanUint31s). Strings and
+// bins are sub-slices of the input, valid as long as it is;
 // escaped JSON strings are unescaped into a caller-owned arena. Valid input
 // never allocates (TestReadersZeroAllocs).
 //
