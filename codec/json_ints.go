@@ -184,6 +184,15 @@ func scanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
 // turn it off to check the scalar loops alone).
 var useJSONWindowAVX512 = haveJSONWindowAVX512
 
+// JSONTokenPath names the path JSONInt32s reads token arrays with on this CPU:
+// "avx512" or "scalar" (for the startup log).
+func JSONTokenPath() string {
+	if useJSONWindowAVX512 {
+		return "avx512"
+	}
+	return "scalar"
+}
+
 // nonDigits64 returns a mask with bit i set when w[i] is not an ASCII digit.
 // Per 8-byte word: xored with '0', digits become 0..9; a byte is not a digit
 // when its low 7 bits plus 0x76 reach 0x80 (10..127) or its own top bit is set

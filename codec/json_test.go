@@ -431,3 +431,13 @@ func BenchmarkJSONInt32s(b *testing.B) {
 		}
 	}
 }
+
+// TestJSONTokenPath: the name follows the path in use.
+func TestJSONTokenPath(t *testing.T) {
+	for _, simd := range jsonPaths(t) {
+		useJSONWindowAVX512 = simd
+		if got, want := JSONTokenPath(), map[bool]string{false: "scalar", true: "avx512"}[simd]; got != want {
+			t.Errorf("avx512=%v: %q, want %q", simd, got, want)
+		}
+	}
+}

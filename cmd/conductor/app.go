@@ -19,6 +19,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
+	"github.com/seed-c7a81618/conductor/codec"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/httpd"
@@ -355,7 +356,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		return nil, 2
 	}
 	bi := hash.Backend()
-	log.Info("SHA-256 backend", "backend", bi.Name, "auto", bi.Auto, "cpu_features", strings.Join(bi.Features, ","))
+	log.Info("SHA-256 backend", "backend", bi.Name, "auto", bi.Auto, "cpu_features", strings.Join(bi.Features, ","),
+		"json_tokens", codec.JSONTokenPath())
 
 	soft, hard, err := raiseNoFile()
 	if err != nil {
