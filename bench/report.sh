@@ -79,7 +79,7 @@ splice() {
   fi
 }
 
-SUITES=${SUITES:-hash core-apply core-query wire ingest-recv httpd}
+SUITES=${SUITES:-hash core-apply core-query wire codec ingest-recv httpd}
 if [ -n "${SPLICE_FROM:-}" ]; then
   for s in $SUITES; do
     if [ -r "$SPLICE_FROM/$s.md" ]; then splice "$s" "$SPLICE_FROM/$s.md"; else echo "no $SPLICE_FROM/$s.md" >&2; fi
@@ -92,6 +92,7 @@ for s in $SUITES; do
     core-apply) suite core-apply ./core/ 'BenchmarkApply|BenchmarkClearOwner' -cpu 1 ;;
     core-query) suite core-query ./core/ 'BenchmarkQuery' -benchtime=200ms ;;
     wire) suite wire ./wire/ '.' ;;
+    codec) suite codec ./codec/ 'BenchmarkJSONInt32s' ;;
     ingest-recv) suite ingest-recv ./wire/ingest/ 'BenchmarkRecvPath' ;;
     httpd) suite httpd ./httpd/ 'BenchmarkQueryHandler$|BenchmarkJSONTokens|BenchmarkDecodeInt32Array' ;;
     *) echo "unknown suite $s" >&2; exit 2 ;;
