@@ -92,7 +92,7 @@ test-faults: deps
 
 # bench-report regenerates BENCHMARKS.md's generated (in-process) tables
 # with -count=$(COUNT) and benchstat; SUITES= picks some (hash core-apply
-# core-query wire ingest-recv httpd). Run it on a quiet machine: about 6 minutes
+# core-query wire codec ingest-recv httpd). Run it on a quiet machine: about 6 minutes
 # at REPORT_BENCHTIME=300ms.
 COUNT ?= 6
 REPORT_BENCHTIME ?= 300ms
