@@ -76,14 +76,17 @@ func JSONInt32s(dst []int32, b []byte, max int) (out []int32, rest []byte, bad i
 // for the general path to accept or report. FuzzJSONInt32s checks it against
 // encoding/json, TestScanUint31s pins where it stops.
 //
-// While 72 bytes remain it works on 64-byte windows: nonDigits64 marks every
-// byte that is not a digit in one 64-bit mask, so an element's length is one
-// trailing-zero count from its start and its value is read from one 8-byte
-// load (digits8). What carries from one element to the next is then a shift,
-// a count and an add instead of a compare and branch per byte, which is what
-// bounded the byte loop (about 20 cycles per 5-digit token). The byte loop
-// still reads the last bytes of the input. Both accept exactly the same
-// elements.
+// While 72 bytes remain it works on 64-byte windows. Where the CPU has
+// AVX-512 VBMI/VBMI2, jsonWindowAVX512 takes up to 31 elements of a window at
+// once. Otherwise, and for a window whose next element that step leaves,
+// nonDigits64 marks every byte that is not a digit in one 64-bit mask, so an
+// element's length is one trailing-zero count from its start and its value is
+// read from one 8-byte load (digits8): what carries from one element to the
+// next is a shift, a count and an add instead of a compare and branch per
+// byte, which is what bounded the byte loop (about 20 cycles per 5-digit
+// token). The byte loop still reads the last bytes of the input. All three
+// accept exactly the same elements (TestScanUint31sWindows,
+// TestScanUint31sRandom).
 func scanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
 	for len(dst) < limit && len(b)-p >= 72 {
 		if useJSONWindowAVX512 && limit-len(dst) >= 32 {
@@ -169,7 +172,7 @@ func scanUint31s(dst []int32, b []byte, p, limit int) ([]int32, int, bool) {
 			dst = append(dst, int32(u))
 			p++
 			for p < len(b) && (b[p] == ' ' || b[p] == '\n' || b[p] == '\t' || b[p] == '\r') {
-				p++
+				p++ // the general path expects elements to start after whitespace
 			}
 		case ']':
 			return append(dst, int32(u)), p + 1, true
