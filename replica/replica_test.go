@@ -226,7 +226,11 @@ func TestRelayReplicaInProcess(t *testing.T) {
 		if subs[i] == nil {
 			continue
 		}
-		if w.rng.Intn(200) == 0 {
+		// Clears only before the last 300 steps, so the final index is never
+		// near-empty: seed 1796105496070429776 cleared two registrations late
+		// and left 87 holdings, under the vacuity bound below (with this rule
+		// 3,000 seeds from there all end with 375 or more).
+		if w.rng.Intn(200) == 0 && step < 1200 {
 			subs[i].Clear("test")
 			if refSubs[i] != nil {
 				refSubs[i].Clear("test")
