@@ -249,14 +249,10 @@ func (r *reader) uvarint(what string) uint64 {
 	return v
 }
 
+// varint is the zig-zag signed form of uvarint (as encoding/binary's).
 func (r *reader) varint(what string) int64 {
-	v, n := binary.Varint(r.b)
-	if n <= 0 || n > 1 && r.b[n-1] == 0 {
-		r.fail(what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
+	u := r.uvarint(what)
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (r *reader) u64(what string) uint64 {

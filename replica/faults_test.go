@@ -39,15 +39,8 @@ func TestRelayFailoverDedup(t *testing.T) {
 	var relays [2]*Relay
 	var srcs [2]*core.Index
 	for i := range relays {
-		r, err := NewRelay(natsOpts(url))
-		if err != nil {
-			t.Fatal(err)
-		}
-		relays[i] = r
-		srcs[i] = core.New(core.Options{Observer: r, Logger: quietLog()})
-		r.Start(srcs[i])
+		relays[i], srcs[i] = startRelay(t, natsOpts(url))
 	}
-	t.Cleanup(func() { relays[1].Close(0) })
 	rep, repIx := startReplica(t, natsOpts(url))
 
 	w := newWorkload(t, seed)
@@ -101,23 +94,11 @@ func TestNATSDownAtStart(t *testing.T) {
 	t.Logf("seed %d", seed)
 	port := freePort(t)
 	url := "nats://127.0.0.1:" + strconv.Itoa(port)
-	relay, err := NewRelay(natsOpts(url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := core.New(core.Options{Observer: relay, Logger: quietLog()})
-	relay.Start(src)
-	t.Cleanup(func() { relay.Close(0) })
+	relay, src := startRelay(t, natsOpts(url))
 	o := natsOpts(url)
 	o.BufferBytes = 4 << 10
 	o.Stream, o.SubjectPrefix = "SMALL", "small.events"
-	small, err := NewRelay(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	smallSrc := core.New(core.Options{Observer: small, Logger: quietLog()})
-	small.Start(smallSrc)
-	t.Cleanup(func() { small.Close(0) })
+	small, smallSrc := startRelay(t, o)
 	o.BufferBytes = 0
 	smallRep, smallRepIx := startReplica(t, o)
 	rep, repIx := startReplica(t, natsOpts(url))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -320,17 +321,11 @@ func (r *Relay) run(ctx context.Context) {
 		return
 	}
 	cfg := r.opts.StreamConfig()
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err = js.CreateOrUpdateStream(cctx, cfg)
-		cancel()
-		if err == nil {
-			break
-		}
-		log.Warn("relay: cannot create the JetStream stream yet", "stream", cfg.Name, "err", err)
-		if !sleepCtx(ctx, backoff) {
-			return
-		}
+	if !retryJS(ctx, log, "relay: cannot create the JetStream stream yet", cfg.Name, func(c context.Context) error {
+		_, err := js.CreateOrUpdateStream(c, cfg)
+		return err
+	}) {
+		return
 	}
 	log.Info("relay publishing", "stream", cfg.Name, "subjects", cfg.Subjects[0])
 	tick := time.NewTicker(r.opts.RegistrationInterval)
@@ -358,6 +353,25 @@ func (r *Relay) run(ctx context.Context) {
 		case <-r.wake:
 		case <-tick.C:
 			r.resync()
+		}
+	}
+}
+
+// retryJS calls fn, 5 s at most per attempt, until it succeeds (true) or
+// ctx ends (false), logging each failure as msg with the stream's name and
+// waiting 100 ms, doubling to 5 s, between attempts: how the relay creates
+// its stream and a replica opens its consumer while NATS is not there yet.
+func retryJS(ctx context.Context, log *slog.Logger, msg, stream string, fn func(context.Context) error) bool {
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := fn(cctx)
+		cancel()
+		if err == nil {
+			return true
+		}
+		log.Warn(msg, "stream", stream, "err", err)
+		if !sleepCtx(ctx, backoff) {
+			return false
 		}
 	}
 }

@@ -212,22 +212,16 @@ func (r *Replica) run(ctx context.Context) {
 	if !r.opts.NoSnapshotLoad {
 		start = r.loadSnapshot(ctx, js)
 	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{r.filter()}}
+	if start > 0 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start+1
+	}
 	var cons jetstream.Consumer
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 5*time.Second) {
-		cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{r.filter()}}
-		if start > 0 {
-			cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, start+1
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		cons, err = js.OrderedConsumer(cctx, r.opts.Stream, cfg)
-		cancel()
-		if err == nil {
-			break
-		}
-		log.Warn("replica: cannot consume the stream yet", "stream", r.opts.Stream, "err", err)
-		if !sleepCtx(ctx, backoff) {
-			return
-		}
+	if !retryJS(ctx, log, "replica: cannot consume the stream yet", r.opts.Stream, func(c context.Context) (err error) {
+		cons, err = js.OrderedConsumer(c, r.opts.Stream, cfg)
+		return err
+	}) {
+		return
 	}
 	it, err := cons.Messages()
 	if err != nil {

@@ -34,6 +34,20 @@ func startReplica(t testing.TB, o Options) (*Replica, *core.Index) {
 	return r, ix
 }
 
+// startRelay starts a relay with options o as the observer of a new index,
+// closed when the test ends (Close is idempotent: a test may close it first).
+func startRelay(t testing.TB, o Options) (*Relay, *core.Index) {
+	t.Helper()
+	r, err := NewRelay(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := core.New(core.Options{Observer: r, Logger: quietLog()})
+	r.Start(src)
+	t.Cleanup(func() { r.Close(0) })
+	return r, src
+}
+
 func quietLog() *slog.Logger {
 	if testing.Verbose() {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -192,13 +206,7 @@ func TestRelayReplicaInProcess(t *testing.T) {
 	ns := natstest.Start(t, t.TempDir(), -1)
 	url := ns.ClientURL()
 
-	relay, err := NewRelay(natsOpts(url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	src := core.New(core.Options{Observer: relay, Logger: quietLog()})
-	relay.Start(src)
-	t.Cleanup(func() { relay.Close(0) })
+	relay, src := startRelay(t, natsOpts(url))
 
 	o := natsOpts(url)
 	o.SnapshotInterval = 50 * time.Millisecond
@@ -211,6 +219,7 @@ func TestRelayReplicaInProcess(t *testing.T) {
 	w := newWorkload(t, seed)
 	subs := make([]*core.Subscription, len(w.regs))
 	refSubs := make([]*core.Subscription, len(w.regs))
+	var err error
 	for i, r := range w.regs {
 		if subs[i], _, err = src.Register(r); err != nil {
 			t.Fatal(err)

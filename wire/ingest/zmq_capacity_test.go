@@ -285,18 +285,9 @@ func TestZMQReceiveQueueBytes(t *testing.T) {
 				publish(t, pub, p)
 			}
 			waitFor(t, "the first replay to end", func() bool { return h.status(k).ReplaysSucceeded >= 1 })
-			waitFor(t, "every burst block", func() bool {
-				// The drops follow the kept messages: a later message shows
-				// the gap (and may itself be dropped if the queue is still full).
-				publish(t, pub, emptyVLLM())
-				time.Sleep(20 * time.Millisecond)
-				for i := range payloads {
-					if !h.holds("vllm-a", uint64(1000+i)) {
-						return false
-					}
-				}
-				return true
-			})
+			// The drops follow the kept messages: a later message shows the
+			// gap (and may itself be dropped if the queue is still full).
+			h.waitBurstHeld(pub, "vllm-a", 1000, len(payloads))
 			// The blocks can be in the index before the replay that brought
 			// them has counted itself done.
 			waitFor(t, "the replays to finish", func() bool {
@@ -377,17 +368,7 @@ func TestZMQReceiveQueueBytesLive(t *testing.T) {
 		publish(t, pub, p)
 	}
 	waitFor(t, "a queue drop", func() bool { return h.status(k).QueueDrops > 0 })
-	waitFor(t, "every burst block", func() bool {
-		// A gap at the end of the burst needs a successor to be seen.
-		publish(t, pub, emptyVLLM())
-		time.Sleep(20 * time.Millisecond)
-		for i := range payloads {
-			if !h.holds("vllm-a", uint64(1000+i)) {
-				return false
-			}
-		}
-		return true
-	})
+	h.waitBurstHeld(pub, "vllm-a", 1000, len(payloads)) // a gap at the end of the burst needs a successor to be seen
 	st := h.status(k)
 	t.Logf("queue peak %d bytes (bound %d), %d drops, %d gaps, %d replays", st.QueuePeakBytes, bound, st.QueueDrops, st.Gaps, st.ReplaysSucceeded)
 	if st.QueueDrops == 0 || st.QueuePeakBytes == 0 || st.QueuePeakBytes > int64(bound) {

@@ -194,6 +194,24 @@ func (h *harness) holds(inst string, hsh uint64) bool {
 	return len(res.Instances) == 1 && res.Instances[0].LongestMatched == testBS
 }
 
+// waitBurstHeld waits until inst holds the blocks first..first+n-1 (one per
+// burst batch), publishing an empty batch between checks: a message dropped
+// at the end of a burst is only seen as a gap, and healed, once another
+// message follows it.
+func (h *harness) waitBurstHeld(pub *bench.Publisher, inst string, first uint64, n int) {
+	h.t.Helper()
+	waitFor(h.t, "every burst block", func() bool {
+		publish(h.t, pub, emptyVLLM())
+		time.Sleep(20 * time.Millisecond)
+		for i := 0; i < n; i++ {
+			if !h.holds(inst, first+uint64(i)) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // status returns the listener status of k.
 func (h *harness) status(k core.ServiceKey) ingest.ListenerStatus {
 	h.t.Helper()
