@@ -114,9 +114,10 @@ bench-smoke: bench-build
 # bench-tail: query tail latency while one publisher ingests flat out (issue #18;
 # BENCHMARKS.md): prints the issue's table (query p50/p99/p999/max, ingest
 # blocks/s and server CPU per block, grow and steady, with and without queries,
-# RSS). TAIL_BLOCKS / TAIL_STEADY_BLOCKS size the runs (default 10M here, as in
-# the issue); TAIL_ARGS adds conductor flags, BENCH_CONDUCTOR_BIN runs a prebuilt
-# binary, TAIL_PUBLISHER=inproc runs the publisher in the test process.
+# RSS, and the handler's own p99/max). TAIL_BLOCKS / TAIL_STEADY_BLOCKS size the
+# runs (default 10M here, as in the issue); TAIL_ARGS adds conductor flags,
+# BENCH_CONDUCTOR_BIN runs a prebuilt binary, TAIL_PUBLISHER=inproc runs the
+# publisher in the test process, TAIL_PUBLISHER_NICE=N runs its process niced.
 TAIL_BLOCKS ?= 10000000
 TAIL_STEADY_BLOCKS ?= 10000000
 bench-tail: deps

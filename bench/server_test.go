@@ -187,6 +187,16 @@ func (s *serverProc) post(tb testing.TB, path, ct string, body []byte) (int, []b
 // metric returns an unlabelled metric's value from /metrics.
 func (s *serverProc) metric(tb testing.TB, name string) float64 {
 	tb.Helper()
+	v, ok := s.metricOK(tb, name)
+	if !ok {
+		tb.Fatalf("metric %s missing", name)
+	}
+	return v
+}
+
+// metricOK is metric for a metric an older binary may not have (ok=false).
+func (s *serverProc) metricOK(tb testing.TB, name string) (float64, bool) {
+	tb.Helper()
 	resp, err := http.Get(s.url("/metrics"))
 	if err != nil {
 		tb.Fatal(err)
@@ -195,13 +205,13 @@ func (s *serverProc) metric(tb testing.TB, name string) float64 {
 	page, _ := io.ReadAll(resp.Body)
 	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(page)
 	if m == nil {
-		tb.Fatalf("metric %s missing", name)
+		return 0, false
 	}
 	v, err := strconv.ParseFloat(string(m[1]), 64)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return v
+	return v, true
 }
 
 // engine is a registered fake vLLM sha256_cbor engine (seed "0", B=16,
@@ -313,6 +323,7 @@ type serverRun struct {
 	CPUPerReq  time.Duration
 	MemoHits   float64 // blocks, during the run
 	MemoMisses float64
+	PromptHits float64 // the part of MemoHits served from recent prompts
 }
 
 // measure runs a warm-up, then n requests of body over conns connections
@@ -325,6 +336,7 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 		tb.Fatal(err)
 	}
 	h0, m0 := s.metric(tb, "conductor_hash_memo_hits_total"), s.metric(tb, "conductor_hash_memo_misses_total")
+	p0, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
 	c0 := s.cpu(tb)
 	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
 		Connections: conns, Requests: n, Warmup: -1, Expect: want})
@@ -332,9 +344,11 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 		tb.Fatal(err)
 	}
 	c1 := s.cpu(tb)
+	p1, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
 	return serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n),
 		MemoHits:   s.metric(tb, "conductor_hash_memo_hits_total") - h0,
-		MemoMisses: s.metric(tb, "conductor_hash_memo_misses_total") - m0}
+		MemoMisses: s.metric(tb, "conductor_hash_memo_misses_total") - m0,
+		PromptHits: p1 - p0}
 }
 
 // startLoadChild starts conductor with args and loads the DESIGN.md budget
@@ -354,17 +368,23 @@ func startLoadChild(tb testing.TB, args ...string) (*serverProc, []int32) {
 // BenchmarkServerCPU measures /query the user's way: conductor as a child
 // process, 4 keep-alive connections from this process, b.N requests per case,
 // the same prompt repeated (so with the memo on every block after the first
-// request is a memo hit). It reports the server's CPU per request from /proc
-// next to req/s and p99. Run:
+// request is a memo hit). memo=on is the default memo (digest table and
+// recent prompts: the repeated prompt is served from a stored copy),
+// memo=table the digest table alone (--hash-memo-prompt-bytes 0; a binary
+// older than that flag runs memo=on as the table alone). It reports the
+// server's CPU per request from /proc next to req/s and p99. Run:
 //
 //	go test -run '^$' -bench BenchmarkServerCPU -benchtime 4000x -count 3 ./bench/
 func BenchmarkServerCPU(b *testing.B) {
-	for _, memo := range []string{"off", "on"} {
-		mb := "0"
-		if memo == "on" {
-			mb = strconv.Itoa(hash.DefaultMemoBytes)
+	for _, memo := range []string{"off", "table", "on"} {
+		args := []string{"--hash-memo-bytes", strconv.Itoa(hash.DefaultMemoBytes)}
+		switch memo {
+		case "off":
+			args = []string{"--hash-memo-bytes", "0"}
+		case "table":
+			args = append(args, "--hash-memo-prompt-bytes", "0")
 		}
-		s, prompt := startLoadChild(b, "--hash-memo-bytes", mb)
+		s, prompt := startLoadChild(b, args...)
 		for _, form := range []string{"bin", "msgpack", "json"} {
 			for _, n := range []int{1024, 8192, loadMax} {
 				b.Run(fmt.Sprintf("memo=%s/%s/tokens=%d", memo, form, n), func(b *testing.B) {
@@ -373,8 +393,9 @@ func BenchmarkServerCPU(b *testing.B) {
 					b.ReportMetric(float64(r.CPUPerReq.Nanoseconds())/1e3, "server-µs/req")
 					b.ReportMetric(r.Load.RPS, "req/s")
 					b.ReportMetric(float64(r.Load.P99.Microseconds()), "p99-µs")
-					if memo == "on" && r.MemoHits+r.MemoMisses > 0 {
+					if memo != "off" && r.MemoHits+r.MemoMisses > 0 {
 						b.ReportMetric(r.MemoHits/(r.MemoHits+r.MemoMisses), "memo-hit-ratio")
+						b.ReportMetric(r.PromptHits/(r.MemoHits+r.MemoMisses), "prompt-hit-ratio")
 					}
 				})
 			}
@@ -398,6 +419,11 @@ func TestServerCPUHarness(t *testing.T) {
 		}
 		if memo != "0" && (r.MemoHits != 300*512 || r.MemoMisses != 0) {
 			t.Fatalf("memo on: %v hits %v misses, want every block of 300 queries a hit", r.MemoHits, r.MemoMisses)
+		}
+		// The warm-up stored the prompt (recent prompts are on by default):
+		// every measured block comes from the stored copy.
+		if memo != "0" && r.PromptHits != 300*512 {
+			t.Fatalf("memo on: %v blocks from recent prompts, want all %d", r.PromptHits, 300*512)
 		}
 		t.Logf("memo=%s: %v server CPU/req, %v", memo, r.CPUPerReq, r.Load)
 	}

@@ -225,6 +225,12 @@ func startProcPublisher(tb testing.TB, addr string, evict bool) *procPublisher {
 		tb.Fatal(err)
 	}
 	cmd := exec.Command(exe, "-test.run=^$")
+	if n := os.Getenv("TAIL_PUBLISHER_NICE"); n != "" {
+		// The publisher stands for engines that run on other hosts in a
+		// deployment; niced, it stops competing with the query client and
+		// conductor for this machine's cores (every thread inherits it).
+		cmd = exec.Command("nice", "-n", n, exe, "-test.run=^$")
+	}
 	cmd.Env = append(os.Environ(), tailPublisherEnv+"="+addr, fmt.Sprintf("%s=%d", tailEvictEnv, map[bool]int{false: 0, true: 1}[evict]))
 	p := &procPublisher{cmd: cmd, stderr: &lockedBuffer{}}
 	cmd.Stderr = p.stderr

@@ -33,7 +33,9 @@ import (
 // fill that is not measured), each with 4 querying connections and with none
 // (the ingest-only CPU per block). BENCH_CONDUCTOR_BIN runs a prebuilt binary instead
 // of building cmd/conductor (to compare two builds alternately); TAIL_ARGS adds
-// server flags (space-separated).
+// server flags (space-separated); TAIL_PUBLISHER_NICE runs the publisher
+// process at that nice value (engines publish from other hosts in a
+// deployment: this shows what is left when it does not compete for the cores).
 
 const (
 	tailBatch  = 64   // blocks per batch
@@ -50,16 +52,21 @@ type tailRun struct {
 }
 
 type tailMetrics struct {
-	GCs          float64
-	GCPauseMax   float64 // upper bound of the highest GC pause bucket hit, seconds
-	GCCPU        float64 // seconds
-	AssistCPU    float64 // seconds
-	SchedP99     float64 // runnable → running latency, seconds (bucket bound)
-	SchedMax     float64
-	ApplyMax     float64 // longest uninterrupted applier run, seconds (NaN: not exported)
-	RSS          float64 // bytes
-	Gaps         float64
-	metricsPages int
+	GCs        float64
+	GCPauseMax float64 // upper bound of the highest GC pause bucket hit, seconds
+	GCCPU      float64 // seconds
+	AssistCPU  float64 // seconds
+	SchedP99   float64 // runnable → running latency, seconds (bucket bound)
+	SchedMax   float64
+	// HandlerP99 and HandlerMax bound the server's own /query time (read to
+	// response written; conductor_http_request_duration_seconds buckets): what
+	// the client saw beyond them was spent outside the handler (kernel,
+	// socket wake-ups, the client's own scheduling).
+	HandlerP99, HandlerMax float64
+	ApplyMax               float64 // longest uninterrupted applier run, seconds (NaN: not exported)
+	RSS                    float64 // bytes
+	Gaps                   float64
+	metricsPages           int
 }
 
 func (r tailRun) String() string {
@@ -73,8 +80,8 @@ func (r tailRun) String() string {
 	if r.Load.Requests > 0 {
 		s += fmt.Sprintf("query %.0f rps p50 %v p99 %v p999 %v max %v; ", r.Load.RPS, r.Load.P50, r.Load.P99, r.Load.P999, r.Load.Max)
 	}
-	s += fmt.Sprintf("GCs %.0f, GC pause max ≤%.3gms, GC CPU %.2fs (assist %.2fs), sched-latency p99 ≤%.3gms max ≤%.3gms, apply max %.3gms, RSS %.0f MB",
-		m.GCs, m.GCPauseMax*1e3, m.GCCPU, m.AssistCPU, m.SchedP99*1e3, m.SchedMax*1e3, m.ApplyMax*1e3, m.RSS/1e6)
+	s += fmt.Sprintf("GCs %.0f, GC pause max ≤%.3gms, GC CPU %.2fs (assist %.2fs), sched-latency p99 ≤%.3gms max ≤%.3gms, handler p99 ≤%.3gms max ≤%.3gms, apply max %.3gms, RSS %.0f MB",
+		m.GCs, m.GCPauseMax*1e3, m.GCCPU, m.AssistCPU, m.SchedP99*1e3, m.SchedMax*1e3, m.HandlerP99*1e3, m.HandlerMax*1e3, m.ApplyMax*1e3, m.RSS/1e6)
 	return s
 }
 
@@ -131,12 +138,14 @@ var leRE = regexp.MustCompile(`le="([^"]+)"`)
 
 // histDelta returns the bucket bounds of the cumulative Prometheus histogram
 // name whose count grew between a and b, as the upper bound of quantile q and
-// of the highest bucket that grew (0 when nothing was observed).
-func histDelta(a, b metricsPage, name string, q float64) (quant, max float64) {
+// of the highest bucket that grew (0 when nothing was observed). labels,
+// when not empty, selects one series: its labels before le, each followed by
+// a comma (`path="/query",`).
+func histDelta(a, b metricsPage, name, labels string, q float64) (quant, max float64) {
 	type bucket struct{ le, n float64 }
 	var bs []bucket
 	for k, v := range b {
-		if !strings.HasPrefix(k, name+"_bucket{") {
+		if !strings.HasPrefix(k, name+"_bucket{"+labels) {
 			continue
 		}
 		m := leRE.FindStringSubmatch(k)
@@ -174,10 +183,11 @@ func histDelta(a, b metricsPage, name string, q float64) (quant, max float64) {
 func tailMetricsDelta(a, b metricsPage) tailMetrics {
 	var m tailMetrics
 	m.GCs = b["go_gc_duration_seconds_count"] - a["go_gc_duration_seconds_count"]
-	_, m.GCPauseMax = histDelta(a, b, "go_gc_pauses_seconds", 0.99)
+	_, m.GCPauseMax = histDelta(a, b, "go_gc_pauses_seconds", "", 0.99)
 	m.GCCPU = b["go_gc_cpu_seconds_total"] - a["go_gc_cpu_seconds_total"]
 	m.AssistCPU = b["go_gc_mark_assist_cpu_seconds_total"] - a["go_gc_mark_assist_cpu_seconds_total"]
-	m.SchedP99, m.SchedMax = histDelta(a, b, "go_sched_latencies_seconds", 0.99)
+	m.SchedP99, m.SchedMax = histDelta(a, b, "go_sched_latencies_seconds", "", 0.99)
+	m.HandlerP99, m.HandlerMax = histDelta(a, b, "conductor_http_request_duration_seconds", `path="/query",`, 0.99)
 	m.ApplyMax = b.maxPrefix("conductor_ingest_apply_run_max_seconds")
 	m.RSS = b["process_resident_memory_bytes"]
 	m.Gaps = b.sumPrefix(`conductor_ingest_gaps_total{instance="engine-b"`) + b.sumPrefix(`conductor_ingest_stale_clears_total{instance="engine-b"`)
@@ -274,14 +284,14 @@ func BenchmarkTailUnderIngest(b *testing.B) {
 	}
 	if len(rows) > 0 {
 		// The issue's table in one place: every case that ran, as Markdown.
-		fmt.Printf("\ntail under ingest (TAIL_BLOCKS=%d TAIL_STEADY_BLOCKS=%d TAIL_ARGS=%q TAIL_PUBLISHER=%q)\n%s\n%s\n",
-			envInt("TAIL_BLOCKS", 2_000_000), envInt("TAIL_STEADY_BLOCKS", 2_000_000), os.Getenv("TAIL_ARGS"), os.Getenv("TAIL_PUBLISHER"),
+		fmt.Printf("\ntail under ingest (TAIL_BLOCKS=%d TAIL_STEADY_BLOCKS=%d TAIL_ARGS=%q TAIL_PUBLISHER=%q TAIL_PUBLISHER_NICE=%q)\n%s\n%s\n",
+			envInt("TAIL_BLOCKS", 2_000_000), envInt("TAIL_STEADY_BLOCKS", 2_000_000), os.Getenv("TAIL_ARGS"), os.Getenv("TAIL_PUBLISHER"), os.Getenv("TAIL_PUBLISHER_NICE"),
 			tailHeader, strings.Join(rows, "\n"))
 	}
 }
 
-const tailHeader = "| case | blocks | ingest M blocks/s | server CPU/block | query rps | p50 | p99 | p999 | max | GCs | GC pause max | assist CPU | apply max | RSS |\n" +
-	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+const tailHeader = "| case | blocks | ingest M blocks/s | server CPU/block | query rps | p50 | p99 | p999 | max | handler p99 / max | GCs | GC pause max | assist CPU | apply max | RSS |\n" +
+	"|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 
 // row is the run as a line of tailHeader's table.
 func (r tailRun) row(name string) string {
@@ -290,8 +300,9 @@ func (r tailRun) row(name string) string {
 	if r.Load.Requests > 0 {
 		us := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1e3) }
 		q = fmt.Sprintf("%.0f | %s | %s | %s | %s", r.Load.RPS, us(r.Load.P50), us(r.Load.P99), us(r.Load.P999), us(r.Load.Max))
+		q += fmt.Sprintf(" | ≤%.3g / ≤%.3g ms", m.HandlerP99*1e3, m.HandlerMax*1e3)
 	} else {
-		q = "– | – | – | – | –"
+		q = "– | – | – | – | – | –"
 	}
 	return fmt.Sprintf("| %s | %d | %.2f | %.0f ns | %s | %.0f | ≤%.3g ms | %.2f s | %.0f ms | %.0f MB |",
 		name, r.Blocks, float64(r.Blocks)/r.Elapsed.Seconds()/1e6, float64(r.ServerCPU.Nanoseconds())/float64(max(r.Blocks, 1)),
@@ -308,7 +319,7 @@ func TestTailHarness(t *testing.T) {
 	if r.Blocks != blocks || r.Load.Requests == 0 {
 		t.Fatalf("run: %+v", r)
 	}
-	if r.Metrics.RSS <= 0 || math.IsNaN(r.Metrics.ApplyMax) || r.Metrics.ApplyMax <= 0 {
+	if r.Metrics.RSS <= 0 || math.IsNaN(r.Metrics.ApplyMax) || r.Metrics.ApplyMax <= 0 || r.Metrics.HandlerMax <= 0 {
 		t.Fatalf("metrics missing: %+v", r.Metrics)
 	}
 }

@@ -75,6 +75,7 @@ type traceRun struct {
 	Queries, Blocks, UniqueBlocks int
 	CPUPerQuery                   time.Duration
 	MemoHits, MemoMisses          float64
+	PromptHits                    float64 // the part of MemoHits served from recent prompts
 	Elapsed                       time.Duration
 	P99                           time.Duration
 }
@@ -140,6 +141,7 @@ func replayStored(tb testing.TB, s *serverProc, reqs [][]uint64, run *traceRun) 
 	defer c.Close()
 	lc := &loadConn{c: c, r: bufio.NewReaderSize(c, 64<<10), want: 200}
 	h0, m0 := s.metric(tb, "conductor_hash_memo_hits_total"), s.metric(tb, "conductor_hash_memo_misses_total")
+	p0, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
 	lat := make([]time.Duration, 0, len(reqs))
 	var busy time.Duration
 	c0 := s.cpu(tb)
@@ -161,6 +163,8 @@ func replayStored(tb testing.TB, s *serverProc, reqs [][]uint64, run *traceRun) 
 	run.CPUPerQuery = (c1 - c0) / time.Duration(len(reqs))
 	run.MemoHits = s.metric(tb, "conductor_hash_memo_hits_total") - h0
 	run.MemoMisses = s.metric(tb, "conductor_hash_memo_misses_total") - m0
+	p1, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
+	run.PromptHits = p1 - p0
 	run.Elapsed = busy
 	slices.Sort(lat)
 	run.P99 = lat[min(len(lat)-1, len(lat)*99/100)]
@@ -233,8 +237,8 @@ func BenchmarkServerTrace(b *testing.B) {
 				b.ReportMetric(r.MemoHits/(r.MemoHits+r.MemoMisses), "memo-hit-ratio")
 				b.ReportMetric(1-float64(r.UniqueBlocks)/float64(r.Blocks), "reuse-ratio")
 			}
-			b.Logf("%d queries, %d blocks (%d unique), memo hits %.0f misses %.0f, server CPU %v/query, p99 %v",
-				r.Queries, r.Blocks, r.UniqueBlocks, r.MemoHits, r.MemoMisses, r.CPUPerQuery, r.P99)
+			b.Logf("%d queries, %d blocks (%d unique), memo hits %.0f (from recent prompts %.0f) misses %.0f, server CPU %v/query, p99 %v",
+				r.Queries, r.Blocks, r.UniqueBlocks, r.MemoHits, r.PromptHits, r.MemoMisses, r.CPUPerQuery, r.P99)
 		})
 	}
 }

@@ -14,6 +14,13 @@ import (
 func TestQueryAllocs(t *testing.T) {
 	t.Run("memo=off", func(t *testing.T) { testQueryAllocs(t, nil) })
 	t.Run("memo=on", func(t *testing.T) { testQueryAllocs(t, hash.NewMemo(1<<20)) })
+	t.Run("memo=prompts", func(t *testing.T) {
+		m := hash.NewMemoWithPrompts(1<<20, 1<<20)
+		testQueryAllocs(t, m)
+		if st := m.Stats(); st.PromptHits == 0 {
+			t.Fatalf("the repeated query was never served from a recent prompt: %+v", st)
+		}
+	})
 }
 
 func testQueryAllocs(t *testing.T, memo *hash.Memo) {
@@ -35,7 +42,9 @@ func testQueryAllocs(t *testing.T, memo *hash.Memo) {
 	byTokens := &QueryRequest{Model: "m", BlockSize: testBS, Tokens: tokens}
 	byHash := &QueryRequest{Model: "m", BlockSize: testBS, Hashes: keys, ByHash: true}
 	for _, req := range []*QueryRequest{byTokens, byHash} {
-		_ = ix.Query(req, res) // warm up the reused buffers
+		// Warm up the reused buffers (and, with recent prompts, store the
+		// prompt: AllocsPerRun's own warm-up run is its second sight).
+		_ = ix.Query(req, res)
 		if n := testing.AllocsPerRun(100, func() { _ = ix.Query(req, res) }); n != 0 {
 			t.Fatalf("ByHash=%v: %v allocs per query", req.ByHash, n)
 		}

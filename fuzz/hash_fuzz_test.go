@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"unicode/utf8"
 
@@ -673,13 +674,15 @@ func sameErr(a, b error) bool {
 }
 
 // fuzzMemo is shared by every FuzzMemoChain input: one small memo (4 KiB, 64
-// digests) that keeps evicting, so inputs meet entries of earlier inputs under
-// other profiles, LoRAs, salts and block sizes.
-var fuzzMemo = hash.NewMemo(4096)
+// digests, and 16 KiB of recent prompts) that keeps evicting, so inputs meet
+// entries of earlier inputs under other profiles, LoRAs, salts and block sizes.
+var fuzzMemo = hash.NewMemoWithPrompts(4096, 16<<10)
 
 // FuzzMemoChain: a chain reading and filling a shared memo returns the keys
 // and errors of a chain without one, for every memo-served profile, walked
-// twice (cold, then mostly from the memo) and on a one-token-longer prompt.
+// three times (cold, from the digest table, from the recent prompt it was
+// stored as), then on a one-token-longer prompt (served in part) and on one
+// whose middle token differs (diverging from the stored one).
 func FuzzMemoChain(f *testing.F) {
 	addSeeds(f)
 	profiles := []hash.Spec{
@@ -697,9 +700,14 @@ func FuzzMemoChain(f *testing.F) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, toks := range [][]int32{tokens, append(tokens[:len(tokens):len(tokens)], 42)} {
+			longer := append(tokens[:len(tokens):len(tokens)], 42)
+			diverged := slices.Clone(tokens)
+			if len(diverged) > 0 {
+				diverged[len(diverged)/2]++
+			}
+			for _, toks := range [][]int32{tokens, longer, diverged} {
 				want, werr := hash.AppendChain(nil, &p, toks, blockSize, l, s)
-				for pass := 0; pass < 2; pass++ {
+				for pass := 0; pass < 3; pass++ {
 					err := on.Reset(&p, toks, blockSize, l, s)
 					if (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error() {
 						t.Fatalf("%v: memo chain error %v, plain %v", sp, err, werr)

@@ -32,6 +32,18 @@ func TestZeroAllocs(t *testing.T) {
 			if n := testing.AllocsPerRun(50, walk); n != 0 {
 				t.Errorf("%v: Chain.Reset+At with memo allocates %.1f per walk", p.Spec, n)
 			}
+			// Recent prompts: the second sight stores the prompt (one
+			// allocation); from the third on it is served without any.
+			c.SetMemo(NewMemoWithPrompts(1<<16, 1<<20))
+			for range 3 {
+				walk()
+			}
+			if n := testing.AllocsPerRun(50, walk); n != 0 {
+				t.Errorf("%v: Chain.Reset+At served from a recent prompt allocates %.1f per walk", p.Spec, n)
+			}
+			if st := c.memo.Stats(); p.Strategy != StrategyXXH3 && st.PromptHits == 0 {
+				t.Errorf("%v: the recent-prompt level served nothing: %+v", p.Spec, st)
+			}
 			if n := testing.AllocsPerRun(50, func() {
 				var err error
 				dst, err = AppendChain(dst[:0], &p, tokens, 16, lora, salt)

@@ -55,22 +55,56 @@ type Chain struct {
 	mAhead                xxh3.Uint128 // key of block next, when mHasAhead
 	mHasAhead             bool
 	mHits, mMiss, mEvicts uint32
+
+	// Recent-prompt level (memoprompt.go), when memo has one: rOn says it
+	// applies to the current prompt; rE serves blocks [0, rN); states records
+	// the blocks hashed after the served ones (at most rMax, the blocks an
+	// entry may hold) for admission when the query ends.
+	rOn    bool
+	rE     *promptEntry
+	rN     int
+	rMax   int
+	rHits  uint32
+	states []promptState
 }
 
 // SetMemo makes the chain look block digests up in m (and store the ones it
 // computes) from the next Reset on; nil turns the memo off. Only the vllm_v1 and
 // sglang strategies use it; keys and Computed are unchanged by it (a memo hit
 // still counts as a computed block).
-func (c *Chain) SetMemo(m *Memo) { c.memo = m }
-
-// FlushMemoStats adds the chain's memo hit, miss and eviction counts to its memo
-// and zeroes them. Reset flushes too; call it when a query ends so that the memo's
-// Stats are current.
-func (c *Chain) FlushMemoStats() {
-	if c.memo != nil && c.mHits|c.mMiss|c.mEvicts != 0 {
-		c.memo.addStats(c.mHits, c.mMiss, c.mEvicts)
+//
+// Switching memos first flushes the current prompt's counts (and any recent
+// prompt it offers) to the old one.
+func (c *Chain) SetMemo(m *Memo) {
+	if m != c.memo {
+		c.FlushMemoStats()
+		c.memo = m
 	}
-	c.mHits, c.mMiss, c.mEvicts = 0, 0, 0
+}
+
+// FlushMemoStats ends the prompt's use of the memo: it offers the prompt's
+// computed prefix to the memo's recent-prompt level (if it has one; a repeated
+// prompt is stored, see promptCache) and adds the chain's hit, miss and
+// eviction counts to the memo. Reset flushes too; call it when a query ends so
+// that the memo's Stats are current. Later At calls on the same prompt still
+// work (without the recent-prompt level).
+func (c *Chain) FlushMemoStats() {
+	if c.rOn {
+		c.rOn = false
+		c.promptAdmit()
+		if c.rE != nil && c.next > 0 && c.next <= c.rN {
+			// Still inside the stored prompt: later blocks continue from it.
+			s := &c.rE.states[c.next-1]
+			c.parent, c.mKey = s.d, s.mk
+		}
+	}
+	if c.memo != nil && c.mHits|c.mMiss|c.mEvicts|c.rHits != 0 {
+		c.memo.addStats(c.mHits, c.mMiss, c.mEvicts)
+		if c.rHits != 0 {
+			c.memo.prompts.hits.Add(uint64(c.rHits))
+		}
+	}
+	c.mHits, c.mMiss, c.mEvicts, c.rHits = 0, 0, 0, 0
 }
 
 // Reset points the chain at a new prompt under profile p. lora is the context's
@@ -151,6 +185,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 		need = max(need, 16+4*(min(blockSize, logical)+1), len(memoTagDomain)+3+32+8*4+len(p.Spec.PythonHashSeed)+len(lora)+len(salt))
 		c.buf = appendMemoTag(c.buf[:0], p, blockSize, lora, salt)
 		c.mKey = xxh3.Hash128Seed(c.buf, c.memo.seed)
+		c.rOn = c.memo.prompts != nil
 	}
 	if blocks > 0 {
 		c.buf = slices.Grow(c.buf[:0], need)
@@ -161,8 +196,8 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 // clear empties the chain and drops borrowed slices, keeping scratch capacity.
 func (c *Chain) clear() {
 	c.FlushMemoStats()
-	keys, buf, memo := c.keys[:0], c.buf[:0], c.memo
-	*c = Chain{keys: keys, buf: buf, memo: memo}
+	keys, buf, memo, states := c.keys[:0], c.buf[:0], c.memo, c.states[:0]
+	*c = Chain{keys: keys, buf: buf, memo: memo, states: states}
 }
 
 // Blocks returns the number of blocks: floor(len/B) for vllm_v1 and xxh3 (complete
@@ -207,8 +242,17 @@ func (c *Chain) MatchedTokens(n int) int {
 	return min(n*c.bs, c.logical)
 }
 
-// step hashes block c.next and returns its projected key.
+// step computes block c.next and returns its projected key.
 func (c *Chain) step() uint64 {
+	if c.rOn {
+		return c.promptStep()
+	}
+	return c.hashStep()
+}
+
+// hashStep hashes block c.next (through the digest table when on) and
+// returns its projected key.
+func (c *Chain) hashStep() uint64 {
 	i := c.next
 	c.next++
 	switch c.strategy {
@@ -253,11 +297,7 @@ func (c *Chain) step() uint64 {
 		start := i * c.bs
 		end := start + min(c.bs, c.logical-start)
 		if c.mOn {
-			tok := c.tokens[start:end]
-			if c.strategy == StrategySGLangBigram {
-				tok = c.tokens[start : end+1] // the pairs' tokens
-			}
-			if c.memoGet(tok) {
+			if c.memoGet(c.memoTokens(i)) {
 				return binary.BigEndian.Uint64(c.parent[:8])
 			}
 		}
@@ -311,14 +351,19 @@ func (c *Chain) memoAhead() {
 	if i >= c.blocks {
 		return
 	}
+	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, c.memoTokens(i)), true
+	prefetch(&c.memo.bucket(c.mAhead)[0])
+}
+
+// memoTokens returns the tokens block i's memo key covers: its span (the
+// partial tail included), plus the next token under sglang_bigram (the pairs).
+func (c *Chain) memoTokens(i int) []int32 {
 	start := i * c.bs
 	end := start + min(c.bs, c.logical-start)
-	tok := c.tokens[start:end]
 	if c.strategy == StrategySGLangBigram {
-		tok = c.tokens[start : end+1]
+		end++
 	}
-	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, tok), true
-	prefetch(&c.memo.bucket(c.mAhead)[0])
+	return c.tokens[start:end]
 }
 
 // memoPut stores the digest just computed under the current key.

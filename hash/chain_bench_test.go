@@ -210,7 +210,8 @@ func BenchmarkEncode(b *testing.B) {
 
 // BenchmarkMemoChain: a full lazy walk of a prompt under each memo-served
 // profile, without the memo, with it on a repeated prompt (every block a hit),
-// and with it on always-new prompts (every block a miss: the memo's overhead).
+// with it on always-new prompts (every block a miss: the memo's overhead), and
+// with recent prompts on a repeated prompt (every block served from it).
 // memoBenchBytes sizes the benchmark memo (the production default).
 var memoBenchBytes = DefaultMemoBytes
 
@@ -219,11 +220,14 @@ func BenchmarkMemoChain(b *testing.B) {
 	for _, sp := range []Spec{{"vllm_v1", "sha256_cbor", "0", "low64_be"}, {"sglang", "sha256_raw", "0", "first64_be"}} {
 		p := mustResolve(b, sp)
 		tokens := benchTokens(benchBlocks * bs)
-		for _, mode := range []string{"off", "hit", "miss"} {
+		for _, mode := range []string{"off", "hit", "miss", "prompt"} {
 			b.Run(fmt.Sprintf("%s/B=%d/%s", sp.Algorithm, bs, mode), func(b *testing.B) {
 				var c Chain
-				if mode != "off" {
+				switch mode {
+				case "hit", "miss":
 					c.SetMemo(NewMemo(memoBenchBytes))
+				case "prompt":
+					c.SetMemo(NewMemoWithPrompts(memoBenchBytes, DefaultMemoPromptBytes))
 				}
 				toks := slices.Clone(tokens)
 				b.ReportAllocs()

@@ -39,5 +39,11 @@
 // A Chain given a Memo (SetMemo) looks each vllm_v1 / sglang block digest up by a
 // keyed rolling XXH3-128 of the whole prefix before hashing it, and stores the
 // digests it computes. The memo is bounded, shared, lock-free and exact; see Memo
-// for the key, the table and its concurrency protocol.
+// for the key, the table and its concurrency protocol. A memo made with
+// NewMemoWithPrompts also keeps recent prompts that came more than once: a
+// prompt sharing leading blocks with one of them gets those blocks' keys and
+// digests by a token comparison, with no per-block hash or probe (see
+// promptCache in memoprompt.go for lookup, admission and the bound). Storing a
+// prompt is the one allocation on the query path: once per stored prompt, on
+// its second sight (TestZeroAllocs covers the served walk).
 package hash

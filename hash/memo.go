@@ -81,6 +81,8 @@ type Memo struct {
 	hits      paddedCounter
 	misses    paddedCounter
 	evictions paddedCounter
+
+	prompts *promptCache // the recent-prompt level (memoprompt.go); nil when off
 }
 
 // memoSlot is one cache line: seq, key, digest (7 words) and padding.
@@ -98,23 +100,41 @@ type paddedCounter struct {
 }
 
 // MemoStats is a snapshot of a Memo's counters (monotonic since NewMemo).
+// Hits counts blocks answered without SHA-256 (from the digest table or a
+// recent prompt), Misses blocks hashed, Evictions digests replaced.
 type MemoStats struct {
 	Hits, Misses, Evictions uint64
 	Slots                   int // capacity in block digests
 	Bytes                   int // table memory
+
+	// The recent-prompt level (all zero when it is off): PromptHits is the
+	// part of Hits served from a stored prompt; PromptAdmissions and
+	// PromptEvictions count entries stored and dropped; PromptBytes is the
+	// memory of the stored prompts, at most PromptLimit.
+	PromptHits, PromptAdmissions, PromptEvictions uint64
+	PromptBytes, PromptLimit                      int
 }
 
 // NewMemo returns a memo whose table takes at most maxBytes (rounded down to a
 // power-of-two number of buckets, at least MinMemoBytes), or nil when maxBytes
 // <= 0 (memo off). The table is allocated and committed at once (huge pages
-// where Linux grants them). The per-process key comes from crypto/rand.
-func NewMemo(maxBytes int) *Memo {
+// where Linux grants them). The per-process key comes from crypto/rand. It has
+// no recent-prompt level; see NewMemoWithPrompts.
+func NewMemo(maxBytes int) *Memo { return NewMemoWithPrompts(maxBytes, 0) }
+
+// NewMemoWithPrompts is NewMemo plus a recent-prompt level of at most
+// promptBytes (0 or less: none; see promptCache): repeated prompts are then
+// served by comparing their tokens with a stored copy instead of probing the
+// table per block. The level needs the table: nil when maxBytes <= 0.
+func NewMemoWithPrompts(maxBytes, promptBytes int) *Memo {
 	if maxBytes <= 0 {
 		return nil
 	}
 	var b [8]byte
 	_, _ = rand.Read(b[:]) // never fails on supported platforms (Go 1.24+ crashes instead)
-	return newMemoSeed(maxBytes, binary.LittleEndian.Uint64(b[:]))
+	m := newMemoSeed(maxBytes, binary.LittleEndian.Uint64(b[:]))
+	m.prompts = newPromptCache(promptBytes)
+	return m
 }
 
 func newMemoSeed(maxBytes int, seed uint64) *Memo {
@@ -147,13 +167,18 @@ func (m *Memo) Stats() MemoStats {
 	if m == nil {
 		return MemoStats{}
 	}
-	return MemoStats{
+	st := MemoStats{
 		Hits:      m.hits.Load(),
 		Misses:    m.misses.Load(),
 		Evictions: m.evictions.Load(),
 		Slots:     len(m.slots),
 		Bytes:     len(m.slots) * memoSlotSize,
 	}
+	if pc := m.prompts; pc != nil {
+		st.PromptHits, st.PromptAdmissions, st.PromptEvictions = pc.hits.Load(), pc.admissions.Load(), pc.evictions.Load()
+		st.PromptBytes, st.PromptLimit = int(pc.used.Load()), int(pc.budget)
+	}
+	return st
 }
 
 func (m *Memo) addStats(hits, misses, evictions uint32) {

@@ -3,6 +3,7 @@ package hash
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -219,23 +220,34 @@ func TestMemoEvictionExact(t *testing.T) {
 // (constant overwrites while others read) and every key stays exact. Run under
 // -race this also checks the seqlock protocol is free of data races.
 func TestMemoConcurrentExact(t *testing.T) {
+	memo := NewMemo(2 * MinMemoBytes)
+	concurrentWalks(t, memo, 40, 150, 3)
+	if st := memo.Stats(); st.Hits == 0 || st.Evictions == 0 {
+		t.Fatalf("want hits and evictions: %+v", st)
+	}
+}
+
+// concurrentWalks has 4 goroutines, each with its own chain on memo, walk
+// iters random prompts of n random cases in full and checks every key
+// against the reference (stream picks the seeded random streams).
+func concurrentWalks(t *testing.T, memo *Memo, n, iters int, stream uint64) {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
-	cases := randomMemoCases(t, rng, 40)
+	rng := rand.New(rand.NewPCG(seed, stream))
+	cases := randomMemoCases(t, rng, n)
 	want := make([][]uint64, len(cases))
 	for i, tc := range cases {
 		want[i] = refChain(tc.p, tc.tokens, tc.bs, tc.lora, tc.salt)
 	}
-	memo := NewMemo(2 * MinMemoBytes)
-	const workers, iters = 4, 150
+	const workers = 4
 	var wg sync.WaitGroup
 	errs := make(chan string, workers)
 	for w := range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(seed, uint64(10+w)))
+			r := rand.New(rand.NewPCG(seed, stream*100+uint64(w)))
 			var c Chain
 			c.SetMemo(memo)
 			for range iters {
@@ -247,7 +259,7 @@ func TestMemoConcurrentExact(t *testing.T) {
 				}
 				for b := 0; b < c.Blocks(); b++ {
 					if k := c.At(b); k != want[i][b] {
-						errs <- "wrong key"
+						errs <- fmt.Sprintf("case %d block %d: wrong key", i, b)
 						return
 					}
 				}
@@ -259,9 +271,6 @@ func TestMemoConcurrentExact(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Fatal(e)
-	}
-	if st := memo.Stats(); st.Hits == 0 || st.Evictions == 0 {
-		t.Fatalf("want hits and evictions: %+v", st)
 	}
 }
 

@@ -70,26 +70,27 @@ type settings struct {
 	contextSizeHint int
 	shutdownTimeout time.Duration
 
-	stateDir       string
-	snapInterval   time.Duration
-	adminToken     string
-	adminTokenFile string
-	queryToken     string
-	queryTokenFile string
-	clientTokens   string
-	protectMetrics bool
-	allowEndpoints string
-	sha256Backend  string
-	demo           bool
-	hashMemoBytes  int
-	pprofAddr      string
-	dynamo         dynamoSettings // dynamo.go
-	memoryLimit    string         // gcpolicy.go
-	gogc           string
-	gc             gcPolicy
-	queryPriority  bool
-	ingestNice     int          // schedpolicy.go
-	nats           natsSettings // nats.go
+	stateDir        string
+	snapInterval    time.Duration
+	adminToken      string
+	adminTokenFile  string
+	queryToken      string
+	queryTokenFile  string
+	clientTokens    string
+	protectMetrics  bool
+	allowEndpoints  string
+	sha256Backend   string
+	demo            bool
+	hashMemoBytes   int
+	hashPromptBytes int
+	pprofAddr       string
+	dynamo          dynamoSettings // dynamo.go
+	memoryLimit     string         // gcpolicy.go
+	gogc            string
+	gc              gcPolicy
+	queryPriority   bool
+	ingestNice      int          // schedpolicy.go
+	nats            natsSettings // nats.go
 }
 
 func parseFlags(args []string, stderr io.Writer) (settings, error) {
@@ -133,6 +134,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.BoolVar(&s.demo, "demo", false, "run the embedded engine simulator against this server and print a live summary every second (package bench/sim)")
 	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
+	fs.IntVar(&s.hashPromptBytes, "hash-memo-prompt-bytes", hash.DefaultMemoPromptBytes,
+		"memory for the memo's recent prompts: repeated prompts are served by a token compare (0 = off; needs the memo)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
 	addDynamoFlags(fs, &s.dynamo)
 	addNATSFlags(fs, &s.nats)
@@ -165,6 +168,9 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	if s.hashMemoBytes < 0 {
 		return s, fmt.Errorf("--hash-memo-bytes=%d: want >= 0 (0 = off)", s.hashMemoBytes)
+	}
+	if s.hashPromptBytes < 0 {
+		return s, fmt.Errorf("--hash-memo-prompt-bytes=%d: want >= 0 (0 = off)", s.hashPromptBytes)
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
@@ -372,8 +378,8 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		"http_connections", fds.conns, "registrations", fds.registrations,
 		"fds_per_registration", fdsPerRegistration, "reserve", fdReserve)
 
-	memo := hash.NewMemo(s.hashMemoBytes)
-	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots)
+	memo := hash.NewMemoWithPrompts(s.hashMemoBytes, s.hashPromptBytes)
+	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots, "prompt_bytes", memo.Stats().PromptLimit)
 	np := &natsPart{log: log}
 	if np.relay, err = newNATSRelay(&s.nats, log); err != nil {
 		log.Error("invalid NATS options", "err", err)

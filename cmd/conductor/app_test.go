@@ -211,6 +211,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"bad log format", []string{"--log-format", "xml"}, 2, "want text or json"},
 		{"extra args", []string{"serve"}, 2, "unexpected arguments"},
 		{"negative memo", []string{"--hash-memo-bytes", "-1"}, 2, "want >= 0"},
+		{"negative prompt memo", []string{"--hash-memo-prompt-bytes", "-1"}, 2, "--hash-memo-prompt-bytes=-1: want >= 0"},
 		{"pprof beyond loopback", []string{"--pprof-addr", "0.0.0.0:0"}, 2, "must be a loopback host:port"},
 		{"pprof without port", []string{"--pprof-addr", "127.0.0.1"}, 2, "must be a loopback host:port"},
 		{"version", []string{"--version"}, 0, "conductor "},

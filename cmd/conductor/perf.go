@@ -16,8 +16,13 @@ import (
 )
 
 // memoMetrics exposes the hash memo's counters at scrape time:
-// conductor_hash_memo_{hits,misses,evictions}_total (blocks) and
-// conductor_hash_memo_bytes (the table's fixed size; 0 when off).
+// conductor_hash_memo_{hits,misses,evictions}_total (blocks; hits include the
+// blocks served from recent prompts), conductor_hash_memo_bytes (the table's
+// fixed size; 0 when off), and for the recent-prompt level
+// conductor_hash_memo_prompt_hits_total (blocks served from a stored prompt),
+// conductor_hash_memo_prompt_{admissions,evictions}_total (prompts stored and
+// dropped), conductor_hash_memo_prompt_bytes (stored now) and
+// conductor_hash_memo_prompt_limit_bytes (its bound; 0 when off).
 func memoMetrics(m *hash.Memo) *metrics.Set {
 	set := metrics.NewSet()
 	set.RegisterMetricsWriter(func(w io.Writer) {
@@ -26,6 +31,11 @@ func memoMetrics(m *hash.Memo) *metrics.Set {
 		metrics.WriteCounterUint64(w, "conductor_hash_memo_misses_total", st.Misses)
 		metrics.WriteCounterUint64(w, "conductor_hash_memo_evictions_total", st.Evictions)
 		metrics.WriteGaugeUint64(w, "conductor_hash_memo_bytes", uint64(st.Bytes))
+		metrics.WriteCounterUint64(w, "conductor_hash_memo_prompt_hits_total", st.PromptHits)
+		metrics.WriteCounterUint64(w, "conductor_hash_memo_prompt_admissions_total", st.PromptAdmissions)
+		metrics.WriteCounterUint64(w, "conductor_hash_memo_prompt_evictions_total", st.PromptEvictions)
+		metrics.WriteGaugeUint64(w, "conductor_hash_memo_prompt_bytes", uint64(st.PromptBytes))
+		metrics.WriteGaugeUint64(w, "conductor_hash_memo_prompt_limit_bytes", uint64(st.PromptLimit))
 	})
 	return set
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/seed-c7a81618/conductor/bench"
+	"github.com/seed-c7a81618/conductor/hash"
 )
 
 var pprofRE = regexp.MustCompile(`pprof listening.*addr=(\S+)`)
@@ -27,15 +28,17 @@ func metricValue(t *testing.T, page []byte, name string) uint64 {
 }
 
 // TestPprofAndMemoMetrics: --pprof-addr serves the profiles on its own
-// loopback listener, the memo's size follows --hash-memo-bytes, and a repeated
-// vllm_v1 query shows up as memo hits on /metrics.
+// loopback listener, the memo's sizes follow --hash-memo-bytes and
+// --hash-memo-prompt-bytes, a repeated vllm_v1 query shows up as memo hits on
+// /metrics, and a repeated 8-block prompt is stored and then served from the
+// recent-prompt level.
 func TestPprofAndMemoMetrics(t *testing.T) {
 	pub, err := bench.NewPublisher(bench.PublisherOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pub.Close()
-	p := startConductor(t, "", "--pprof-addr", "127.0.0.1:0", "--hash-memo-bytes", "1048576")
+	p := startConductor(t, "", "--pprof-addr", "127.0.0.1:0", "--hash-memo-bytes", "1048576", "--hash-memo-prompt-bytes", "262144")
 	m := pprofRE.FindStringSubmatch(p.logs.String())
 	if m == nil {
 		t.Fatalf("no pprof address logged:\n%s", p.logs)
@@ -70,5 +73,40 @@ func TestPprofAndMemoMetrics(t *testing.T) {
 	hits, misses := metricValue(t, page, "conductor_hash_memo_hits_total")-h0, metricValue(t, page, "conductor_hash_memo_misses_total")
 	if hits != 2 || misses != 1 {
 		t.Fatalf("memo hits %d misses %d, want 2 and 1", hits, misses)
+	}
+	if got := metricValue(t, page, "conductor_hash_memo_prompt_limit_bytes"); got != 262144 {
+		t.Fatalf("prompt limit %d", got)
+	}
+
+	// The engine stores 8 blocks of a prompt: the query that sees them all is
+	// its first full sight, the next is stored, the two after are served.
+	prof, err := hash.Resolve(hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := make([]int32, 128)
+	for i := range tokens {
+		tokens[i] = int32(1000 + 7*i)
+	}
+	keys, err := hash.AppendChain(nil, &prof, tokens, 16, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPublish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 2, 0,
+		bench.EngineStored{Hashes: keys, Tokens: tokens, BlockSize: 16, Medium: "GPU"}))
+	q = []byte(`{"model":"m","block_size":16,"token_ids":` + jsonList(tokens) + `}`)
+	expectQuery(t, p, "/query", "application/json", q, rowJSON("e", 128, 128, 128, 128, 128, 0, 0))
+	for i := 0; i < 3; i++ {
+		expectQuery(t, p, "/query", "application/json", q, rowJSON("e", 128, 128, 128, 128, 128, 0, 0))
+	}
+	_, _, page = httpDo(t, "GET", p.url("/metrics"), "", nil)
+	if got := metricValue(t, page, "conductor_hash_memo_prompt_admissions_total"); got != 1 {
+		t.Fatalf("prompt admissions %d, want 1", got)
+	}
+	if got := metricValue(t, page, "conductor_hash_memo_prompt_hits_total"); got != 16 {
+		t.Fatalf("prompt hits %d, want 16 (two queries of 8 blocks)", got)
+	}
+	if got := metricValue(t, page, "conductor_hash_memo_prompt_bytes"); got < 8*(4*16+56) || got > 262144 {
+		t.Fatalf("prompt bytes %d", got)
 	}
 }
