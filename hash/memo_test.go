@@ -393,7 +393,7 @@ func TestChainHugeBlockSize(t *testing.T) {
 		p := mustResolve(t, sp)
 		for _, bs := range []int{1 << 40, 1<<62 + 3} {
 			want := refChain(&p, tokens, bs, nil, []byte("s"))
-			for _, memo := range []*Memo{nil, NewMemo(1 << 16)} {
+			for _, memo := range []*Memo{nil, NewMemo(1 << 16), NewMemoWithPrompts(1<<16, 1<<16)} {
 				var c Chain
 				c.SetMemo(memo)
 				got := walkChain(t, &c, &p, tokens, bs, nil, []byte("s"))

@@ -117,6 +117,9 @@ func (pc *promptCache) bucket(k0 xxh3.Uint128) []atomic.Pointer[promptEntry] {
 
 // maxBlocks is the most blocks one entry may hold at block size bs.
 func (pc *promptCache) maxBlocks(bs, extra int) int {
+	if int64(bs) > pc.budget {
+		return 0 // not one block fits (and 4*bs could overflow)
+	}
 	return int((pc.budget/4 - promptEntryOverhead - 4*int64(extra)) / (4*int64(bs) + promptStateSize))
 }
 
