@@ -184,34 +184,17 @@ func (s *serverProc) post(tb testing.TB, path, ct string, body []byte) (int, []b
 	return resp.StatusCode, b
 }
 
-// metric returns an unlabelled metric's value from /metrics.
-func (s *serverProc) metric(tb testing.TB, name string) float64 {
+// memoCounts returns the memo's hits, misses and recent-prompt hits between
+// two scrapes (prompt hits: 0 for a binary older than that metric).
+func memoCounts(tb testing.TB, a, b metricsPage) (hits, misses, prompt float64) {
 	tb.Helper()
-	v, ok := s.metricOK(tb, name)
-	if !ok {
-		tb.Fatalf("metric %s missing", name)
+	const h, m, p = "conductor_hash_memo_hits_total", "conductor_hash_memo_misses_total", "conductor_hash_memo_prompt_hits_total"
+	for _, name := range []string{h, m} {
+		if _, ok := b[name]; !ok {
+			tb.Fatalf("metric %s missing", name)
+		}
 	}
-	return v
-}
-
-// metricOK is metric for a metric an older binary may not have (ok=false).
-func (s *serverProc) metricOK(tb testing.TB, name string) (float64, bool) {
-	tb.Helper()
-	resp, err := http.Get(s.url("/metrics"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`).FindSubmatch(page)
-	if m == nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(string(m[1]), 64)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return v, true
+	return b[h] - a[h], b[m] - a[m], b[p] - a[p]
 }
 
 // engine is a registered fake vLLM sha256_cbor engine (seed "0", B=16,
@@ -335,8 +318,7 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 		Connections: conns, Requests: min(n/10+conns, 500), Warmup: -1, Expect: want}); err != nil {
 		tb.Fatal(err)
 	}
-	h0, m0 := s.metric(tb, "conductor_hash_memo_hits_total"), s.metric(tb, "conductor_hash_memo_misses_total")
-	p0, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
+	m0 := s.scrape(tb)
 	c0 := s.cpu(tb)
 	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
 		Connections: conns, Requests: n, Warmup: -1, Expect: want})
@@ -344,11 +326,9 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 		tb.Fatal(err)
 	}
 	c1 := s.cpu(tb)
-	p1, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
-	return serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n),
-		MemoHits:   s.metric(tb, "conductor_hash_memo_hits_total") - h0,
-		MemoMisses: s.metric(tb, "conductor_hash_memo_misses_total") - m0,
-		PromptHits: p1 - p0}
+	r := serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n)}
+	r.MemoHits, r.MemoMisses, r.PromptHits = memoCounts(tb, m0, s.scrape(tb))
+	return r
 }
 
 // startLoadChild starts conductor with args and loads the DESIGN.md budget

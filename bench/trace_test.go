@@ -140,8 +140,7 @@ func replayStored(tb testing.TB, s *serverProc, reqs [][]uint64, run *traceRun) 
 	}
 	defer c.Close()
 	lc := &loadConn{c: c, r: bufio.NewReaderSize(c, 64<<10), want: 200}
-	h0, m0 := s.metric(tb, "conductor_hash_memo_hits_total"), s.metric(tb, "conductor_hash_memo_misses_total")
-	p0, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
+	m0 := s.scrape(tb)
 	lat := make([]time.Duration, 0, len(reqs))
 	var busy time.Duration
 	c0 := s.cpu(tb)
@@ -161,10 +160,7 @@ func replayStored(tb testing.TB, s *serverProc, reqs [][]uint64, run *traceRun) 
 	}
 	c1 := s.cpu(tb)
 	run.CPUPerQuery = (c1 - c0) / time.Duration(len(reqs))
-	run.MemoHits = s.metric(tb, "conductor_hash_memo_hits_total") - h0
-	run.MemoMisses = s.metric(tb, "conductor_hash_memo_misses_total") - m0
-	p1, _ := s.metricOK(tb, "conductor_hash_memo_prompt_hits_total")
-	run.PromptHits = p1 - p0
+	run.MemoHits, run.MemoMisses, run.PromptHits = memoCounts(tb, m0, s.scrape(tb))
 	run.Elapsed = busy
 	slices.Sort(lat)
 	run.P99 = lat[min(len(lat)-1, len(lat)*99/100)]

@@ -57,14 +57,14 @@ type Chain struct {
 	mHits, mMiss, mEvicts uint32
 
 	// Recent-prompt level (memoprompt.go), when memo has one: rOn says it
-	// applies to the current prompt; rE serves blocks [0, rN); states records
-	// the blocks hashed after the served ones (at most rMax, the blocks an
-	// entry may hold) for admission when the query ends.
+	// applies to the current prompt; rE serves blocks [0, rN) (their count
+	// is added to the hits when the prompt ends); states records the blocks
+	// hashed after the served ones (at most rMax, the blocks an entry may
+	// hold) for admission when the query ends.
 	rOn    bool
 	rE     *promptEntry
 	rN     int
 	rMax   int
-	rHits  uint32
 	states []promptState
 }
 
@@ -90,21 +90,12 @@ func (c *Chain) SetMemo(m *Memo) {
 // work (without the recent-prompt level).
 func (c *Chain) FlushMemoStats() {
 	if c.rOn {
-		c.rOn = false
-		c.promptAdmit()
-		if c.rE != nil && c.next > 0 && c.next <= c.rN {
-			// Still inside the stored prompt: later blocks continue from it.
-			s := &c.rE.states[c.next-1]
-			c.parent, c.mKey = s.d, s.mk
-		}
+		c.promptEnd()
 	}
-	if c.memo != nil && c.mHits|c.mMiss|c.mEvicts|c.rHits != 0 {
+	if c.memo != nil && c.mHits|c.mMiss|c.mEvicts != 0 {
 		c.memo.addStats(c.mHits, c.mMiss, c.mEvicts)
-		if c.rHits != 0 {
-			c.memo.prompts.hits.Add(uint64(c.rHits))
-		}
 	}
-	c.mHits, c.mMiss, c.mEvicts, c.rHits = 0, 0, 0, 0
+	c.mHits, c.mMiss, c.mEvicts = 0, 0, 0
 }
 
 // Reset points the chain at a new prompt under profile p. lora is the context's

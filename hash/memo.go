@@ -138,8 +138,7 @@ func NewMemoWithPrompts(maxBytes, promptBytes int) *Memo {
 }
 
 func newMemoSeed(maxBytes int, seed uint64) *Memo {
-	buckets := max(maxBytes/(memoWays*memoSlotSize), 1)
-	buckets = 1 << (bits.Len(uint(buckets)) - 1) // round down to a power of two
+	buckets := floorPow2(max(maxBytes/(memoWays*memoSlotSize), 1))
 	m := &Memo{
 		seed:  seed,
 		mask:  uint64(buckets - 1),
@@ -342,6 +341,9 @@ func memoRoll16(m *Memo, prev xxh3.Uint128, t *[16]int32) xxh3.Uint128 {
 	hi, lo = lo*xxPrime1+hi*xxPrime4+(n-m.seed)*xxPrime2, hi+lo
 	return xxh3.Uint128{Hi: -xxAvalanche(hi), Lo: xxAvalanche(lo)}
 }
+
+// floorPow2 rounds n >= 1 down to a power of two (the memo's bucket counts).
+func floorPow2(n int) int { return 1 << (bits.Len(uint(n)) - 1) }
 
 func mulFold(x, y uint64) uint64 {
 	hi, lo := bits.Mul64(x, y)

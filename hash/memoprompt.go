@@ -2,7 +2,6 @@ package hash
 
 import (
 	"bytes"
-	"math/bits"
 	"slices"
 	"sync/atomic"
 	"unsafe"
@@ -100,8 +99,7 @@ func newPromptCache(budget int) *promptCache {
 	if budget <= 0 {
 		return nil
 	}
-	buckets := max(budget/promptBytesPerSlot/promptWays, 1)
-	buckets = 1 << (bits.Len(uint(buckets)) - 1)
+	buckets := floorPow2(max(budget/promptBytesPerSlot/promptWays, 1))
 	return &promptCache{
 		budget: int64(budget),
 		mask:   uint64(buckets - 1),
@@ -179,11 +177,9 @@ func (pc *promptCache) seen(k xxh3.Uint128) bool {
 // the states of its blocks, given as a served prefix (from another entry) and
 // the states computed after it.
 func (pc *promptCache) admit(tokens []int32, served, computed []promptState, hint uint32) {
-	n := len(served) + len(computed)
-	states := make([]promptState, n)
-	copy(states[copy(states, served):], computed)
+	states := slices.Concat(served, computed)
 	e := &promptEntry{k0: states[0].mk, tokens: slices.Clone(tokens), states: states}
-	e.bytes = promptEntryOverhead + 4*int64(len(e.tokens)) + promptStateSize*int64(n)
+	e.bytes = promptEntryOverhead + 4*int64(len(e.tokens)) + promptStateSize*int64(len(states))
 	b := pc.bucket(e.k0)
 	victim := int(hint % promptWays)
 	for w := range b {
@@ -212,7 +208,7 @@ func (pc *promptCache) admit(tokens []int32, served, computed []promptState, hin
 	}
 }
 
-// Chain side: fields rOn, rE, rN, rMax, rHits and states (chain.go).
+// Chain side: fields rOn, rE, rN, rMax and states (chain.go).
 
 // promptStep is step with the recent-prompt level on: block 0 looks the
 // prompt up; blocks an entry matches come from it; the rest are hashed and
@@ -223,9 +219,7 @@ func (c *Chain) promptStep() uint64 {
 		c.promptLookup()
 	}
 	if i < c.rN {
-		c.next++
-		c.mHits++
-		c.rHits++
+		c.next++ // counted as hits by promptEnd
 		return c.rE.states[i].key
 	}
 	if i > 0 && i == c.rN { // leaving the entry: continue from its last served block
@@ -265,6 +259,27 @@ func (c *Chain) promptLookup() {
 		c.rE = nil
 		c.mAhead, c.mHasAhead = k0, true // memoGet of block 0 reuses it
 	}
+}
+
+// promptEnd ends the level's part in the current prompt (FlushMemoStats): it
+// offers the computed prefix for admission, counts the served blocks as hits
+// (of the memo and of the level), and, when the walk stopped inside the
+// stored prompt, leaves the chain at the last served block's state, so that
+// later At calls continue without the level.
+func (c *Chain) promptEnd() {
+	c.rOn = false
+	c.promptAdmit()
+	if c.rE == nil {
+		return
+	}
+	served := min(c.next, c.rN)
+	if served > 0 && c.next <= c.rN {
+		s := &c.rE.states[c.next-1]
+		c.parent, c.mKey = s.d, s.mk
+	}
+	c.mHits += uint32(served)
+	c.memo.prompts.hits.Add(uint64(served))
+	c.rE, c.rN = nil, 0
 }
 
 // promptAdmit offers the chain's computed prefix to the recent-prompt level.
