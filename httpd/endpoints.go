@@ -30,12 +30,32 @@ import (
 // refused: link-local and cloud-metadata addresses (169.254.0.0/16,
 // fe80::/10, fd00:ec2::254, and the metadata DNS names), conductor's own
 // listeners (its ports on a loopback, unspecified or local address), and
-// conductor's own inproc sockets (conductor-*). A DNS name is resolved (2 s
-// bound) and every address it resolves to must pass; a name that does not
-// resolve yet is let through by a rule that matches it by name (a pod whose
-// DNS record appears later), since there is nothing to check. DNS may change
-// after the check (rebinding); the tcp rules should name networks, not only
-// names, where that matters. TestEndpointPolicy lists the cases.
+// conductor's own inproc sockets (conductor-*).
+//
+// A tcp destination (the part after the last ';'; the source before it is
+// bound, not connected to) is judged by the address libzmq will connect to.
+// libzmq strips [brackets] and a %zone, then resolves the host with
+// getaddrinfo, which reads any number inet_aton accepts (127.1, 2130706433,
+// 0x7f000001, 0177.0.0.1) as an IPv4 address before it tries DNS. So:
+//   - a host with a zone id (%...) is refused;
+//   - a numeric host (a digit, then only hex digits, x and dots) must be a
+//     dotted quad of four decimal octets without leading zeros; every other
+//     spelling is refused, naming the address libzmq would read;
+//   - a host with a colon must be an IPv6 address (any spelling; its value
+//     is checked);
+//   - any other host is a DNS name. One that names a network interface of
+//     this host is refused. The rest are resolved (2 s bound) and every
+//     address must pass; localhost and *.localhost also count as loopback
+//     (RFC 6761). A name that does not resolve yet is let through by a rule
+//     that matches it by name (a pod whose DNS record appears later), since
+//     there is nothing to check.
+//
+// Every address checked, literal or resolved, is also judged by the IPv4
+// address it embeds: IPv4-mapped, IPv4-compatible and IPv4-translated
+// addresses, NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002::/16) and a
+// Teredo client (2001::/32). DNS may change after the check (rebinding); the
+// tcp rules should name networks, not only names, where that matters.
+// TestEndpointPolicy and TestEndpointPolicyHosts list the cases.
 //
 // An EndpointPolicy is safe for concurrent use; a nil one allows everything.
 type EndpointPolicy struct {
@@ -67,6 +87,8 @@ var (
 	linkLocal4 = netip.MustParsePrefix("169.254.0.0/16")
 	linkLocal6 = netip.MustParsePrefix("fe80::/10")
 	awsMeta6   = netip.MustParseAddr("fd00:ec2::254")
+	localhost4 = netip.MustParseAddr("127.0.0.1")
+	localhost6 = netip.IPv6Loopback()
 	metaNames  = []string{"metadata.google.internal", "metadata.goog", "metadata", "instance-data", "instance-data.ec2.internal"}
 )
 
@@ -219,18 +241,25 @@ func (p *EndpointPolicy) Check(field, ep string) error {
 		return nil
 	}
 	if i := strings.LastIndexByte(rest, ';'); i >= 0 {
-		rest = rest[i+1:]
+		rest = rest[i+1:] // the source address is bound, not connected to
 	}
 	i := strings.LastIndexByte(rest, ':')
 	if i < 0 {
 		return nil
 	}
-	host := strings.TrimSuffix(strings.TrimPrefix(rest[:i], "["), "]")
+	host := rest[:i]
 	port64, err := strconv.ParseUint(rest[i+1:], 10, 16)
 	if err != nil {
 		return nil
 	}
 	port := uint16(port64)
+	if strings.IndexByte(host, '%') >= 0 {
+		return refuse(fmt.Sprintf("host %q has a zone id, which is never allowed: "+
+			"libzmq drops it and connects to what precedes it", host))
+	}
+	if len(host) >= 2 && host[0] == '[' && host[len(host)-1] == ']' {
+		host = host[1 : len(host)-1]
+	}
 	lname := strings.ToLower(strings.TrimSuffix(host, "."))
 	for _, m := range metaNames {
 		if lname == m {
@@ -239,19 +268,41 @@ func (p *EndpointPolicy) Check(field, ep string) error {
 	}
 	var addrs []netip.Addr
 	literal := false
-	if a, err := netip.ParseAddr(host); err == nil {
+	switch {
+	case strings.IndexByte(host, ':') >= 0:
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return refuse(fmt.Sprintf("host %q is not an IPv6 address", host))
+		}
 		addrs, literal = []netip.Addr{a.Unmap()}, true
-	} else {
+	case numericHost(host):
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			if v4, ok := inetAton(host); ok {
+				return refuse(fmt.Sprintf("host %q is not a dotted-quad IPv4 address (libzmq would read it as %s); "+
+					"write four decimal octets", host, v4))
+			}
+			return refuse(fmt.Sprintf("host %q is not a dotted-quad IPv4 address, and not a DNS name", host))
+		}
+		addrs, literal = []netip.Addr{a}, true
+	default:
+		if _, err := net.InterfaceByName(host); err == nil {
+			return refuse(fmt.Sprintf("host %q names a network interface of this host, not a DNS name", host))
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		res, err := p.lookup(ctx, host)
 		cancel()
 		if err == nil {
 			for _, a := range res {
-				addrs = append(addrs, a.Unmap())
+				addrs = append(addrs, a.Unmap().WithZone("")) // a zone from the hosts file
 			}
 		}
 	}
-	for _, a := range addrs {
+	deny := addrs
+	if lname == "localhost" || strings.HasSuffix(lname, ".localhost") {
+		deny = append(deny[:len(deny):len(deny)], localhost4, localhost6) // RFC 6761
+	}
+	for _, a := range deny {
 		if why := p.denied(a, port); why != "" {
 			return refuse(why)
 		}
@@ -273,8 +324,23 @@ func (p *EndpointPolicy) Check(field, ep string) error {
 	return refuse(fmt.Sprintf("not allowed by --allow-endpoints %q", p.spec))
 }
 
-// denied says why address a on port may never be connected to ("" if it may).
+// denied says why address a on port may never be connected to ("" if it
+// may): a itself, or an IPv4 address it embeds.
 func (p *EndpointPolicy) denied(a netip.Addr, port uint16) string {
+	if why := p.deniedAddr(a, port); why != "" {
+		return why
+	}
+	var buf [4]netip.Addr
+	for _, e := range appendEmbeddedIPv4(buf[:0], a) {
+		if why := p.deniedAddr(e, port); why != "" {
+			return fmt.Sprintf("%s (%s embeds %s)", why, a, e)
+		}
+	}
+	return ""
+}
+
+// deniedAddr is denied for a alone.
+func (p *EndpointPolicy) deniedAddr(a netip.Addr, port uint16) string {
 	switch {
 	case linkLocal4.Contains(a) || linkLocal6.Contains(a) || a == awsMeta6:
 		return "link-local and cloud-metadata addresses are never allowed"
