@@ -326,13 +326,13 @@ func (d *Dynamo) Handler(ctx *fasthttp.RequestCtx) {
 	var rerr *RequestError
 	switch {
 	case r == dOther:
-		d.opError(ctx, st, 404, "not found")
+		d.opError(ctx, st, 404, ErrNotFound, "not found")
 	case dynPost[r] && !ctx.IsPost():
 		ctx.Response.Header.Set("Allow", "POST")
-		d.opError(ctx, st, 405, "method not allowed")
+		d.opError(ctx, st, 405, ErrMethodNotAllowed, "method not allowed")
 	case !dynPost[r] && !ctx.IsGet() && !ctx.IsHead():
 		ctx.Response.Header.Set("Allow", "GET, HEAD")
-		d.opError(ctx, st, 405, "method not allowed")
+		d.opError(ctx, st, 405, ErrMethodNotAllowed, "method not allowed")
 	case d.auth(ctx, r, st, &rerr) != nil:
 		d.reqError(ctx, st, rerr.status(), rerr)
 	case dynPost[r] && d.readIn(ctx, st, &rerr) != nil:
@@ -392,10 +392,7 @@ func (d *Dynamo) finish(ctx *fasthttp.RequestCtx, r int, st *dynState, start tim
 		d.alog.write(start, ctx.Method(), ctx.Path(), st.model, status, time.Since(start),
 			ctx.Request.Header.Peek(d.opts.TraceIDHeader))
 	}
-	if st.reserved != 0 {
-		d.s.lim.releaseBody(st.reserved)
-		st.reserved = 0
-	}
+	d.s.lim.releaseBody(&st.reserved)
 	if cap(st.body) > retainBytes {
 		d.s.lim.dropped(int64(cap(st.body)))
 		st.body = nil
@@ -423,26 +420,22 @@ func (d *Dynamo) errorHandler(ctx *fasthttp.RequestCtx, err error) {
 	st := d.pool.Get().(*dynState)
 	st.model = st.model[:0]
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		d.opError(ctx, st, 413, "request body exceeds "+strconv.Itoa(d.opts.MaxBodyBytes)+" bytes")
+		d.opError(ctx, st, 413, ErrLimitExceeded, "request body exceeds "+strconv.Itoa(d.opts.MaxBodyBytes)+" bytes")
 	} else {
-		d.opError(ctx, st, 400, "malformed HTTP request")
+		d.opError(ctx, st, 400, ErrInvalidRequest, "malformed HTTP request")
 	}
 	d.finish(ctx, dOther, st, ctx.Time())
 }
 
-// opError answers {"error": msg}.
-func (d *Dynamo) opError(ctx *fasthttp.RequestCtx, st *dynState, status int, msg string) {
-	e := &st.enc
-	e.reset(true)
-	e.mapHeader(1)
-	e.str("error")
-	e.str(msg)
-	d.body(ctx, status, e.buf)
+// opError answers an operational error with the error envelope, reason
+// from sentinel.
+func (d *Dynamo) opError(ctx *fasthttp.RequestCtx, st *dynState, status int, sentinel error, msg string) {
+	d.reqError(ctx, st, status, opErr(sentinel, status, msg))
 }
 
-// reqError answers a field error with the Mooncake envelope
-// {"error", "reason", "field"?, "index"?} (Dynamo answers a bare message; the extra keys
-// say which field).
+// reqError answers with the error envelope {"error", "reason", "field"?,
+// "index"?} (Dynamo answers a bare message; the extra keys say why and which
+// field).
 func (d *Dynamo) reqError(ctx *fasthttp.RequestCtx, st *dynState, status int, re *RequestError) {
 	e := &st.enc
 	e.reset(true)
@@ -479,7 +472,7 @@ func (d *Dynamo) handleReopen(ctx *fasthttp.RequestCtx, st *dynState) {
 	if d.alog != nil {
 		if err := d.alog.reopen(); err != nil {
 			d.opts.Logger.Error("access log reopen failed", "err", err)
-			d.opError(ctx, st, 500, "reopen access log: "+err.Error())
+			d.opError(ctx, st, 500, ErrInternal, "reopen access log: "+err.Error())
 			return
 		}
 	}

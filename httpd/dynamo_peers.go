@@ -60,7 +60,7 @@ func (d *Dynamo) handlePeer(ctx *fasthttp.RequestCtx, st *dynState, add bool) {
 		d.peers = append(d.peers[:idx], d.peers[idx+1:]...)
 	case !add:
 		d.mu.Unlock()
-		d.opError(ctx, st, 404, "peer not registered: "+u)
+		d.opError(ctx, st, 404, ErrNotFound, "peer not registered: "+u)
 		return
 	}
 	d.mu.Unlock()

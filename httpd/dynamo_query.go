@@ -152,7 +152,7 @@ func (d *Dynamo) handleQuery(ctx *fasthttp.RequestCtx, st *dynState, byHash bool
 	}
 	bs, ok := d.indexer(k)
 	if !ok {
-		d.opError(ctx, st, 404, "no indexer for model "+strconv.Quote(k.model)+" routing_group "+strconv.Quote(k.group))
+		d.opError(ctx, st, 404, ErrNotFound, "no indexer for model "+strconv.Quote(k.model)+" routing_group "+strconv.Quote(k.group))
 		return
 	}
 	ck := dynamoContext(k, bs)
@@ -161,7 +161,7 @@ func (d *Dynamo) handleQuery(ctx *fasthttp.RequestCtx, st *dynState, byHash bool
 		dynamoRollHashes(st.q.Hashes, hash.DefaultXXH3Seed)
 	}
 	if err := d.ix.Query(&st.q, &st.res); err != nil {
-		d.opError(ctx, st, 400, err.Error())
+		d.opError(ctx, st, 400, ErrInvalidValue, err.Error())
 		return
 	}
 	e := &st.enc

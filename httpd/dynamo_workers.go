@@ -159,16 +159,19 @@ func (d *Dynamo) handleRegister(ctx *fasthttp.RequestCtx, st *dynState) {
 	if err := d.register(st.who, w); err != nil {
 		switch {
 		case errors.Is(err, ErrForbidden):
-			d.opError(ctx, st, 403, err.Error())
+			d.opError(ctx, st, 403, ErrForbidden, err.Error())
 		case errors.Is(err, core.ErrConflict):
-			d.opError(ctx, st, 409, err.Error())
+			d.opError(ctx, st, 409, ErrInvalidRegistration, err.Error())
 		case errors.Is(err, core.ErrInvalid):
-			d.opError(ctx, st, 400, err.Error())
+			d.opError(ctx, st, 400, ErrInvalidRegistration, err.Error())
 		case errors.Is(err, core.ErrLimit):
-			d.opError(ctx, st, 429, err.Error())
+			d.opError(ctx, st, 429, ErrLimitExceeded, err.Error())
+		case errors.Is(err, ErrStateWrite):
+			d.opts.Logger.Error("dynamo register not saved", "instance", w.InstanceID, "err", err)
+			d.opError(ctx, st, 500, ErrStateWrite, err.Error())
 		default:
 			d.opts.Logger.Error("dynamo register failed", "instance", w.InstanceID, "err", err)
-			d.opError(ctx, st, 500, err.Error())
+			d.opError(ctx, st, 500, ErrInternal, err.Error())
 		}
 		return
 	}
@@ -246,15 +249,20 @@ func (d *Dynamo) handleUnregister(ctx *fasthttp.RequestCtx, st *dynState) {
 	}
 	if _, err := d.unregister(st.who, inst, string(model), string(group), rank); err != nil {
 		if errors.Is(err, ErrForbidden) {
-			d.opError(ctx, st, 403, err.Error())
+			d.opError(ctx, st, 403, ErrForbidden, err.Error())
 			return
 		}
 		if errors.Is(err, core.ErrNotFound) {
-			d.opError(ctx, st, 404, err.Error())
+			d.opError(ctx, st, 404, ErrNotFound, err.Error())
+			return
+		}
+		if errors.Is(err, ErrStateWrite) {
+			d.opts.Logger.Error("dynamo unregister not saved", "instance", inst, "err", err)
+			d.opError(ctx, st, 500, ErrStateWrite, err.Error())
 			return
 		}
 		d.opts.Logger.Error("dynamo unregister failed", "instance", inst, "err", err)
-		d.opError(ctx, st, 500, err.Error())
+		d.opError(ctx, st, 500, ErrInternal, err.Error())
 		return
 	}
 	d.opts.Logger.Info("dynamo worker unregistered", "instance", inst, "model", string(model), "routing_group", string(group))

@@ -24,10 +24,16 @@ var (
 	ErrUnauthorized           = errors.New("conductor: unauthorized")
 	ErrForbidden              = errors.New("conductor: forbidden")
 	ErrStateWrite             = errors.New("conductor: registration state not saved")
+	ErrNotFound               = errors.New("conductor: not found")
+	ErrMethodNotAllowed       = errors.New("conductor: method not allowed")
+	ErrNotReady               = errors.New("conductor: not ready")
+	ErrInternal               = errors.New("conductor: internal error")
 )
 
-// reasons maps each sentinel to its stable wire token (reference §1.1 plus
-// invalid_json, limit_exceeded and invalid_request, which upstream lacks).
+// reasons maps each sentinel to its stable wire token: reference §1.1's
+// validation reasons, then conductor's own. Every error answer of every HTTP
+// surface carries one (appendErrorEnvelope); doc.go's table lists them with
+// their statuses.
 var reasons = [...]struct {
 	err    error
 	reason string
@@ -47,6 +53,10 @@ var reasons = [...]struct {
 	{ErrUnauthorized, "unauthorized"},
 	{ErrForbidden, "forbidden"},
 	{ErrStateWrite, "state_not_saved"},
+	{ErrNotFound, "not_found"},
+	{ErrMethodNotAllowed, "method_not_allowed"},
+	{ErrNotReady, "not_ready"},
+	{ErrInternal, "internal"},
 }
 
 // numReasons sizes the per-reason metric slots.
@@ -73,8 +83,8 @@ func ReasonOf(err error) string {
 // noIndex marks a RequestError that names no array element.
 const noIndex = -1
 
-// RequestError is a rejected request: HTTP status 400 (or 413) with the error
-// envelope {"error", "reason", "field", "index"}.
+// RequestError is a rejected request: its HTTP status with the error
+// envelope {"error", "reason", "field"?, "index"?}.
 type RequestError struct {
 	// Err is one of the sentinels above.
 	Err error
@@ -118,6 +128,12 @@ func (e *RequestError) status() int {
 // reqErr builds a field error without an element index.
 func reqErr(sentinel error, field, msg string) *RequestError {
 	return &RequestError{Err: sentinel, Field: field, Index: noIndex, Msg: msg}
+}
+
+// opErr builds an error that names no field: an operational failure (404,
+// 405, 409, 500, ...) with its status.
+func opErr(sentinel error, status int, msg string) *RequestError {
+	return &RequestError{Err: sentinel, Index: noIndex, Msg: msg, Status: status}
 }
 
 // elemErr builds a field error naming array element i.

@@ -21,7 +21,8 @@ type Options struct {
 	// is 400 out_of_range naming the field. Default 1<<20.
 	MaxQueryTokens int
 
-	// ReadTimeout bounds reading one request (headers and body). Default 30s.
+	// ReadTimeout bounds reading one request (headers and body); the
+	// Limiter also cuts a body slower than its MinBodyRate. Default 30s.
 	ReadTimeout time.Duration
 	// WriteTimeout bounds writing one response. Default 30s.
 	WriteTimeout time.Duration
@@ -58,7 +59,8 @@ type Options struct {
 	// ZMQ ingester's counters). Default none.
 	ExtraMetrics []*metrics.Set
 	// Ready, when set, is asked by /health: an error answers 503 with status
-	// "not_ready" and the error as "reason" (a NATS replica catching up).
+	// "not_ready", the error envelope (the error's text as "error", reason
+	// "not_ready") and the build info (a NATS replica catching up).
 	// Default nil: always ready.
 	Ready func() error
 	// DisableProcessMetrics drops the go_* and process_* metrics from /metrics.

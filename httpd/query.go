@@ -229,7 +229,7 @@ func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	case err != nil:
-		s.writeOpError(ctx, ep, st, json, 500, "query failed: "+err.Error())
+		s.writeOpError(ctx, ep, st, json, 500, ErrInternal, "query failed: "+err.Error())
 		return
 	}
 	e := &st.enc

@@ -386,7 +386,7 @@ func (s *Server) handleRegister(ctx *fasthttp.RequestCtx, ep endpoint, st *reqSt
 		s.writeError(ctx, ep, st, json, rerr)
 		return
 	} else if err != nil {
-		s.writeOpError(ctx, ep, st, json, 500, "Failed to subscribe: "+err.Error())
+		s.writeOpError(ctx, ep, st, json, 500, ErrInternal, "Failed to subscribe: "+err.Error())
 		return
 	}
 	e := &st.enc
@@ -546,7 +546,7 @@ func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 	if err := s.unregister(st.who, k, key); err != nil {
 		switch {
 		case errors.Is(err, core.ErrNotFound):
-			s.writeOpError(ctx, ep, st, json, 404, "service not found: "+key)
+			s.writeOpError(ctx, ep, st, json, 404, ErrNotFound, "service not found: "+key)
 			return
 		case errors.Is(err, ErrForbidden):
 			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrForbidden, Index: noIndex, Status: 403, Msg: err.Error()})
@@ -556,7 +556,7 @@ func (s *Server) handleUnregister(ctx *fasthttp.RequestCtx, ep endpoint, st *req
 			s.writeError(ctx, ep, st, json, &RequestError{Err: ErrStateWrite, Index: noIndex, Status: 500, Msg: err.Error()})
 			return
 		}
-		s.writeOpError(ctx, ep, st, json, 500, "Failed to unregister: "+err.Error())
+		s.writeOpError(ctx, ep, st, json, 500, ErrInternal, "Failed to unregister: "+err.Error())
 		return
 	}
 	e := &st.enc

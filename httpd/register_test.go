@@ -310,7 +310,7 @@ func TestRegisterSubscribeFailureIs500(t *testing.T) {
 	if r.status != 500 {
 		t.Fatalf("status %d", r.status)
 	}
-	if got, want := canon(t, r), canonJSON(t, `{"error":"Failed to subscribe: failed to start ZMQ client: invalid endpoint"}`); got != want {
+	if got, want := canon(t, r), canonJSON(t, `{"error":"Failed to subscribe: failed to start ZMQ client: invalid endpoint","reason":"internal"}`); got != want {
 		t.Fatalf("body %s, want %s", got, want)
 	}
 }
@@ -454,11 +454,11 @@ func TestUnregister(t *testing.T) {
 
 	// unknown key → 404 with the service key
 	r := env.postMP(t, "/unregister", mp(obj{"instance_id", "a", "dp_rank", 7}))
-	if r.status != 404 || canon(t, r) != canonJSON(t, `{"error":"service not found: a|default|7"}`) {
+	if r.status != 404 || canon(t, r) != canonJSON(t, `{"error":"service not found: a|default|7","reason":"not_found"}`) {
 		t.Fatalf("%d %s", r.status, canon(t, r))
 	}
 	r = env.postJSON(t, "/unregister", `{"instance_id":"a","tenant_id":"t","dp_rank":0}`)
-	if r.status != 404 || canon(t, r) != canonJSON(t, `{"error":"service not found: a|t|0"}`) {
+	if r.status != 404 || canon(t, r) != canonJSON(t, `{"error":"service not found: a|t|0","reason":"not_found"}`) {
 		t.Fatalf("%d %s", r.status, canon(t, r))
 	}
 

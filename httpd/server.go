@@ -198,13 +198,13 @@ func (s *Server) Handler(ctx *fasthttp.RequestCtx) {
 
 	switch {
 	case ep == epOther:
-		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 404, "Not found")
+		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 404, ErrNotFound, "Not found")
 	case ep.post() && !ctx.IsPost():
 		ctx.Response.Header.Set("Allow", "POST")
-		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, "Method not allowed")
+		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, ErrMethodNotAllowed, "Method not allowed")
 	case !ep.post() && !ctx.IsGet() && !ctx.IsHead():
 		ctx.Response.Header.Set("Allow", "GET, HEAD")
-		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, "Method not allowed")
+		s.writeOpError(ctx, ep, st, !wantsMsgpack(ctx), 405, ErrMethodNotAllowed, "Method not allowed")
 	case !s.authorize(ctx, ep, st):
 		// answered by authorize
 	case !s.readRequestBody(ctx, ep, st):
@@ -271,7 +271,7 @@ type reqState struct {
 	body    []byte // owned buffer a streamed request body is read into
 	in      []byte // the request body to parse (st.body or fasthttp's own buffer)
 	// reserved is the Limiter body budget this request holds (released by putState).
-	reserved int64
+	reserved bodyHold
 	tokBuf   []int32
 	hashBuf  []uint64
 	b64      []byte // decoded base64 token_ids (RPC)
@@ -291,10 +291,7 @@ const (
 )
 
 func (s *Server) putState(st *reqState) {
-	if st.reserved != 0 {
-		s.lim.releaseBody(st.reserved)
-		st.reserved = 0
-	}
+	s.lim.releaseBody(&st.reserved)
 	if cap(st.body) > retainBytes {
 		s.lim.dropped(int64(cap(st.body)))
 		st.body = nil
@@ -440,12 +437,8 @@ func appendErrorEnvelope(enc *encoder, e *RequestError) {
 	}
 }
 
-// writeOpError answers an operational error (404, 405, 500) with {"error": msg}.
-func (s *Server) writeOpError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, status int, msg string) {
-	enc := &st.enc
-	enc.reset(json)
-	enc.mapHeader(1)
-	enc.str("error")
-	enc.str(msg)
-	s.writeBody(ctx, status, json, enc.buf)
+// writeOpError answers an operational error (404, 405, 500) with the error
+// envelope, reason from sentinel.
+func (s *Server) writeOpError(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState, json bool, status int, sentinel error, msg string) {
+	s.writeError(ctx, ep, st, json, opErr(sentinel, status, msg))
 }

@@ -43,8 +43,9 @@ func TestRoutesAndMethods(t *testing.T) {
 				t.Fatalf("got %d allow=%q ct=%q, want %d allow=%q ct=%q", r.status, r.allow, r.ct, c.status, c.allow, c.wantCT)
 			}
 			m := decodeMap(t, r)
-			if len(m) != 1 || m["error"] == nil {
-				t.Fatalf("body %v", m)
+			want := map[int]string{404: "not_found", 405: "method_not_allowed"}[c.status]
+			if len(m) != 2 || m["error"] == nil || m["reason"] != want {
+				t.Fatalf("body %v, want the envelope with reason %s", m, want)
 			}
 		})
 	}
@@ -184,7 +185,8 @@ func TestHealth(t *testing.T) {
 }
 
 // TestHealthNotReady: Options.Ready's error turns /health into 503
-// not_ready with the error as reason (a NATS replica catching up), in both
+// not_ready with the error envelope (the error's text, reason not_ready; a
+// NATS replica catching up), in both
 // encodings; back to 200 ok once it returns nil.
 func TestHealthNotReady(t *testing.T) {
 	var ready atomic.Bool
@@ -197,7 +199,7 @@ func TestHealthNotReady(t *testing.T) {
 	for _, q := range []string{"", "?format=msgpack"} {
 		r := env.do(t, "GET", "/health"+q, "", nil)
 		m := decodeMap(t, r)
-		if r.status != 503 || m["status"] != "not_ready" || m["reason"] != "catching up (12 messages behind, max 5)" || len(m) != 7 {
+		if r.status != 503 || m["status"] != "not_ready" || m["error"] != "catching up (12 messages behind, max 5)" || m["reason"] != "not_ready" || len(m) != 8 {
 			t.Fatalf("%q: %d %v", q, r.status, m)
 		}
 	}

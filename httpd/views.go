@@ -147,7 +147,8 @@ func appendContexts(e *encoder, cs []core.ContextView) {
 
 // handleHealth serves GET /health: liveness, build info and the active hash
 // backend: {"status":"ok","version","go","hash_backend","cpu_features":[...],
-// "uptime_s"}.
+// "uptime_s"}; while Options.Ready fails, 503 with "status":"not_ready" and
+// the error envelope's "error" and "reason" before the same keys.
 func (s *Server) handleHealth(ctx *fasthttp.RequestCtx, ep endpoint, st *reqState) {
 	json := !wantsMsgpack(ctx)
 	be := hash.Backend()
@@ -160,11 +161,13 @@ func (s *Server) handleHealth(ctx *fasthttp.RequestCtx, ep endpoint, st *reqStat
 	code := 200
 	if notReady != nil {
 		code = 503
-		e.mapHeader(7)
+		e.mapHeader(8)
 		e.str("status")
 		e.str("not_ready")
-		e.str("reason")
+		e.str("error")
 		e.str(notReady.Error())
+		e.str("reason")
+		e.str(ReasonOf(ErrNotReady))
 	} else {
 		e.mapHeader(6)
 		e.str("status")
