@@ -56,6 +56,7 @@ type settings struct {
 	httpPort        int // -1: from the file
 	rpcPort         int // -1: from the file
 	listen          string
+	insecure        bool
 	logLevel        string
 	logFormat       string
 	showVersion     bool
@@ -100,7 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.StringVar(&s.configPath, "config", "", "configuration file (default $CONDUCTOR_CONFIG_PATH, else ~/.mooncake/conductor_config.json)")
 	fs.IntVar(&s.httpPort, "http-port", -1, "HTTP port, overrides http_server_port (0 = ephemeral)")
 	fs.IntVar(&s.rpcPort, "rpc-port", -1, "Python client RPC port, overrides rpc_server_port (default 50052; 0 = off)")
-	fs.StringVar(&s.listen, "listen", "127.0.0.1", "bind address of every listener (loopback by default; 0.0.0.0 to serve other hosts)")
+	fs.StringVar(&s.listen, "listen", "127.0.0.1", "bind address of every listener (loopback by default; 0.0.0.0 to serve other hosts, which needs an admin token or --insecure)")
+	fs.BoolVar(&s.insecure, "insecure", false, "serve without an admin token on a --listen address that is not loopback (every endpoint open to anyone who reaches the port)")
 	fs.StringVar(&s.logLevel, "log-level", "", "DEBUG, INFO, WARN or ERROR (default $CONDUCTOR_LOG_LEVEL, else INFO)")
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&s.showVersion, "version", false, "print the version and exit")
@@ -148,6 +150,11 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	}
 	if fs.NArg() > 0 {
 		return s, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if err := s.dynamoMode(set); err != nil {
+		return s, err
 	}
 	if s.httpPort > 65535 || s.httpPort < -1 {
 		return s, fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
@@ -416,6 +423,13 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("invalid access settings", "err", err)
 		return nil, 2
 	}
+	if access.Open() && !loopbackHost(s.listen) && !s.insecure {
+		ing.Close()
+		log.Error("refusing to serve without authentication beyond loopback: anyone who reaches the port could register, "+
+			"unregister and read the registry; set an admin token (--admin-token-file or $CONDUCTOR_ADMIN_TOKEN), "+
+			"or pass --insecure to serve open anyway", "listen", s.listen)
+		return nil, 1
+	}
 	var registrar httpd.Registrar = ing
 	if s.nats.consume {
 		registrar = replicaRegistrar{}
@@ -427,12 +441,18 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		// their registrations would only conflict with the next run's.
 		s.stateDir = ""
 	}
+	started := false
 	if s.stateDir != "" {
 		if state, err = newStateStore(s.stateDir); err != nil {
 			ing.Close()
 			log.Error("cannot use the state directory", "err", err)
 			return nil, 1
 		}
+		defer func() {
+			if !started {
+				state.close() // its lock
+			}
+		}()
 	}
 	ver := buildVersion()
 	lim := httpd.NewLimiter(fds.conns, s.maxInflightBody, log)
@@ -509,14 +529,25 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
 	if !access.Open() {
 		log.Info("bearer tokens required on mutating and introspection endpoints")
-	} else if ip := net.ParseIP(s.listen); ip == nil || !ip.IsLoopback() {
-		log.Warn("listening beyond loopback with no --admin-token: anyone who reaches the port can register, unregister and read the registry",
+	} else if !loopbackHost(s.listen) {
+		log.Warn("--insecure: listening beyond loopback with no admin token; anyone who reaches the port can register, unregister and read the registry",
 			"listen", s.listen)
 	}
 	if s.demo {
 		a.demo = stdout
 	}
+	started = true
 	return a, 0
+}
+
+// loopbackHost reports whether a --listen host is a loopback address (an IP
+// in 127.0.0.0/8 or ::1, or the name localhost); the empty host binds every
+// interface.
+func loopbackHost(host string) bool {
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	return strings.EqualFold(host, "localhost")
 }
 
 // accessOf builds the token policy and the endpoint allowlist from the flags.
@@ -655,6 +686,7 @@ func (a *app) serve(ctx context.Context) int {
 	a.ing.Close()
 	a.np.stop(a.shutdownTimeout) // after the ingester: the relay publishes what it applied last
 	demo.close()
+	a.state.close()
 	a.log.Info("conductor stopped")
 	return code
 }

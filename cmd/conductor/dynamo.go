@@ -42,6 +42,7 @@ import (
 // drain, each skipping what the dump already held.
 type dynamoSettings struct {
 	port        int
+	dynamoPort  int // Dynamo's own --port (see dynamoMode)
 	blockSize   int
 	workers     string
 	model       string
@@ -57,6 +58,8 @@ type dynamoSettings struct {
 
 func addDynamoFlags(fs *flag.FlagSet, s *dynamoSettings) {
 	fs.IntVar(&s.port, "dynamo-port", -1, "serve the Dynamo standalone-indexer API on this port (off unless set; 0 = ephemeral)")
+	fs.IntVar(&s.dynamoPort, "port", -1, "Dynamo's own flag: run as a Dynamo standalone indexer, its API on this port; "+
+		"the Mooncake HTTP API then takes an ephemeral port, the RPC port and durable state are off, unless --http-port, --rpc-port or --state-dir say otherwise")
 	fs.IntVar(&s.blockSize, "block-size", 0, "KV block size of --workers (required with --workers)")
 	fs.StringVar(&s.workers, "workers", "", `initial Dynamo workers: "instance_id[:dp_rank]=zmq_address,..."`)
 	fs.StringVar(&s.model, "model-name", "default", "model name of --workers")
@@ -68,6 +71,36 @@ func addDynamoFlags(fs *flag.FlagSet, s *dynamoSettings) {
 	fs.BoolVar(&s.localTime, "access-log-local-time", false, "access-log timestamps in local time instead of UTC")
 	fs.StringVar(&s.tenantID, "tenant-id", "", "accepted and ignored (Dynamo compatibility)")
 	fs.DurationVar(&s.joinDelay, "peer-join-delay", time.Second, "wait this long after subscribing before fetching a peer's /dump (slow-joiner window)")
+}
+
+// dynamoMode applies Dynamo's --port: a command line written for Dynamo's
+// `python -m dynamo.indexer` runs with only the binary name changed, two of
+// them on one host included (the seed's peer-recovery example). So --port is
+// --dynamo-port, and the surfaces Dynamo's indexer does not have stay out of
+// the way unless their own flags are given: the Mooncake HTTP API on an
+// ephemeral port, no RPC port, no durable state (a Dynamo indexer recovers
+// from --peers). set holds the names of the flags given.
+func (s *settings) dynamoMode(set map[string]bool) error {
+	if !set["port"] {
+		return nil
+	}
+	if set["dynamo-port"] && s.dynamo.port != s.dynamo.dynamoPort {
+		return fmt.Errorf("--port=%d and --dynamo-port=%d name the same listener", s.dynamo.dynamoPort, s.dynamo.port)
+	}
+	if s.dynamo.dynamoPort < 0 || s.dynamo.dynamoPort > 65535 {
+		return fmt.Errorf("--port=%d: want 0..65535", s.dynamo.dynamoPort)
+	}
+	s.dynamo.port = s.dynamo.dynamoPort
+	if !set["http-port"] {
+		s.httpPort = 0
+	}
+	if !set["rpc-port"] {
+		s.rpcPort = 0
+	}
+	if !set["state-dir"] {
+		s.stateDir = ""
+	}
+	return nil
 }
 
 func (s *dynamoSettings) validate() error {

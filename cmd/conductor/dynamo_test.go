@@ -71,6 +71,37 @@ func TestDynamoFlags(t *testing.T) {
 	}
 }
 
+// TestDynamoPortFlag: Dynamo's own --port names the Dynamo listener and
+// keeps conductor's other surfaces out of the way (ephemeral HTTP port, no
+// RPC port, no state dir) unless their flags are given, so the seed's two
+// command lines run side by side on one host.
+func TestDynamoPortFlag(t *testing.T) {
+	s, err := parseFlags([]string{"--port", "8091", "--block-size", "16", "--workers", "1=tcp://worker1:5557,2=tcp://worker2:5558",
+		"--peers", "http://localhost:8090"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.dynamo.port != 8091 || s.httpPort != 0 || s.rpcPort != 0 || s.stateDir != "" {
+		t.Fatalf("--port 8091: dynamo port %d, http %d, rpc %d, state %q", s.dynamo.port, s.httpPort, s.rpcPort, s.stateDir)
+	}
+	s, err = parseFlags([]string{"--port", "8090", "--http-port", "13333", "--rpc-port", "50052", "--state-dir", "/var/lib/c"}, io.Discard)
+	if err != nil || s.dynamo.port != 8090 || s.httpPort != 13333 || s.rpcPort != 50052 || s.stateDir != "/var/lib/c" {
+		t.Fatalf("explicit flags beside --port: %+v %v", s, err)
+	}
+	if s, err = parseFlags([]string{"--port", "8090", "--dynamo-port", "8090"}, io.Discard); err != nil || s.dynamo.port != 8090 {
+		t.Fatalf("--port and --dynamo-port agreeing: %v", err)
+	}
+	def, err := parseFlags(nil, io.Discard)
+	if err != nil || def.httpPort != -1 || def.rpcPort != -1 || def.stateDir != defaultStateDir() {
+		t.Fatalf("without --port: http %d rpc %d state %q %v", def.httpPort, def.rpcPort, def.stateDir, err)
+	}
+	for _, bad := range [][]string{{"--port", "8090", "--dynamo-port", "8091"}, {"--port", "70000"}, {"--port", "-1"}} {
+		if _, err := parseFlags(bad, io.Discard); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
 // dynApp runs an in-process conductor with the Dynamo port on.
 type dynApp struct {
 	a    *app

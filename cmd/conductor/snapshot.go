@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -18,14 +20,31 @@ import (
 
 // Warm restarts. With --state-dir set, conductor writes an index snapshot to
 // DIR/index.snapshot on graceful shutdown and every --snapshot-interval (0:
-// only at shutdown; negative: never). The snapshot is the main API's /dump
-// (standardized-event form, one section per registration with the sequence of
-// the last batch it holds), written to a temporary file and renamed into
-// place after fsync; DIR/index.snapshot.meta carries its SHA-256 and size,
-// written the same way after it. At start, after the registrations are
+// only at shutdown; negative: never). The snapshot is one file: the main
+// API's /dump (standardized-event form, one section per registration with the
+// sequence of the last batch it holds) followed by a 64-byte trailer:
+//
+//	[0:16]  "conductor-snap/1"
+//	[16:24] the dump's length in bytes, big-endian
+//	[24:32] when it was written, Unix nanoseconds, big-endian
+//	[32:64] SHA-256 of everything before it (the dump and trailer[0:32])
+//
+// It is written as a generation of the file (generations, state.go): to
+// index.snapshot.tmp, fsynced, the current one renamed to index.snapshot.prev,
+// the new one renamed into place, DIR fsynced. A crash at any point leaves a
+// complete snapshot at index.snapshot or index.snapshot.prev that verifies on
+// its own (TestGenerationsCrash, TestSnapshotCrashWindow). At start, after the registrations are
 // restored and before any event is applied (the index's apply gate is held),
-// a snapshot whose checksum matches is restored with the same code as peer
-// recovery (httpd.RestoreDump), then the gate opens.
+// the newest snapshot that verifies is restored with the same code as peer
+// recovery (httpd.RestoreDump), then the gate opens. A torn or corrupt
+// snapshot is reported at ERROR, moved aside to FILE.corrupt-<unix time>, and
+// the previous generation is used (TestSnapshotTornFallsBack); with none left
+// the index refills from the engines' replay rings as without snapshots.
+//
+// A snapshot of the earlier two-file form (no trailer; its SHA-256 and size
+// in index.snapshot.meta) is restored when it matches that file, and reported
+// and moved aside like a torn one when it does not; the meta file is removed
+// once no generation needs it (TestSnapshotLegacyForm).
 //
 // Staleness: a restored section holds the stream as of the snapshot. Live
 // batches at or below its sequence are skipped (the snapshot holds them);
@@ -34,19 +53,23 @@ import (
 // engine's ring no longer holds the batches after the snapshot's sequence
 // (the process was down too long), the stream's restored blocks are cleared
 // as for any unhealable gap; an engine that restarted meanwhile is detected
-// and cleared as today. A torn or mismatched snapshot is reported and
-// ignored: the index then refills from the engines' replay rings as without
-// snapshots. Proved by TestSnapshotWarmRestart and TestSnapshotTornIgnored.
+// and cleared. Proved by TestSnapshotWarmRestart.
 const (
-	snapshotFile = "index.snapshot"
-	snapshotMeta = "index.snapshot.meta"
+	snapshotFile       = "index.snapshot"
+	snapshotLegacyMeta = "index.snapshot.meta"
+	snapshotMagic      = "conductor-snap/1"
+	snapshotTrailerLen = 64
 )
 
+// errSnapshotCorrupt: a snapshot file that does not verify.
+var errSnapshotCorrupt = errors.New("conductor: index snapshot torn or corrupt")
+
+// snapshotInfo describes a snapshot that verified.
 type snapshotInfo struct {
-	Version int    `json:"version"`
-	SHA256  string `json:"sha256"`
-	Bytes   int64  `json:"bytes"`
-	Written string `json:"written"`
+	path    string
+	bytes   int64 // the dump's length: the file less its trailer
+	written time.Time
+	legacy  bool // the earlier two-file form
 }
 
 // hashingWriter counts and hashes what it writes.
@@ -63,94 +86,146 @@ func (h *hashingWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// writeSnapshot writes the index's dump to dir atomically.
-func (a *app) writeSnapshot(dir string) (snapshotInfo, error) {
-	var info snapshotInfo
-	tmp := filepath.Join(dir, snapshotFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+// writeSnapshotFile writes the next generation of g: dump's output, then the
+// trailer. It returns the dump's length.
+func writeSnapshotFile(g *generations, dump func(w *bufio.Writer) error) (int64, error) {
+	var n int64
+	err := g.replace(func(f *os.File) error {
+		hw := &hashingWriter{w: f, h: sha256.New()}
+		bw := bufio.NewWriterSize(hw, 1<<20)
+		if err := dump(bw); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		n = hw.n
+		var t [snapshotTrailerLen]byte
+		copy(t[:16], snapshotMagic)
+		binary.BigEndian.PutUint64(t[16:24], uint64(n))
+		binary.BigEndian.PutUint64(t[24:32], uint64(time.Now().UnixNano()))
+		if _, err := hw.Write(t[:32]); err != nil {
+			return err
+		}
+		_, err := f.Write(hw.h.Sum(t[:32])[32:])
+		return err
+	})
 	if err != nil {
-		return info, err
+		return 0, err
 	}
-	hw := &hashingWriter{w: f, h: sha256.New()}
-	bw := bufio.NewWriterSize(hw, 1<<20)
-	err = httpd.WriteDump(a.ix, bw)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return info, err
-	}
-	info = snapshotInfo{Version: 1, SHA256: hex.EncodeToString(hw.h.Sum(nil)), Bytes: hw.n,
-		Written: time.Now().UTC().Format(time.RFC3339Nano)}
-	if err := os.Rename(tmp, filepath.Join(dir, snapshotFile)); err != nil {
-		return info, err
-	}
-	meta, _ := json.Marshal(info)
-	if err := writeFileSync(filepath.Join(dir, snapshotMeta), meta); err != nil {
-		return info, err
-	}
-	return info, syncDir(dir)
+	dropLegacyMeta(g.path)
+	return n, nil
 }
 
-// writeFileSync writes data to path through a temporary file, fsynced and renamed.
-func writeFileSync(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
+// dropLegacyMeta removes the earlier form's meta file once the previous
+// generation has a trailer (or there is none): no file needs it any more.
+func dropLegacyMeta(path string) {
+	meta := filepath.Join(filepath.Dir(path), snapshotLegacyMeta)
+	if _, err := os.Stat(meta); err != nil {
+		return
 	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
+	if f, err := os.Open(path + ".prev"); err == nil {
+		_, legacy, _ := readSnapshotTrailer(f)
+		f.Close()
+		if legacy {
+			return
+		}
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return os.Rename(tmp, path)
+	_ = os.Remove(meta)
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
+// readSnapshotTrailer reads f's trailer; legacy reports a file without one.
+func readSnapshotTrailer(f *os.File) (t [snapshotTrailerLen]byte, legacy bool, err error) {
+	st, err := f.Stat()
 	if err != nil {
-		return err
+		return t, false, err
 	}
-	defer d.Close()
-	return d.Sync()
+	if st.Size() < snapshotTrailerLen {
+		return t, true, nil
+	}
+	if _, err := f.ReadAt(t[:], st.Size()-snapshotTrailerLen); err != nil {
+		return t, false, err
+	}
+	return t, string(t[:16]) != snapshotMagic, nil
 }
 
-// validSnapshot returns the snapshot's path when its meta and checksum agree.
-func validSnapshot(dir string) (string, snapshotInfo, error) {
-	var info snapshotInfo
-	meta, err := os.ReadFile(filepath.Join(dir, snapshotMeta))
-	if err != nil {
-		return "", info, err
-	}
-	if err := json.Unmarshal(meta, &info); err != nil || info.Version != 1 {
-		return "", info, fmt.Errorf("snapshot meta unreadable: %v", err)
-	}
-	path := filepath.Join(dir, snapshotFile)
+// checkSnapshot verifies the snapshot at path: its trailer's length and
+// SHA-256, or, for a file without a trailer, the earlier form's meta file.
+func checkSnapshot(path string) (snapshotInfo, error) {
+	info := snapshotInfo{path: path}
 	f, err := os.Open(path)
 	if err != nil {
-		return "", info, err
+		return info, err
 	}
 	defer f.Close()
+	t, legacy, err := readSnapshotTrailer(f)
+	if err != nil {
+		return info, err
+	}
+	if legacy {
+		return checkLegacySnapshot(f, info)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return info, err
+	}
+	info.bytes = int64(binary.BigEndian.Uint64(t[16:24]))
+	info.written = time.Unix(0, int64(binary.BigEndian.Uint64(t[24:32])))
+	if info.bytes != st.Size()-snapshotTrailerLen {
+		return info, fmt.Errorf("%w: trailer says %d dump bytes, file holds %d", errSnapshotCorrupt, info.bytes, st.Size()-snapshotTrailerLen)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size()-32)); err != nil {
+		return info, err
+	}
+	if !bytes.Equal(h.Sum(nil), t[32:]) {
+		return info, fmt.Errorf("%w: checksum mismatch", errSnapshotCorrupt)
+	}
+	return info, nil
+}
+
+// legacyMeta is index.snapshot.meta of the earlier two-file form.
+type legacyMeta struct {
+	Version int    `json:"version"`
+	SHA256  string `json:"sha256"`
+	Bytes   int64  `json:"bytes"`
+	Written string `json:"written"`
+}
+
+func checkLegacySnapshot(f *os.File, info snapshotInfo) (snapshotInfo, error) {
+	data, err := os.ReadFile(filepath.Join(filepath.Dir(info.path), snapshotLegacyMeta))
+	if errors.Is(err, os.ErrNotExist) {
+		return info, fmt.Errorf("%w: no trailer (and no %s of the earlier form)", errSnapshotCorrupt, snapshotLegacyMeta)
+	}
+	var m legacyMeta
+	if err == nil {
+		err = json.Unmarshal(data, &m)
+	}
+	if err != nil || m.Version != 1 {
+		return info, fmt.Errorf("%w: no trailer, and %s is unreadable (version %d, err %v)", errSnapshotCorrupt, snapshotLegacyMeta, m.Version, err)
+	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return "", info, err
+		return info, err
 	}
-	if n != info.Bytes || hex.EncodeToString(h.Sum(nil)) != info.SHA256 {
-		return "", info, errors.New("snapshot checksum or size does not match its meta (torn or replaced)")
+	if n != m.Bytes || hex.EncodeToString(h.Sum(nil)) != m.SHA256 {
+		return info, fmt.Errorf("%w: earlier two-file form that does not match its %s (torn, or interrupted between its two renames)",
+			errSnapshotCorrupt, snapshotLegacyMeta)
 	}
-	return path, info, nil
+	info.bytes, info.legacy = n, true
+	info.written, _ = time.Parse(time.RFC3339Nano, m.Written)
+	return info, nil
+}
+
+// loadSnapshot finds the newest snapshot of g that verifies (ok false when
+// none does); bad lists the files that did not (moved aside).
+func loadSnapshot(g *generations) (info snapshotInfo, ok bool, bad []string) {
+	from, bad := g.load(func(p string) (err error) {
+		info, err = checkSnapshot(p)
+		return err
+	})
+	return info, from != "", bad
 }
 
 // snapshotter writes the index snapshot periodically and at shutdown.
@@ -161,15 +236,20 @@ type snapshotter struct {
 	done     chan struct{}
 }
 
+func (s *snapshotter) file() *generations {
+	return &generations{path: filepath.Join(s.dir, snapshotFile)}
+}
+
 // saveSnapshot writes one snapshot and logs the outcome.
 func (a *app) saveSnapshot(why string) {
 	start := time.Now()
-	info, err := a.writeSnapshot(a.snap.dir)
+	g := a.snap.file()
+	n, err := writeSnapshotFile(g, func(w *bufio.Writer) error { return httpd.WriteDump(a.ix, w) })
 	if err != nil {
-		a.log.Error("index snapshot not written", "reason", why, "dir", a.snap.dir, "err", err)
+		a.log.Error("index snapshot not written", "reason", why, "path", g.path, "err", err)
 		return
 	}
-	a.log.Info("index snapshot written", "reason", why, "bytes", info.Bytes, "took", time.Since(start).Round(time.Millisecond))
+	a.log.Info("index snapshot written", "reason", why, "path", g.path, "bytes", n, "took", time.Since(start).Round(time.Millisecond))
 }
 
 // startSnapshots runs the periodic snapshot loop (when an interval is set).
@@ -205,38 +285,48 @@ func (a *app) stopSnapshots() {
 	a.saveSnapshot("shutdown")
 }
 
-// snapshotGate checks for a valid snapshot and, when there is one, holds the
-// index's apply gate (called before the registrations are restored, so no
-// event applies before the snapshot); restore then restores it and releases
-// the gate. Without a valid snapshot it holds nothing (ok false).
+// snapshotGate finds the newest snapshot that verifies and, when there is
+// one, holds the index's apply gate (called before the registrations are
+// restored, so no event applies before the snapshot); restore then restores
+// it and releases the gate. Without one it holds nothing (ok false).
 func (a *app) snapshotGate() (restore func(), ok bool) {
 	if a.snap == nil {
 		return func() {}, false
 	}
-	path, info, err := validSnapshot(a.snap.dir)
-	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			a.log.Error("index snapshot ignored; the index refills from the engines' replay rings", "dir", a.snap.dir, "err", err)
+	g := a.snap.file()
+	info, ok, bad := loadSnapshot(g)
+	for _, b := range bad {
+		a.log.Error("index snapshot is torn or corrupt; trying the previous generation", "problem", b)
+	}
+	if !ok {
+		if len(bad) > 0 {
+			a.log.Error("no good index snapshot left; the index refills from the engines' replay rings", "path", g.path)
 		} else {
-			a.log.Info("no index snapshot yet", "dir", a.snap.dir)
+			a.log.Info("no index snapshot yet", "path", g.path)
 		}
 		return func() {}, false
+	}
+	if info.legacy {
+		a.log.Info("index snapshot of the earlier two-file form (with "+snapshotLegacyMeta+"); the next one is written as one file",
+			"path", info.path)
 	}
 	release := a.ix.HoldApplies()
 	return func() {
 		defer release()
-		f, err := os.Open(path)
+		f, err := os.Open(info.path)
 		if err != nil {
-			a.log.Error("index snapshot unreadable", "err", err)
+			a.log.Error("index snapshot unreadable", "path", info.path, "err", err)
 			return
 		}
 		defer f.Close()
 		start := time.Now()
-		st, err := httpd.RestoreDump(a.ix, f, a.dp.dyn)
+		st, err := httpd.RestoreDump(a.ix, io.NewSectionReader(f, 0, info.bytes), a.dp.dyn)
 		if err != nil {
-			a.log.Error("index snapshot restored only in part", "err", err)
+			a.log.Error("index snapshot restored only in part", "path", info.path, "err", err)
 		}
-		a.log.Info("index snapshot restored", "written", info.Written, "bytes", st.Bytes, "streams", st.Streams,
-			"took", time.Since(start).Round(time.Millisecond))
+		// blocks: block holdings (a block two streams hold counts twice)
+		a.log.Info("index snapshot restored", "path", info.path, "blocks", st.Holdings, "streams", st.Streams,
+			"engine_entries", st.Engine, "missing_streams", st.MissingStream, "skipped", st.Skipped,
+			"written", info.written.UTC().Format(time.RFC3339), "bytes", st.Bytes, "took", time.Since(start).Round(time.Millisecond))
 	}, true
 }

@@ -17,20 +17,18 @@ import (
 )
 
 // Durable registrations. Every successful /register and /unregister (of any
-// surface) rewrites DIR/registrations.json before it is answered:
-//
-//  1. the new generation is written to registrations.json.tmp and fsynced;
-//  2. the current file, if any, is renamed to registrations.json.prev;
-//  3. the temporary file is renamed to registrations.json and DIR is fsynced.
-//
-// A crash between any two steps leaves either the new file or the previous
-// good one. The file carries a SHA-256 of its registrations; at start the
-// current file is tried, then the previous one, and a torn or corrupt file is
-// reported at ERROR and moved aside (never overwritten, never a crash). When
-// a write fails (disk full, read-only directory) the change is undone and the
-// request answered 500 state_not_saved (httpd.Gate.OnChange); queries keep
-// working. Configuration-file registrations come from the file at every start
-// and are not written. Proved by the TestState* tests.
+// surface) rewrites DIR/registrations.json before it is answered, as the next
+// generation of a file kept in generations (below): written to a temporary
+// file and fsynced, the current file renamed to registrations.json.prev, the
+// temporary one renamed into place, DIR fsynced. The file carries a SHA-256
+// of its registrations; at start the current file is tried, then the
+// previous one, and a torn or corrupt file is reported at ERROR and moved
+// aside (never overwritten, never a crash). When a write fails (disk full,
+// read-only directory) the change is undone and the request answered 500
+// state_not_saved (httpd.Gate.OnChange); queries keep working.
+// Configuration-file registrations come from the file at every start and are
+// not written. DIR belongs to one process (statelock.go). Proved by the
+// TestState* tests.
 const (
 	stateFile    = "registrations.json"
 	stateVersion = 1
@@ -54,24 +52,135 @@ type stateEntry struct {
 	Register json.RawMessage `json:"register"`
 }
 
-// stateStore reads and writes the state directory.
-type stateStore struct {
-	dir string
-	gen uint64
-	// createTemp opens the temporary file (tests replace it to fail writes).
-	createTemp func(path string) (*os.File, error)
+// generations is a file replaced only as a whole: PATH is the current
+// generation, PATH.prev the one before it, PATH.tmp the next one while it is
+// written. replace writes the next generation in four steps:
+//
+//  1. PATH.tmp is written and fsynced;
+//  2. PATH, if any, is renamed to PATH.prev;
+//  3. PATH.tmp is renamed to PATH;
+//  4. the directory is fsynced.
+//
+// A crash after any step leaves a complete, fsynced generation at PATH or,
+// between steps 2 and 3 only, at PATH.prev; PATH.tmp is never read. load
+// tries PATH then PATH.prev with the caller's check (which must detect a torn
+// or corrupt file: a checksum inside the file), moves each file that fails it
+// aside to FILE.corrupt-<unix time> and stops at the first that passes. The
+// registration state and the index snapshot both use it (TestGenerationsCrash
+// kills replace after every step).
+type generations struct {
+	path string
+	// crashAfter, when set, is called after each step of replace (1..4);
+	// true ends replace there as a SIGKILL would (tests only).
+	crashAfter func(step int) bool
 }
 
+// errCrashed is what replace returns where crashAfter stopped it.
+var errCrashed = errors.New("conductor: simulated crash")
+
+// replace writes the next generation with write, which gets PATH.tmp open
+// for writing; the file is fsynced and closed by replace.
+func (g *generations) replace(write func(f *os.File) error) error {
+	tmp := g.path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	err = write(f)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	if g.crashed(1) {
+		return errCrashed
+	}
+	if err := os.Rename(g.path, g.path+".prev"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("keep previous generation: %w", err)
+	}
+	if g.crashed(2) {
+		return errCrashed
+	}
+	if err := os.Rename(tmp, g.path); err != nil {
+		return err
+	}
+	if g.crashed(3) {
+		return errCrashed
+	}
+	if err := syncDir(filepath.Dir(g.path)); err != nil {
+		return fmt.Errorf("sync dir: %w", err)
+	}
+	if g.crashed(4) {
+		return errCrashed
+	}
+	return nil
+}
+
+func (g *generations) crashed(step int) bool { return g.crashAfter != nil && g.crashAfter(step) }
+
+// load returns the newest generation that passes check ("" when none does)
+// and a line for each file that failed it (moved aside).
+func (g *generations) load(check func(path string) error) (from string, bad []string) {
+	for _, p := range []string{g.path, g.path + ".prev"} {
+		if _, err := os.Stat(p); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := check(p); err != nil {
+			aside := fmt.Sprintf("%s.corrupt-%d", p, time.Now().Unix())
+			_ = os.Rename(p, aside)
+			bad = append(bad, fmt.Sprintf("%s: %v (moved to %s)", p, err, aside))
+			continue
+		}
+		return p, bad
+	}
+	return "", bad
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// stateStore reads and writes the state directory's registrations, and
+// holds the directory's lock.
+type stateStore struct {
+	dir  string
+	gen  uint64
+	file generations
+	lock *os.File // nil: not locked (read-only directory, or a test's store)
+}
+
+// newStateStore creates dir if needed and locks it (errStateDirInUse when
+// another process holds it). close releases the lock.
 func newStateStore(dir string) (*stateStore, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir %s: %w", dir, err)
 	}
-	return &stateStore{dir: dir, createTemp: func(p string) (*os.File, error) {
-		return os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	}}, nil
+	lock, err := lockStateDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	return &stateStore{dir: dir, file: generations{path: filepath.Join(dir, stateFile)}, lock: lock}, nil
 }
 
-func (s *stateStore) path(suffix string) string { return filepath.Join(s.dir, stateFile+suffix) }
+// close releases the directory's lock (the process's exit does too). Safe on
+// a nil store.
+func (s *stateStore) close() {
+	if s != nil && s.lock != nil {
+		s.lock.Close()
+		s.lock = nil
+	}
+}
 
 // registerJSON renders r as a /register JSON body (the JSON dialect's keys),
 // which httpd.DecodeRegistration reads back with the API's own rules.
@@ -123,35 +232,12 @@ func (s *stateStore) save(regs []core.Registration) error {
 	if err != nil {
 		return err
 	}
-	tmp := s.path(".tmp")
-	f, err := s.createTemp(tmp)
+	err = s.file.replace(func(f *os.File) error {
+		_, err := f.Write(append(data, '\n'))
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
-	}
-	_, werr := f.Write(append(data, '\n'))
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write state: %w", werr)
-	}
-	if err := os.Rename(s.path(""), s.path(".prev")); err != nil && !errors.Is(err, os.ErrNotExist) {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("write state: keep previous generation: %w", err)
-	}
-	if err := os.Rename(tmp, s.path("")); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if d, err := os.Open(s.dir); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return fmt.Errorf("write state: sync dir: %w", err)
-		}
 	}
 	s.gen = doc.Generation
 	return nil
@@ -169,22 +255,13 @@ type stateLoad struct {
 // aside to FILE.corrupt-<unix time> and reported in bad.
 func (s *stateStore) load() stateLoad {
 	var out stateLoad
-	for _, suffix := range []string{"", ".prev"} {
-		p := s.path(suffix)
-		data, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		doc, err := parseState(data, err)
-		if err != nil {
-			aside := fmt.Sprintf("%s.corrupt-%d", p, time.Now().Unix())
-			_ = os.Rename(p, aside)
-			out.bad = append(out.bad, fmt.Sprintf("%s: %v (moved to %s)", p, err, aside))
-			continue
-		}
-		if out.from == "" {
-			out.entries, out.from, out.gen = doc.decoded, p, doc.Generation
-		}
+	var doc stateDoc
+	out.from, out.bad = s.file.load(func(p string) (err error) {
+		doc, err = parseState(os.ReadFile(p))
+		return err
+	})
+	if out.from != "" {
+		out.entries, out.gen = doc.decoded, doc.Generation
 	}
 	s.gen = out.gen
 	return out
@@ -225,9 +302,9 @@ func (a *app) restoreState() {
 	}
 	if ld.from == "" {
 		if len(ld.bad) > 0 {
-			a.log.Error("no good registration state left: starting without restored registrations", "dir", a.state.dir)
+			a.log.Error("no good registration state left: starting without restored registrations", "path", a.state.file.path)
 		} else {
-			a.log.Info("no registration state yet", "dir", a.state.dir)
+			a.log.Info("no registration state yet", "path", a.state.file.path)
 		}
 		return
 	}
@@ -250,7 +327,7 @@ func (a *app) restoreState() {
 		}
 		ok++
 	}
-	a.log.Info("registrations restored", "file", ld.from, "generation", ld.gen, "restored", ok, "failed", failed)
+	a.log.Info("registrations restored", "path", ld.from, "restored", ok, "failed", failed, "generation", ld.gen)
 }
 
 // persist turns on durable registrations: from now on every change is

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,6 +50,11 @@ func decodeAll(t *testing.T, entries []stateEntry) []core.Registration {
 	return out
 }
 
+// storeAt is a store of dir as a fresh start would open it, without the lock.
+func storeAt(dir string) *stateStore {
+	return &stateStore{dir: dir, file: generations{path: filepath.Join(dir, stateFile)}}
+}
+
 // TestStateRoundTrip: what save writes, load and the /register decoder give
 // back exactly (configuration-file registrations are not written).
 func TestStateRoundTrip(t *testing.T) {
@@ -56,6 +62,7 @@ func TestStateRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer st.close()
 	regs := sampleRegs(t)
 	if err := st.save(regs); err != nil {
 		t.Fatal(err)
@@ -98,6 +105,7 @@ func TestStateTornFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer st.close()
 	regs := sampleRegs(t)
 	if err := st.save(regs[:1]); err != nil {
 		t.Fatal(err)
@@ -110,7 +118,7 @@ func TestStateTornFile(t *testing.T) {
 	if err := os.WriteFile(cur, data[:len(data)/2], 0o600); err != nil { // torn mid-write
 		t.Fatal(err)
 	}
-	ld := (&stateStore{dir: dir}).load()
+	ld := storeAt(dir).load()
 	if len(ld.bad) != 1 || ld.gen != 1 || len(ld.entries) != 1 || !strings.HasSuffix(ld.from, ".prev") {
 		t.Fatalf("%+v", ld)
 	}
@@ -120,7 +128,7 @@ func TestStateTornFile(t *testing.T) {
 	if err := os.WriteFile(prev, []byte(strings.Replace(string(data), "10.0.0.1", "10.6.6.6", 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	ld = (&stateStore{dir: dir}).load()
+	ld = storeAt(dir).load()
 	if len(ld.bad) != 1 || ld.from != "" || len(ld.entries) != 0 || !strings.Contains(ld.bad[0], "checksum") {
 		t.Fatalf("%+v", ld)
 	}
@@ -128,6 +136,57 @@ func TestStateTornFile(t *testing.T) {
 	if len(aside) != 2 {
 		t.Fatalf("corrupt files kept aside: %v", aside)
 	}
+}
+
+// TestGenerationsCrash: a crash after any step of replace (or a write that
+// fails part-way) leaves a complete generation that load finds: the new one
+// once it is renamed into place, else the previous one; never none.
+func TestGenerationsCrash(t *testing.T) {
+	check := func(p string) error { // a generation is "gen N\n", whole
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.HasPrefix(string(b), "gen ") || !strings.HasSuffix(string(b), "\n") {
+			return fmt.Errorf("torn: %q %v", b, err)
+		}
+		return nil
+	}
+	write := func(g *generations, s string) error {
+		return g.replace(func(f *os.File) error { _, err := f.WriteString(s); return err })
+	}
+	f := func(crashAfter int, want string) {
+		t.Helper()
+		dir := t.TempDir()
+		g := &generations{path: filepath.Join(dir, "file")}
+		for _, s := range []string{"gen 1\n", "gen 2\n"} {
+			if err := write(g, s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		g.crashAfter = func(step int) bool { return step == crashAfter }
+		var err error
+		if crashAfter == 0 {
+			err = g.replace(func(f *os.File) error { // fails part-way
+				f.WriteString("gen 3 (torn")
+				return errors.New("disk full")
+			})
+		} else {
+			err = write(g, "gen 3\n")
+		}
+		if err == nil {
+			t.Fatalf("crash after step %d: replace returned nil", crashAfter)
+		}
+		from, bad := (&generations{path: g.path}).load(check)
+		if len(bad) != 0 || from == "" {
+			t.Fatalf("crash after step %d: from %q, bad %v", crashAfter, from, bad)
+		}
+		if got, _ := os.ReadFile(from); string(got) != want {
+			t.Fatalf("crash after step %d: loaded %q from %s, want %q", crashAfter, got, from, want)
+		}
+	}
+	f(0, "gen 2\n") // the write failed: the current file is untouched
+	f(1, "gen 2\n") // written, not rotated
+	f(2, "gen 2\n") // rotated: only PATH.prev
+	f(3, "gen 3\n") // renamed into place
+	f(4, "gen 3\n") // and the directory synced
 }
 
 // TestStateWriteFailuresKeepServing: disk full (the temporary file is
