@@ -36,13 +36,20 @@ import (
 // its apply order. Publishes go out asynchronously, at most MaxPending at a
 // time; when any of a window fails (NATS down, timeout) the window is sent
 // again from its first failure after a backoff: ids make the resend of what
-// was stored a no-op. A failure followed inside one window by a stored
-// message of the same subscription would reach replicas out of order; that
-// subscription's state is transferred instead (reorderedAfterFailure).
+// was stored a no-op. A failure followed inside one window by a message of
+// the same subscription that was (or may have been) stored reaches replicas
+// out of order (they count a sequence gap and skip the resent message as a
+// duplicate); that subscription is made dirty and its state transferred,
+// which replaces the replicas' copy (reorderedAfterFailure). Across a lost
+// NATS connection this is expected: what was in flight is lost or stored,
+// what the client buffered is sent on reconnecting, and only a synchronous
+// publish per message could keep the order. Dirty subscriptions are
+// transferred after every acknowledged window the buffer has room for, so a
+// busy queue does not hold a transfer back.
 //
 // Bounds: the queue holds at most BufferBytes; past it messages are dropped
-// and counted (conductor_relay_dropped_total) — replicas then miss those
-// batches until the subscription's next clear.
+// and counted (conductor_relay_dropped_total), and the subscription that
+// lost one is dirty until its state transfer.
 type Relay struct {
 	opts Options
 	set  *metrics.Set
@@ -86,8 +93,9 @@ type relaySub struct {
 	subject  string
 	streamID string
 	last     uint64
-	// dirty: a message of this subscription was dropped; nothing more is
-	// published for it until a state transfer (section.go) replaces it.
+	// dirty: a message of this subscription was dropped, too large, or may
+	// be stored out of order; nothing more is queued for it until a state
+	// transfer (section.go) replaces it.
 	dirty atomic.Bool
 }
 
@@ -336,6 +344,7 @@ func (r *Relay) run(ctx context.Context) {
 		switch {
 		case n > 0:
 			backoff = 50 * time.Millisecond
+			r.transferDirty()
 			continue
 		case n < 0:
 			if !sleepCtx(ctx, backoff) {
@@ -401,16 +410,20 @@ func (r *Relay) publishWindow(ctx context.Context, js jetstream.JetStream) int {
 	}
 	futs := make([]jetstream.PubAckFuture, 0, n)
 	var err error
+	// No client-side retry: nats.go would publish a message that met no
+	// responders (a stream leader being elected) again 250 ms later, after
+	// the rest of the window, and report both stored, a reorder nothing here
+	// could see. The window's resend is the only retry.
+	opts := []jetstream.PublishOpt{jetstream.WithRetryAttempts(0), nil}
 	for i := range win {
 		m := nats.NewMsg(win[i].subject)
 		m.Data = win[i].body
-		var f jetstream.PubAckFuture
+		po := opts[:1]
 		if win[i].id != "" {
-			f, err = js.PublishMsgAsync(m, jetstream.WithMsgID(win[i].id))
-		} else {
-			f, err = js.PublishMsgAsync(m)
+			po = append(po, jetstream.WithMsgID(win[i].id))
 		}
-		if err != nil {
+		var f jetstream.PubAckFuture
+		if f, err = js.PublishMsgAsync(m, po...); err != nil {
 			break
 		}
 		futs = append(futs, f)
@@ -459,12 +472,15 @@ wait:
 // reorderedAfterFailure handles a window whose message ok failed (or got no
 // acknowledgement) while later ones were sent. Those later ones may be stored
 // already, ahead of the failed one, which the resend then stores after them:
-// a replica would apply a subscription's batch N+1 and then skip N as old. So
-// every subscription with a message that failed (or is unknown) followed in
-// the window by one of its own that was (or may have been) stored is made
-// dirty: its queued messages still go out, nothing new is queued for it, and
-// a state transfer replaces the replicas' copy once the queue has drained
-// (TestRelayReorderedWindowTransfers).
+// a replica would apply a subscription's batch N+1 (counting a sequence gap)
+// and then skip N as old (a duplicate). So every subscription with a message
+// that failed (or is unknown) followed in the window by one of its own that
+// was (or may have been) stored is made dirty: its queued messages still go
+// out, nothing new is queued for it, and a state transfer replaces the
+// replicas' copy (TestRelayReorderedWindowTransfers,
+// TestRelayDisconnectedWindowTransfers; the replica's gap healing end to end:
+// TestRelayReorderHealsReplica). Asynchronous publishing cannot avoid the
+// reorder itself across a lost connection; this is how it heals.
 func (r *Relay) reorderedAfterFailure(win []outMsg, futs []jetstream.PubAckFuture, ok int, timedOut bool, timeout <-chan time.Time) {
 	missing := map[*relaySub]bool{} // subscriptions with a message that may not be stored
 	for i := ok; i < len(win); i++ {
@@ -473,7 +489,8 @@ func (r *Relay) reorderedAfterFailure(win []outMsg, futs []jetstream.PubAckFutur
 			select {
 			case <-futs[i].Ok():
 				acked = true
-			case <-futs[i].Err():
+			case e := <-futs[i].Err():
+				unknown = mayBeStored(e)
 			case <-timeout:
 				timedOut, unknown = true, true
 			}
@@ -492,6 +509,18 @@ func (r *Relay) reorderedAfterFailure(win []outMsg, futs []jetstream.PubAckFutur
 			missing[rs] = true
 		}
 	}
+}
+
+// mayBeStored reports whether a publish whose acknowledgement failed with
+// err may be stored all the same. nats.ErrDisconnected fails every
+// acknowledgement outstanding when the connection drops: the message may have
+// been stored before the server went, or may sit in the client's reconnect
+// buffer (published after the drop, before the client failed the pending
+// acknowledgements), which it sends on reconnecting, ahead of the window's
+// resend. ErrAsyncPublishTimeout is as uncertain. The stream's own answers
+// (no responders, an API error) mean it was not stored.
+func mayBeStored(err error) bool {
+	return errors.Is(err, nats.ErrDisconnected) || errors.Is(err, jetstream.ErrAsyncPublishTimeout)
 }
 
 // Close publishes what is queued for up to drain, then disconnects.
@@ -578,7 +607,7 @@ func (t *transfer) EndStream(i *core.StreamInfo) error {
 	r.transfers.Inc()
 	t.done = true
 	r.kick()
-	r.opts.Logger.Info("relay: state transfer queued after dropped messages", "service", t.rs.key.String(),
+	r.opts.Logger.Info("relay: state transfer queued after dropped or reordered messages", "service", t.rs.key.String(),
 		"messages", len(t.w.msgs), "bytes", n, "seq", i.Seq)
 	return nil
 }

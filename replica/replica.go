@@ -30,11 +30,16 @@ import (
 // NATS has been unreachable longer than MaxStale; queries are answered from
 // the index it has throughout.
 //
-// Duplicates: a batch whose ZMQ sequence is at or below the last one applied
-// for its subscription (and no clear came between) is skipped: a resend the
-// JetStream window did not catch (conductor_replica_duplicates_total). A
-// sequence that jumps counts conductor_replica_seq_gaps_total (the relay
-// dropped or reordered a batch).
+// Duplicates and gaps: a batch whose ZMQ sequence is at or below the last one
+// applied for its subscription (and no clear came between) is skipped
+// (conductor_replica_duplicates_total); one whose sequence jumps is applied
+// and counts conductor_replica_seq_gaps_total. Both are expected across a
+// NATS outage: a publish window the lost connection cut can store a
+// subscription's later batch before an earlier one the relay resends, so a
+// replica applies the later one (a gap) and skips the earlier (a duplicate).
+// The relay counts that reorder (conductor_relay_reordered_total) and
+// transfers the subscription's state, whose sections replace the replica's
+// copy (section), so the gap heals. Without an outage neither occurs.
 type Replica struct {
 	ix   *core.Index
 	opts Options
@@ -362,7 +367,7 @@ func (r *Replica) apply(body []byte) {
 			}
 			if b.Seq > last+1 {
 				r.gaps.Inc()
-				r.opts.Logger.Warn("replica: sequence gap in the stream (the relay lost or reordered a batch)",
+				r.opts.Logger.Warn("replica: sequence gap in the stream (a batch reordered across a NATS outage; a state transfer from the relay follows)",
 					"service", m.Key.String(), "last_seq", last, "seq", b.Seq)
 			}
 		}

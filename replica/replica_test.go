@@ -195,6 +195,29 @@ func streamLast(t testing.TB, url, stream string) uint64 {
 	return info.State.LastSeq
 }
 
+// streamLastFor is the stream sequence of the last message on subject (a
+// filter, wildcards allowed) in stream.
+func streamLastFor(t testing.TB, url, stream, subject string) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.GetLastMsgForSubject(ctx, subject)
+	if err != nil {
+		t.Fatalf("last message on %s: %v", subject, err)
+	}
+	return m.Sequence
+}
+
 // TestRelayReplicaInProcess: an index with a relay as its observer takes
 // random batches, clears and an unregistration; a full replica's /dump must
 // equal the relay's byte for byte, a replica filtered to tenant t1 must equal
@@ -275,8 +298,12 @@ func TestRelayReplicaInProcess(t *testing.T) {
 		t.Fatalf("vacuous: the relay's index holds %d holdings", n)
 	}
 	t.Logf("relay and replica hold the same %d holdings and %d engine entries", strings.Count(want, " H "), strings.Count(want, " E "))
-	waitUntil(t, "the shard to be caught up", 20*time.Second, func() bool { return shard.Ready() == nil && shard.pending.Load() == 0 })
-	time.Sleep(100 * time.Millisecond)
+	// The shard applied t1's last message (its pending count reaches 0 just
+	// before that message is applied: wait on the applied sequence).
+	lastT1 := streamLastFor(t, url, "CONDUCTOR", shard.filter())
+	waitUntil(t, "the shard to apply t1's last message", 20*time.Second, func() bool {
+		return shard.Ready() == nil && shard.applied.Load() == lastT1
+	})
 	if got, want := state(t, shardIx), state(t, ref); got != want || !strings.Contains(got, " H ") || strings.Contains(got, "|t2|") {
 		t.Fatalf("t1 shard's index differs from t1's batches applied directly:\n got %s\nwant %s", got, want)
 	}
@@ -327,5 +354,182 @@ func TestRelayReplicaInProcess(t *testing.T) {
 	names, _, err := full.snapshots(context.Background(), store)
 	if err != nil || len(names) != 2 || full.snapWrites.Get() < 3 {
 		t.Fatalf("snapshots kept %v (written %d, keep 2), err %v", names, full.snapWrites.Get(), err)
+	}
+}
+
+// erringJS answers PublishMsgAsync with settled futures: the publish at
+// position i (counted from 0) fails with errs[i], the others are stored.
+type erringJS struct {
+	jetstream.JetStream
+	errs map[int]error
+	n    int
+}
+
+func (s *erringJS) PublishMsgAsync(m *nats.Msg, _ ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	f := &settled{ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1), msg: m}
+	if err := s.errs[s.n]; err != nil {
+		f.err <- err
+	} else {
+		f.ok <- &jetstream.PubAck{}
+	}
+	s.n++
+	return f, nil
+}
+
+// TestRelayDisconnectedWindowTransfers: an acknowledgement failed by a lost
+// connection (nats.ErrDisconnected) or a publish timeout leaves the message
+// perhaps stored (before the server went, or later from the client's
+// reconnect buffer, ahead of the resend), so a subscription whose earlier
+// message failed and whose later one failed that way is transferred; a
+// failure the stream answered (no responders, an API error) means not
+// stored, and is just resent. The queue each time: reg a, reg b, a1, b1, a2,
+// b2.
+func TestRelayDisconnectedWindowTransfers(t *testing.T) {
+	apiErr := &jetstream.APIError{Code: 503, ErrorCode: jetstream.JSErrCodeJetStreamNotEnabled, Description: "jetstream not enabled"}
+	for _, c := range []struct {
+		name           string
+		errs           map[int]error
+		dirtyA, dirtyB bool
+	}{
+		{"connection lost with everything in flight", map[int]error{2: nats.ErrDisconnected, 3: nats.ErrDisconnected,
+			4: nats.ErrDisconnected, 5: nats.ErrDisconnected}, true, true},
+		{"a1 lost, a2 maybe in the reconnect buffer", map[int]error{2: nats.ErrDisconnected, 4: nats.ErrDisconnected}, true, false},
+		{"a1 refused, a2 timed out", map[int]error{2: apiErr, 4: jetstream.ErrAsyncPublishTimeout}, true, false},
+		{"no responders from a1 on", map[int]error{2: jetstream.ErrNoStreamResponse, 3: jetstream.ErrNoStreamResponse,
+			4: jetstream.ErrNoStreamResponse, 5: jetstream.ErrNoStreamResponse}, false, false},
+		{"a1 refused, a2 refused", map[int]error{2: apiErr, 4: apiErr}, false, false},
+	} {
+		relay, err := NewRelay(natsOpts("nats://127.0.0.1:1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ix := core.New(core.Options{Observer: relay, Logger: quietLog()})
+		subOf := func(inst string) (*core.Subscription, *relaySub) {
+			s, _, err := ix.Register(benchReg(t, inst))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := relay.subs.Load(s.Key())
+			return s, v.(*relaySub)
+		}
+		a, ra := subOf("a")
+		b, rb := subOf("b")
+		rng := rand.New(rand.NewSource(1))
+		a.Apply(benchBatch(rng, 1, 4))
+		b.Apply(benchBatch(rng, 1, 4))
+		a.Apply(benchBatch(rng, 2, 4))
+		b.Apply(benchBatch(rng, 2, 4))
+		if n := relay.publishWindow(context.Background(), &erringJS{errs: c.errs}); n != -1 {
+			t.Fatalf("%s: publishWindow = %d, want -1", c.name, n)
+		}
+		want := 0
+		for _, d := range []bool{c.dirtyA, c.dirtyB} {
+			if d {
+				want++
+			}
+		}
+		if ra.dirty.Load() != c.dirtyA || rb.dirty.Load() != c.dirtyB || relay.reordered.Get() != uint64(want) || relay.queued() != 4 {
+			t.Fatalf("%s: dirty a=%v b=%v, reordered %d, queued %d; want a=%v b=%v, %d, and 4 (resent from a1)",
+				c.name, ra.dirty.Load(), rb.dirty.Load(), relay.reordered.Get(), relay.queued(), c.dirtyA, c.dirtyB, want)
+		}
+	}
+}
+
+// lossyJS publishes through a real JetStream except the publish at position
+// lose (counted from 0), which fails as if no stream had answered, unsent.
+type lossyJS struct {
+	jetstream.JetStream
+	lose, n int
+}
+
+func (s *lossyJS) PublishMsgAsync(m *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
+	s.n++
+	if s.n-1 == s.lose {
+		f := &settled{ok: make(chan *jetstream.PubAck, 1), err: make(chan error, 1), msg: m}
+		f.err <- jetstream.ErrNoStreamResponse
+		return f, nil
+	}
+	return s.JetStream.PublishMsgAsync(m, opts...)
+}
+
+// TestRelayReorderHealsReplica: the contract of a reorder, end to end. A
+// window loses one batch while the later ones are stored; the resend stores
+// it after them, so the replica applies the later batch (one sequence gap)
+// and skips the lost one as old (one duplicate). The relay counted the
+// reorder, held the subscription's newer batches back, and its state
+// transfer makes the replica equal to the source again.
+func TestRelayReorderHealsReplica(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	ns := natstest.Start(t, t.TempDir(), -1)
+	url := ns.ClientURL()
+	relay, err := NewRelay(natsOpts(url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := core.New(core.Options{Observer: relay, Logger: quietLog()})
+	relay.ix = src // as Start does; the test drives the publishing itself
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := js.CreateOrUpdateStream(ctx, relay.opts.StreamConfig()); err != nil {
+		t.Fatal(err)
+	}
+	rep, repIx := startReplica(t, natsOpts(url))
+	drain := func() {
+		t.Helper()
+		for relay.queued() > 0 {
+			if n := relay.publishWindow(ctx, js); n < 0 {
+				t.Fatal("publish failed")
+			}
+		}
+	}
+
+	w := newWorkload(t, seed)
+	sub, _, err := src.Register(w.regs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		sub.Apply(w.batch(0))
+	}
+	// Queue: the registration, batches 0..19; batch 5 (position 6) is lost.
+	if n := relay.publishWindow(ctx, &lossyJS{JetStream: js, lose: 6}); n != -1 {
+		t.Fatalf("publishWindow = %d, want -1", n)
+	}
+	if relay.reordered.Get() != 1 {
+		t.Fatalf("reordered %d, want 1", relay.reordered.Get())
+	}
+	drain() // the resend stores batch 5 after 19 (6..19 are duplicates JetStream drops)
+	last := streamLast(t, url, "CONDUCTOR")
+	waitUntil(t, "the replica to apply the resend", 20*time.Second, func() bool { return rep.applied.Load() == last })
+	if state(t, repIx) == state(t, src) {
+		t.Fatal("the replica holds batch 5, which it applied after batch 19: the reorder is not exercised")
+	}
+	for i := 0; i < 5; i++ {
+		sub.Apply(w.batch(0)) // held back: the subscription is dirty
+	}
+	if relay.suppressed.Get() != 5 || !relay.transferDirty() {
+		t.Fatalf("suppressed %d, want 5, and a state transfer", relay.suppressed.Get())
+	}
+	drain()
+	sub.Apply(w.batch(0)) // published again after the transfer
+	drain()
+
+	last = streamLast(t, url, "CONDUCTOR")
+	waitUntil(t, "the replica to apply the stream", 20*time.Second, func() bool { return rep.applied.Load() == last })
+	if got, want := state(t, repIx), state(t, src); got != want {
+		t.Fatalf("replica differs from the source after the state transfer:\n got %s\nwant %s", got, want)
+	}
+	if rep.gaps.Get() != 1 || rep.dups.Get() != 1 || rep.msgs[5].Get() == 0 || relay.transfers.Get() != 1 {
+		t.Fatalf("replica: %d gaps, %d duplicates, %d sections; relay: %d transfers; want 1, 1, some and 1",
+			rep.gaps.Get(), rep.dups.Get(), rep.msgs[5].Get(), relay.transfers.Get())
 	}
 }

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"fmt"
 	"math/rand"
 	"strconv"
@@ -9,81 +9,87 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/replica/natstest"
 )
 
-// settleNATS waits until the directly subscribed conductors received the last
-// batch of every engine (ingest last_seq) and the replicas applied it from the
-// stream (replica last_seq), then lets the last batch land.
-func settleNATS(t *testing.T, engines []*replicaEngine, direct, replicas []*replicaChild) {
+// settleNATS waits, with publishing paused, until the directly subscribed
+// conductors received the last batch of every engine (ingest last_seq), the
+// relay published all it queued, state transfers included (its queue empty
+// once transfers caught up with reorders), and every replica applied the
+// stream to its last message (applied_stream_seq, set after the message is
+// applied) and so every engine's last batch (replica last_seq). A direct
+// conductor's last_seq gauge moves just before the batch applies:
+// compareReplicas re-asks a differing query while that lands.
+func settleNATS(t *testing.T, engines []*replicaEngine, relay *replicaChild, direct, replicas []*replicaChild, natsURL string) {
 	t.Helper()
+	reach := func(p *replicaChild, series string, want uint64) {
+		t.Helper()
+		waitWithin(t, 30*time.Second, fmt.Sprintf("%s on %s to reach %d", series, p.main, want), func() bool {
+			v, ok := seriesValue(t, p.main, series)
+			return ok && uint64(v) >= want
+		})
+	}
 	for i, e := range engines {
-		last := e.pub.NextSeq() - 1
-		labels := fmt.Sprintf(`{instance="%d",tenant="default",dp_rank="0"}`, i+1)
-		for _, set := range []struct {
-			series string
-			procs  []*replicaChild
-		}{{"conductor_ingest_last_seq" + labels, direct}, {"conductor_replica_last_seq" + labels, replicas}} {
-			for _, p := range set.procs {
-				deadline := time.Now().Add(30 * time.Second)
-				for {
-					if v, ok := seriesValue(t, p.main, set.series); ok && uint64(v) >= last {
-						break
-					}
-					if time.Now().After(deadline) {
-						v, _ := seriesValue(t, p.main, set.series)
-						t.Fatalf("%s on %s is %v, not %d\n%s", set.series, p.main, v, last, p.logs)
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
-			}
+		for _, p := range direct {
+			reach(p, fmt.Sprintf(`conductor_ingest_last_seq{instance="%d",tenant="default",dp_rank="0"}`, i+1), e.pub.NextSeq()-1)
 		}
 	}
-	// A direct conductor's last_seq gauge moves just before the batch
-	// applies (a replica's just after): compareNATS re-asks a differing
-	// query while that lands.
+	waitWithin(t, 30*time.Second, "the relay to publish its queue and its state transfers", func() bool {
+		// Counters first: a transfer counted before the queue is seen empty
+		// has been published.
+		reordered, _ := seriesValue(t, relay.main, "conductor_relay_reordered_total")
+		transfers, _ := seriesValue(t, relay.main, "conductor_relay_state_transfers_total")
+		queued, ok := seriesValue(t, relay.main, "conductor_relay_queued_messages")
+		return transfers >= reordered && ok && queued == 0
+	})
+	last := streamLastSeq(t, natsURL, "CONDUCTOR")
+	for _, p := range replicas {
+		reach(p, "conductor_replica_applied_stream_seq", last)
+		for i, e := range engines {
+			reach(p, fmt.Sprintf(`conductor_replica_last_seq{instance="%d",tenant="default",dp_rank="0"}`, i+1), e.pub.NextSeq()-1)
+		}
+	}
 }
 
-// compareNATS asks ref and rep n random queries over every surface
-// (Dynamo /query and /query_by_hash, Mooncake JSON /query) and requires
-// identical answers. Publishing is paused: a difference may only be the
-// direct conductor's last batch still being applied, so a differing query is
-// asked again for up to 5 s before it fails. It returns how many answers had
-// device hits.
-// diagRelay is the relay whose metrics a failing comparison logs.
-var diagRelay *replicaChild
-
-func compareNATS(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, ref, rep *replicaChild) int {
+// waitWithin polls cond until it holds, for at most d.
+func waitWithin(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	hits := 0
-	for q := 0; q < n; q++ {
-		addrA, addrB, path, body := replicaQuery(rng, engines, q, ref, rep)
-		for deadline := time.Now().Add(5 * time.Second); ; {
-			ca, _, ra := httpDo(t, "POST", "http://"+addrA+path, "application/json", []byte(body))
-			cb, _, rb := httpDo(t, "POST", "http://"+addrB+path, "application/json", []byte(body))
-			if ca == 200 && cb == 200 && bytes.Equal(ra, rb) {
-				if bytes.Contains(ra, []byte(`"gpu":`)) && !bytes.Contains(ra, []byte(`"gpu":0`)) {
-					hits++
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				for _, p := range []*replicaChild{ref, rep, diagRelay} {
-					_, _, m := httpDo(t, "GET", "http://"+p.main+"/metrics", "", nil)
-					for _, line := range strings.Split(string(m), "\n") {
-						if strings.HasPrefix(line, "conductor_replica_") || strings.HasPrefix(line, "conductor_relay_") ||
-							strings.HasPrefix(line, "conductor_ingest_gaps") || strings.HasPrefix(line, "conductor_ingest_last_seq") {
-							t.Logf("%s %s", p.main, line)
-						}
-					}
-				}
-				t.Fatalf("query %d %s %s:\n ref     %d %s\n replica %d %s", q, path, body, ca, ra, cb, rb)
-			}
-			time.Sleep(100 * time.Millisecond)
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return hits
+}
+
+// streamLastSeq is the sequence of the last message stream holds.
+func streamLastSeq(t *testing.T, url, stream string) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.LastSeq
 }
 
 // TestNATSReplicas: two vLLM publishers over real ZMQ; a relay conductor
@@ -95,7 +101,9 @@ func compareNATS(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, 
 // one replica is SIGKILLed and restarted while events flow: it loads the
 // other's newest snapshot from the object store and converges. Then the NATS
 // server is shut down and restarted (same port and store) while events flow:
-// the relay buffers and resends, and the replicas converge again.
+// the relay buffers and resends, and the replicas converge again (a
+// subscription whose messages the outage reordered converges by the relay's
+// state transfer; check says what is allowed).
 func TestNATSReplicas(t *testing.T) {
 	if testing.Short() {
 		t.Skip("separate processes, real ZMQ and NATS; run without -short")
@@ -122,7 +130,6 @@ func TestNATSReplicas(t *testing.T) {
 
 	relay := startReplica(t, config, append(append([]string(nil), direct...), "--nats-url", natsURL, "--nats-publish")...)
 	ref := startReplica(t, config, direct...)
-	diagRelay = relay
 	for _, p := range []*replicaChild{relay, ref} {
 		waitReceiving(t, p, engines)
 	}
@@ -153,35 +160,56 @@ func TestNATSReplicas(t *testing.T) {
 		}
 	})
 	fl := startFlow(t, engines)
-	batches := func() (n uint64) {
-		for _, e := range engines {
-			n += e.pub.NextSeq()
-		}
-		return n
-	}
 	// a few thousand events (1-3 per batch) before the first comparison
-	deadline := time.Now().Add(60 * time.Second)
-	for batches() < 1500 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("%d batches published before the first comparison", batches())
+	flowFor(t, engines, 1500)
+	t.Logf("%d batches published before the first comparison", published(engines))
 
-	check := func(name string, reps ...*replicaChild) {
+	// check compares the replicas with the reference. Without a NATS outage
+	// a replica sees every subscription's batches in order: no sequence gap,
+	// no duplicate. Across an outage a publish window the connection loss cut
+	// may store a subscription's later batch before an earlier one that is
+	// resent (replica/relay.go, reorderedAfterFailure): a replica then counts
+	// a gap and duplicates, and the relay, having counted the reorder, sends
+	// the subscription's state, which replaces the replica's copy. So after
+	// the outage gaps and duplicates are allowed only with as many reorders
+	// at the relay, their transfers done and applied, and the answers
+	// identical.
+	check := func(name string, outage bool, reps ...*replicaChild) {
 		t.Helper()
 		fl.mu.Lock()
 		defer fl.mu.Unlock()
-		settleNATS(t, engines, []*replicaChild{relay, ref}, reps)
+		settleNATS(t, engines, relay, []*replicaChild{relay, ref}, reps, natsURL)
+		reordered, _ := seriesValue(t, relay.main, "conductor_relay_reordered_total")
+		transfers, _ := seriesValue(t, relay.main, "conductor_relay_state_transfers_total")
+		if outage {
+			t.Logf("%s: the relay counted %v reorders and made %v state transfers", name, reordered, transfers)
+		}
 		for i, r := range reps {
-			hits := compareNATS(t, rng, engines, 1500, ref, r)
+			hits := compareReplicas(t, rng, engines, 1500, ref, r, relay)
 			t.Logf("%s: replica %d: 1500 answers identical to the directly subscribed conductor, %d with device hits", name, i+1, hits)
 			if hits < 100 {
 				t.Fatalf("%s: only %d answers had hits; the comparison is vacuous", name, hits)
 			}
-			for _, series := range []string{"conductor_replica_decode_errors_total", "conductor_replica_seq_gaps_total",
-				"conductor_replica_duplicates_total", "conductor_replica_orphan_messages_total"} {
+			for _, series := range []string{"conductor_replica_decode_errors_total", "conductor_replica_orphan_messages_total"} {
 				if v, ok := seriesValue(t, r.main, series); !ok || v != 0 {
 					t.Fatalf("%s: replica %d: %s = %v", name, i+1, series, v)
 				}
+			}
+			gaps, ok1 := seriesValue(t, r.main, "conductor_replica_seq_gaps_total")
+			dups, ok2 := seriesValue(t, r.main, "conductor_replica_duplicates_total")
+			sections, _ := seriesValue(t, r.main, `conductor_replica_messages_total{kind="section"}`)
+			switch {
+			case !ok1 || !ok2:
+				t.Fatalf("%s: replica %d: no gap or duplicate counter", name, i+1)
+			case gaps+dups == 0:
+			case !outage:
+				t.Fatalf("%s: replica %d: %v sequence gaps, %v duplicates without a NATS outage", name, i+1, gaps, dups)
+			case reordered == 0 || gaps > reordered || transfers < reordered || sections == 0:
+				t.Fatalf("%s: replica %d: %v sequence gaps, %v duplicates, %v sections applied; the relay counted %v reorders and %v state transfers",
+					name, i+1, gaps, dups, sections, reordered, transfers)
+			default:
+				t.Logf("%s: replica %d: %v sequence gaps and %v duplicates healed by the relay's state transfers (%v reorders, %v transfers, %v sections applied)",
+					name, i+1, gaps, dups, reordered, transfers, sections)
 			}
 			code, _, body := httpDo(t, "GET", "http://"+r.main+"/health", "", nil)
 			if code != 200 {
@@ -189,12 +217,17 @@ func TestNATSReplicas(t *testing.T) {
 			}
 		}
 	}
-	check("live", r1, r2)
+	check("live", false, r1, r2)
 
-	// Warm start: SIGKILL r2 while events flow; a new replica loads r1's
-	// newest snapshot and consumes the rest.
+	// Warm start: SIGKILL r2 while events flow; once r1 has snapshotted
+	// batches r2 never saw, a new replica loads that snapshot and consumes
+	// the rest.
 	r2.kill()
-	time.Sleep(700 * time.Millisecond)
+	applied, _ := seriesValue(t, r1.main, "conductor_replica_applied_stream_seq")
+	waitWithin(t, 30*time.Second, "r1 to snapshot what flowed after r2 died", func() bool {
+		v, _ := seriesValue(t, r1.main, "conductor_replica_snapshot_stream_seq")
+		return v > applied
+	})
 	r3 := startReplica(t, `{}`, repArgs...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -202,8 +235,12 @@ func TestNATSReplicas(t *testing.T) {
 		}
 	})
 	waitFor(t, "r3's snapshot load", func() bool { return strings.Contains(r3.logs.String(), "replica snapshot loaded") })
-	time.Sleep(300 * time.Millisecond)
-	check("after SIGKILL and a warm start", r1, r3)
+	waitWithin(t, 30*time.Second, "r3 to apply messages after its snapshot", func() bool {
+		snap, _ := seriesValue(t, r3.main, "conductor_replica_snapshot_stream_seq")
+		v, _ := seriesValue(t, r3.main, "conductor_replica_applied_stream_seq")
+		return snap > 0 && v > snap
+	})
+	check("after SIGKILL and a warm start", false, r1, r3)
 	if v, _ := seriesValue(t, r3.main, "conductor_replica_snapshots_loaded_total"); v != 1 {
 		t.Fatalf("r3 loaded %v snapshots", v)
 	}
@@ -212,22 +249,43 @@ func TestNATSReplicas(t *testing.T) {
 	// serving, and after the restart everything converges.
 	ns.Shutdown()
 	ns.WaitForShutdown()
-	before := batches()
+	before := published(engines)
 	waitFor(t, "the relay and the replica to notice the outage", func() bool {
 		c, _ := seriesValue(t, relay.main, "conductor_relay_connected")
 		st, _ := seriesValue(t, r1.main, "conductor_replica_stale_seconds")
 		return c == 0 && st > 0
 	})
-	time.Sleep(500 * time.Millisecond)
+	// Events flow while NATS is down and the relay keeps applying them
+	// (buffering what it publishes, or, for a subscription the cut window
+	// made dirty, holding it for a state transfer).
+	flowFor(t, engines, 200)
+	for i, e := range engines {
+		last := e.pub.NextSeq() - 1
+		series := fmt.Sprintf(`conductor_ingest_last_seq{instance="%d",tenant="default",dp_rank="0"}`, i+1)
+		waitWithin(t, 30*time.Second, "the relay to apply what flows while NATS is down", func() bool {
+			v, ok := seriesValue(t, relay.main, series)
+			return ok && uint64(v) >= last
+		})
+	}
 	code, _, _ := httpDo(t, "POST", "http://"+r1.main+"/query", "application/json",
 		[]byte(`{"model":"m","block_size":4,"token_ids":[1,2,3,4]}`))
 	if code != 200 {
 		t.Fatalf("replica stopped answering while NATS was down: %d", code)
 	}
-	t.Logf("%d batches published while NATS was down", batches()-before)
+	q, _ := seriesValue(t, relay.main, "conductor_relay_queued_messages")
+	sup, _ := seriesValue(t, relay.main, "conductor_relay_suppressed_total")
+	t.Logf("%d batches published while NATS was down; the relay holds %v messages and held back %v for state transfers",
+		published(engines)-before, q, sup)
+	pubBefore, _ := seriesValue(t, relay.main, "conductor_relay_published_total")
 	natstest.Start(t, natsDir, port)
-	time.Sleep(500 * time.Millisecond)
-	check("after a NATS restart", r1, r3)
+	waitWithin(t, 30*time.Second, "the relay to publish again and the replicas to reconnect", func() bool {
+		c, _ := seriesValue(t, relay.main, "conductor_relay_connected")
+		p, _ := seriesValue(t, relay.main, "conductor_relay_published_total")
+		s1, ok1 := seriesValue(t, r1.main, "conductor_replica_stale_seconds")
+		s3, ok3 := seriesValue(t, r3.main, "conductor_replica_stale_seconds")
+		return c == 1 && p > pubBefore && ok1 && s1 == 0 && ok3 && s3 == 0
+	})
+	check("after a NATS restart", true, r1, r3)
 	if v, _ := seriesValue(t, relay.main, "conductor_relay_dropped_total"); v != 0 {
 		t.Fatalf("relay dropped %v messages across a short NATS outage", v)
 	}

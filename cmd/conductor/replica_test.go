@@ -226,7 +226,8 @@ func startFlow(t *testing.T, engines []*replicaEngine) *flow {
 }
 
 // settle waits until every conductor received the last batch of every
-// engine (last_seq gauge), then until two successive probes agree.
+// engine (last_seq gauge). That gauge moves just before the batch is
+// applied: compareReplicas re-asks a differing query while it lands.
 func settle(t *testing.T, engines []*replicaEngine, procs ...*replicaChild) {
 	t.Helper()
 	for i, e := range engines {
@@ -245,24 +246,64 @@ func settle(t *testing.T, engines []*replicaEngine, procs ...*replicaChild) {
 			}
 		}
 	}
-	time.Sleep(50 * time.Millisecond) // the batch at last_seq is applied right after the gauge moves
 }
 
-// compareReplicas asks both conductors n random queries (Dynamo /query and
+// published is how many batches the engines have published.
+func published(engines []*replicaEngine) (n uint64) {
+	for _, e := range engines {
+		n += e.pub.NextSeq()
+	}
+	return n
+}
+
+// flowFor waits until the running flow has published n more batches: the
+// events that flow while a conductor is down, recovering or catching up.
+func flowFor(t *testing.T, engines []*replicaEngine, n uint64) {
+	t.Helper()
+	from := published(engines)
+	deadline := time.Now().Add(60 * time.Second)
+	for published(engines) < from+n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the flow published %d of %d batches in 60 s", published(engines)-from, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// compareReplicas asks a and b n random queries (Dynamo /query and
 // /query_by_hash with Dynamo local hashes, and the Mooncake JSON /query) and
-// requires byte-identical answers. It returns how many answers had a match.
-func compareReplicas(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, a, b *replicaChild) int {
+// requires byte-identical answers. Publishing is paused: a difference may
+// only be a directly subscribed conductor's last batch still being applied
+// (settle), so a differing query is asked again for up to 5 s before it
+// fails, logging the replication and ingest series of a, b and diag. It
+// returns how many answers had device hits.
+func compareReplicas(t *testing.T, rng *rand.Rand, engines []*replicaEngine, n int, a, b *replicaChild, diag ...*replicaChild) int {
 	t.Helper()
 	hits := 0
 	for q := 0; q < n; q++ {
 		addrA, addrB, path, body := replicaQuery(rng, engines, q, a, b)
-		ca, _, ra := httpDo(t, "POST", "http://"+addrA+path, "application/json", []byte(body))
-		cb, _, rb := httpDo(t, "POST", "http://"+addrB+path, "application/json", []byte(body))
-		if ca != 200 || cb != 200 || !bytes.Equal(ra, rb) {
-			t.Fatalf("query %d %s %s:\n A %d %s\n B %d %s", q, path, body, ca, ra, cb, rb)
-		}
-		if bytes.Contains(ra, []byte(`"gpu":`)) && !bytes.Contains(ra, []byte(`"gpu":0`)) {
-			hits++
+		for deadline := time.Now().Add(5 * time.Second); ; {
+			ca, _, ra := httpDo(t, "POST", "http://"+addrA+path, "application/json", []byte(body))
+			cb, _, rb := httpDo(t, "POST", "http://"+addrB+path, "application/json", []byte(body))
+			if ca == 200 && cb == 200 && bytes.Equal(ra, rb) {
+				if bytes.Contains(ra, []byte(`"gpu":`)) && !bytes.Contains(ra, []byte(`"gpu":0`)) {
+					hits++
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				for _, p := range append([]*replicaChild{a, b}, diag...) {
+					_, _, m := httpDo(t, "GET", "http://"+p.main+"/metrics", "", nil)
+					for _, line := range strings.Split(string(m), "\n") {
+						if strings.HasPrefix(line, "conductor_replica_") || strings.HasPrefix(line, "conductor_relay_") ||
+							strings.HasPrefix(line, "conductor_ingest_gaps") || strings.HasPrefix(line, "conductor_ingest_last_seq") {
+							t.Logf("%s %s", p.main, line)
+						}
+					}
+				}
+				t.Fatalf("query %d %s %s:\n A %d %s\n B %d %s", q, path, body, ca, ra, cb, rb)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	}
 	return hits
@@ -359,7 +400,7 @@ func TestReplicaRecovery(t *testing.T) {
 	// A's listeners must be connected before the first event (no peer for A).
 	waitReceiving(t, a, engines)
 	fl := startFlow(t, engines)
-	time.Sleep(500 * time.Millisecond)
+	flowFor(t, engines, 300) // past engine 2's 64-batch ring: only A has the history
 
 	b := startReplica(t, config, append(args, "--peers", "http://"+a.dyn)...)
 	t.Cleanup(func() {
@@ -376,7 +417,7 @@ func TestReplicaRecovery(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("B did not finish recovery\n%s", b.logs)
 	}
-	time.Sleep(500 * time.Millisecond) // events keep flowing after the recovery
+	flowFor(t, engines, 300) // events keep flowing after the recovery
 
 	check := func(name string, x, y *replicaChild) {
 		t.Helper()
@@ -390,12 +431,12 @@ func TestReplicaRecovery(t *testing.T) {
 		}
 	}
 	check("after recovery", a, b)
-	time.Sleep(300 * time.Millisecond)
+	flowFor(t, engines, 200)
 	check("events flowed", a, b)
 
 	// SIGKILL B while events flow; restart it against A's main port.
 	b.kill()
-	time.Sleep(300 * time.Millisecond)
+	flowFor(t, engines, 200) // events B misses
 	b2 := startReplica(t, config, append(args, "--peers", "http://127.0.0.1:1,http://"+a.main)...)
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -411,6 +452,6 @@ func TestReplicaRecovery(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("B did not finish recovery\n%s", b2.logs)
 	}
-	time.Sleep(300 * time.Millisecond)
+	flowFor(t, engines, 200) // events flow after B's recovery
 	check("after SIGKILL and restart", a, b2)
 }
