@@ -17,15 +17,16 @@ BENCH_E2E_TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
 BENCH_E2E_LIMIT ?= 4000
 BENCH_E2E_OUT ?= bench/results
 
-.PHONY: all deps build run test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail clean
+.PHONY: all deps build run test docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail clean
 
 all: build
 
 # deps installs what a fresh Debian machine lacks for cgo + libzmq: a C
-# toolchain (cgo and -race need one) and libzmq with pkg-config.
-APT_PKGS := libzmq3-dev pkg-config gcc libc6-dev
+# toolchain (cgo and -race need one), libzmq with pkg-config, and curl (the
+# docs' examples use it).
+APT_PKGS := libzmq3-dev pkg-config gcc libc6-dev curl
 deps:
-	@if ! command -v gcc >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq; then \
+	@if ! command -v gcc >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq || ! command -v curl >/dev/null 2>&1; then \
 		echo "installing $(APT_PKGS) (apt-get)"; \
 		SUDO=""; \
 		if [ "$$(id -u)" -ne 0 ]; then \
@@ -45,6 +46,7 @@ deps:
 
 build: deps
 	$(GO) build -o $(BIN) ./cmd/conductor
+	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
 
 run: build
 	./$(BIN) $(RUN_ARGS)
@@ -81,8 +83,19 @@ python-test: deps
 	cd python && CONDUCTOR_BIN=$(CURDIR)/bin/conductor FAKE_ENGINE_BIN=$(CURDIR)/bin/fake-engine \
 		python3 -m unittest discover -s tests -t . -v
 
-test: deps vet fmt-check race unit fuzz-smoke python-test bench-smoke
-	@echo "make test: all checks passed"
+# test runs every stage even when one fails (.ci/stages), then prints one
+# summary: each stage's status and time, and the failing tests. TEST_STAGES=
+# runs some.
+TEST_STAGES ?= vet fmt-check race unit fuzz-smoke python-test bench-smoke docs-test
+test: deps
+	@MAKE="$(MAKE)" ./.ci/stages $(TEST_STAGES)
+
+# docs-test runs every block of README.md and docs/*.md marked runnable
+# (cmd/conductor/docs_test.go states the convention) against fresh processes
+# of the binaries built here, with a real nats-server for the scale-out docs.
+docs-test: build
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	CONDUCTOR_DOCS_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 20m -run '^TestDocs$$' -v ./cmd/conductor
 
 # test-faults runs the fault suite at full size (its short form is part of
 # `make test`): publisher restarts, floods, malformed frames, bad replay

@@ -184,17 +184,24 @@ func (s *serverProc) post(tb testing.TB, path, ct string, body []byte) (int, []b
 	return resp.StatusCode, b
 }
 
-// memoCounts returns the memo's hits, misses and recent-prompt hits between
-// two scrapes (prompt hits: 0 for a binary older than that metric).
-func memoCounts(tb testing.TB, a, b metricsPage) (hits, misses, prompt float64) {
+// memoDelta is what the memo counted between two scrapes, in blocks.
+type memoDelta struct {
+	Hits, Misses float64
+	PromptHits   float64 // the part of Hits served from recent prompts (0 for a binary older than that metric)
+	Evictions    float64 // digests the table replaced
+}
+
+// memoCounts returns the memo's counters between two scrapes.
+func memoCounts(tb testing.TB, a, b metricsPage) memoDelta {
 	tb.Helper()
-	const h, m, p = "conductor_hash_memo_hits_total", "conductor_hash_memo_misses_total", "conductor_hash_memo_prompt_hits_total"
-	for _, name := range []string{h, m} {
+	const h, m, p, e = "conductor_hash_memo_hits_total", "conductor_hash_memo_misses_total",
+		"conductor_hash_memo_prompt_hits_total", "conductor_hash_memo_evictions_total"
+	for _, name := range []string{h, m, e} {
 		if _, ok := b[name]; !ok {
 			tb.Fatalf("metric %s missing", name)
 		}
 	}
-	return b[h] - a[h], b[m] - a[m], b[p] - a[p]
+	return memoDelta{Hits: b[h] - a[h], Misses: b[m] - a[m], PromptHits: b[p] - a[p], Evictions: b[e] - a[e]}
 }
 
 // engine is a registered fake vLLM sha256_cbor engine (seed "0", B=16,
@@ -327,7 +334,8 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 	}
 	c1 := s.cpu(tb)
 	r := serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n)}
-	r.MemoHits, r.MemoMisses, r.PromptHits = memoCounts(tb, m0, s.scrape(tb))
+	d := memoCounts(tb, m0, s.scrape(tb))
+	r.MemoHits, r.MemoMisses, r.PromptHits = d.Hits, d.Misses, d.PromptHits
 	return r
 }
 

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -51,18 +53,25 @@ func TestPayloads(t *testing.T) {
 // TestRunPrintsEndpointsAndStops: the first stdout line names the bound
 // endpoints; a signal stops the command with status 0; bad flags are 2.
 func TestRunPrintsEndpointsAndStops(t *testing.T) {
-	var out, errb bytes.Buffer
+	out := &firstLine{seen: make(chan struct{})}
+	var errb bytes.Buffer
 	stop := make(chan os.Signal, 1)
 	done := make(chan int, 1)
-	go func() { done <- run([]string{"-repeat", "1", "-interval", "10ms"}, &out, &errb, stop) }()
-	time.Sleep(100 * time.Millisecond)
+	go func() { done <- run([]string{"-repeat", "1", "-interval", "10ms"}, out, &errb, stop) }()
+	select {
+	case <-out.seen:
+	case code := <-done:
+		t.Fatalf("exit %d before printing its endpoints: %s", code, errb.String())
+	case <-time.After(time.Minute):
+		t.Fatal("no endpoint line")
+	}
 	stop <- syscall.SIGTERM
 	select {
 	case code := <-done:
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, errb.String())
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute):
 		t.Fatal("run did not stop")
 	}
 	var line map[string]any
@@ -72,7 +81,32 @@ func TestRunPrintsEndpointsAndStops(t *testing.T) {
 	if ep, _ := line["endpoint"].(string); !strings.HasPrefix(ep, "tcp://127.0.0.1:") || line["blocks"] != float64(4) {
 		t.Fatalf("line %v", line)
 	}
-	if code := run([]string{"-block-size", "0"}, &out, &errb, stop); code != 2 {
+	if code := run([]string{"-block-size", "0"}, io.Discard, &errb, stop); code != 2 {
 		t.Fatalf("bad flags: exit %d", code)
 	}
+}
+
+// firstLine is an io.Writer safe to read while run writes to it; seen closes
+// once a complete line has been written.
+type firstLine struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	seen chan struct{}
+	once sync.Once
+}
+
+func (w *firstLine) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.buf.Write(p)
+	if bytes.IndexByte(w.buf.Bytes(), '\n') >= 0 {
+		w.once.Do(func() { close(w.seen) })
+	}
+	return n, err
+}
+
+func (w *firstLine) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
 }
