@@ -77,3 +77,40 @@ func TestSaltedQueryAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestPartitionedQueryAllocs: a context split into two partitions (two
+// identities, two profiles, one instance id in both) is answered, both walks
+// and the merge of rows included, without allocating in steady state.
+func TestPartitionedQueryAllocs(t *testing.T) {
+	profs := testProfiles(t)
+	ix := New(Options{})
+	tokens := nsTokens(64 * testBS)
+	var cborKeys []uint64
+	for i, side := range []struct{ owner, prof string }{{"a", "pickle"}, {"b", "cbor"}} {
+		p := profs[side.prof]
+		keys, err := hash.AppendChain(nil, &p, tokens, testBS, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cborKeys = keys
+		for j, inst := range []string{side.owner + "0", "x"} {
+			r := partReg(profs, side.owner, inst, side.prof, false)
+			r.DPRank = int32(i) // x: rank 0 under pickle, rank 1 under cbor
+			r.Endpoint += "/" + side.prof
+			mustRegister(t, ix, r).Apply(stored("GPU", keys[:8*(j+1)]...))
+		}
+	}
+	res := &QueryResult{}
+	for _, req := range []*QueryRequest{
+		{Model: "m", BlockSize: testBS, Tokens: tokens, PerMedium: true},
+		{Model: "m", BlockSize: testBS, Hashes: cborKeys, ByHash: true},
+	} {
+		_ = ix.Query(req, res)
+		if n := testing.AllocsPerRun(100, func() { _ = ix.Query(req, res) }); n != 0 {
+			t.Fatalf("ByHash=%v: %v allocs per query over two partitions", req.ByHash, n)
+		}
+		if x := row(res, "x"); len(res.Instances) != 3 || x == nil || len(x.Ranks) != 2 || x.Device != 16*testBS {
+			t.Fatalf("ByHash=%v: %+v", req.ByHash, res.Instances)
+		}
+	}
+}

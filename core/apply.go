@@ -45,37 +45,37 @@ func (s *Subscription) newSubCtx(c *context) *subCtx {
 	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef), keys: make(map[uint32]*keySet)}
 }
 
-// ctxState returns the subscription's state for context k, or nil when the
-// context does not exist (events for unknown contexts are dropped, never
+// ctxState returns the subscription's state for context k (in the
+// partition partitionFor chooses), or nil when the context does not exist
+// or no partition of it fits (events for unknown contexts are dropped, never
 // create state).
 func (s *Subscription) ctxState(k *ContextKey) *subCtx {
 	if s.home.key == *k {
 		return s.state[s.home]
 	}
-	c := s.ix.lookupContext(*k)
-	if c == nil {
+	head := s.ix.lookupContext(*k)
+	if head == nil {
 		return nil
 	}
-	if sc, ok := s.state[c]; ok {
+	c, sc := s.partitionFor(head)
+	if sc != nil || c == nil {
 		return sc
 	}
 	ix := s.ix
 	ix.mu.Lock()
-	if c.reclaimed {
-		// Reclaimed since the lock-free lookup; a new context may have
-		// taken its key meanwhile.
-		if c = ix.lookupContext(*k); c == nil {
-			ix.mu.Unlock()
-			return nil
-		}
-		if sc, ok := s.state[c]; ok {
-			ix.mu.Unlock()
-			return sc
-		}
+	// Choose again under the lock: the lock-free walk may have raced a
+	// partition being linked or reclaimed.
+	c = nil
+	if head = ix.lookupContext(*k); head != nil {
+		c, sc = s.partitionFor(head)
+	}
+	if sc != nil || c == nil {
+		ix.mu.Unlock()
+		return sc
 	}
 	c.refs++
 	ix.mu.Unlock()
-	sc := s.newSubCtx(c)
+	sc = s.newSubCtx(c)
 	s.state[c] = sc
 	return sc
 }

@@ -54,15 +54,20 @@ type ctxMeta struct {
 	instances []instanceSpan
 }
 
-// context is one (tenant, model, lora, block_size) prefix index.
+// context is one partition of a (tenant, model, lora, block_size) prefix
+// index: the blocks filed under one hash profile (partition.go).
 type context struct {
 	key  ContextKey
 	lora []byte // key.LoraName as bytes, for the hash chain
-	// bind is the context's hash profile. It is replaced (once) when a
-	// pool-only context is bound by its first engine registration, while
-	// appliers and queries read it: hence an atomic pointer.
+	// bind is the partition's hash profile and the identity that bound it.
+	// It is replaced (once) when a pool-only partition is bound by its
+	// first engine registration, while appliers and queries read it: hence
+	// an atomic pointer.
 	bind   atomic.Pointer[binding]
 	blocks *blockMap // blockmap.go
+	// next is the key's next partition, nil for the last. Written under
+	// Index.mu, read lock-free by queries (partition.go).
+	next atomic.Pointer[context]
 
 	meta atomic.Pointer[ctxMeta]
 
@@ -86,7 +91,7 @@ type ownerKey struct {
 	stream uint64
 }
 
-func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *context {
+func newContext(key ContextKey, b *binding, sizeHint int) *context {
 	c := &context{
 		key:      key,
 		lora:     []byte(key.LoraName),
@@ -95,19 +100,21 @@ func newContext(key ContextKey, p hash.Profile, bound bool, sizeHint int) *conte
 		regSlots: make(map[slot]int),
 	}
 	c.meta.Store(&ctxMeta{})
-	c.bind.Store(&binding{profile: p, bound: bound})
+	c.bind.Store(b)
 	return c
 }
 
-// binding is a context's hash profile. bound is false for a context created
-// only to hold pool blocks whose registration named no profile; the first
-// engine (or explicit) registration binds it.
+// binding is a partition's hash profile. bound is false for a partition
+// created only to hold pool blocks whose registration named no profile; the
+// first engine (or explicit) registration binds it. owner is the
+// Registration.Owner of the registration that bound it ("" while unbound).
 type binding struct {
 	profile hash.Profile
 	bound   bool
+	owner   string
 }
 
-// profile returns the context's current hash profile (never nil).
+// profile returns the partition's current hash profile (never nil).
 func (c *context) profile() *hash.Profile { return &c.bind.Load().profile }
 
 // internOwner returns the owner for k, creating it (and its slot) if new.

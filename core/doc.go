@@ -4,11 +4,18 @@
 //
 // # Model
 //
-// A context is (tenant_id, model_name, lora_name, block_size), bound to one
-// resolved hash profile (package hash) at its first registration. Each context
-// holds a concurrent map from the 64-bit prefix key of a block to the set of
-// owners holding it, per tier: 64 xsync.MapOf shards by the key's top bits
-// (blockmap.go), so a growing index doubles one shard at a time. Under an engine profile (vllm_v1,
+// A context is (tenant_id, model_name, lora_name, block_size). It holds one
+// partition per resolved hash profile (package hash) its registrations
+// bound, each bound by one identity (Registration.Owner, the operator's
+// owners counting as one, Options.OperatorOwners): a registration
+// joins the partition with its profile, and a different profile is a
+// conflict when its own identity bound a partition, a partition of its own
+// otherwise (partition.go). Without client tokens a context therefore has
+// one profile. Each partition holds a concurrent map from the 64-bit prefix
+// key of a block to the set of owners holding it, per tier: 64 xsync.MapOf
+// shards by the key's top bits (blockmap.go), so a growing index doubles one
+// shard at a time. A query answers every partition with its own profile's
+// chain and merges the rows. Under an engine profile (vllm_v1,
 // sglang) the key is the engine's projected block hash; under the xxh3 standard
 // profile it is the plain RFC #1527 rolling sequence hash (seed S, no LoRA or
 // salt in the formula), re-computed from the event's token ids when the
@@ -60,4 +67,25 @@
 //   - Per-medium prefixes (Media: device; host = cpu_local ∪ cpu_share; disk)
 //     are independent of each other, each ≤ disk, and equal a naive model
 //     (TestQueryAgreesWithModel, modelMedia).
+//   - The partitions of a context have distinct profiles, and an identity
+//     binds at most one of them: an engine or explicit-profile registration
+//     whose profile no partition has is refused with ErrConflict iff a
+//     partition was bound by its own identity, and starts a partition
+//     otherwise; pool registrations follow partition.go's rules
+//     (TestProfilePartitionRules, TestProfilePartitionModel,
+//     TestProfileSquatting in httpd).
+//   - A query of a partitioned context equals the queries of separate
+//     indexes, one per partition, merged: one row per instance, the union
+//     of its ranks, the largest boundary per tier and medium for a rank in
+//     several (TestPartitionedQueryMatchesSeparateIndexes, mergeNaive). With
+//     one partition it allocates nothing more (TestQueryAllocs,
+//     TestPartitionedQueryAllocs for two).
+//   - A partition is unlinked once no subscription references it and it
+//     holds no block, the context's key with its last partition
+//     (TestPartitionReclaim, TestPartitionSplitConcurrent).
+//   - An RFC #1527 event naming another context goes to the partition its
+//     subscription holds state in, else the one with its home profile, else
+//     the context's only partition, else nowhere
+//     (TestRFCEnvelopePartitionRouting); a restored dump re-creates the
+//     partitions from the registrations' owners (TestRestoreRecreatesPartitions).
 package core

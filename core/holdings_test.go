@@ -9,11 +9,13 @@ import (
 // countHoldings walks every block: the reference for TierBlocks.
 func (ix *Index) countHoldings() [NumTiers]int {
 	var n [NumTiers]int
-	ix.contexts.Range(func(_ ContextKey, c *context) bool {
-		c.blocks.Range(func(_ uint64, v blockVal) bool {
-			v.forEach(func(w uint64) { n[wordTier(w)]++ })
-			return true
-		})
+	ix.contexts.Range(func(_ ContextKey, head *context) bool {
+		for c := head; c != nil; c = c.next.Load() {
+			c.blocks.Range(func(_ uint64, v blockVal) bool {
+				v.forEach(func(w uint64) { n[wordTier(w)]++ })
+				return true
+			})
+		}
 		return true
 	})
 	return n

@@ -18,7 +18,8 @@ var (
 	// ErrInvalid: a registration or request is semantically invalid.
 	ErrInvalid = errors.New("conductor: invalid")
 	// ErrConflict: a registration conflicts with existing state (service key,
-	// endpoint, or the context's bound hash profile). No state was changed.
+	// endpoint, or a hash profile that contradicts the partition its own
+	// identity bound in the context; partition.go). No state was changed.
 	ErrConflict = errors.New("conductor: conflict")
 	// ErrNotFound: no such registration.
 	ErrNotFound = errors.New("conductor: not found")
@@ -91,6 +92,13 @@ type Options struct {
 	// Observer sees every change the transport makes to a subscription, in
 	// the order it is made (observer.go). Default nil: none.
 	Observer Observer
+	// OperatorOwners are the Registration.Owner values of the operator: the
+	// admin token's ("admin", httpd.AdminPrincipal) and the configuration
+	// file's ("config", cmd/conductor). For hash-profile binding they are
+	// one identity, so the operator's registrations of a context must agree
+	// on its profile as one client's must (partition.go). Default (nil):
+	// "admin" and "config".
+	OperatorOwners []string
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -121,6 +129,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.OperatorOwners == nil {
+		o.OperatorOwners = []string{"admin", "config"}
 	}
 }
 
@@ -202,7 +213,9 @@ type Index struct {
 	// queries counts Query calls in flight (applyrun.go).
 	queries atomic.Int64
 
-	// contexts is read lock-free by queries; written under mu.
+	// contexts maps a context key to its first partition (the others follow
+	// through context.next; partition.go). Read lock-free by queries;
+	// written under mu.
 	contexts *xsync.MapOf[ContextKey, *context]
 
 	// mu guards the registry maps below and context creation/reclaim. Lock
@@ -242,45 +255,8 @@ func New(opts Options) *Index {
 // Counters exposes the index-wide event counters.
 func (ix *Index) Counters() *Counters { return &ix.counters }
 
+// lookupContext returns the first partition of k (nil when none).
 func (ix *Index) lookupContext(k ContextKey) *context {
 	c, _ := ix.contexts.Load(k)
 	return c
-}
-
-// acquireContext returns the context for k, creating it bound to p when
-// absent. Caller holds ix.mu.
-func (ix *Index) acquireContextLocked(k ContextKey, reg *Registration, bind bool) (*context, error) {
-	c := ix.lookupContext(k)
-	if c == nil {
-		c = newContext(k, reg.Profile, bind, ix.opts.ContextSizeHint)
-		ix.contexts.Store(k, c)
-	} else if b := c.bind.Load(); bind {
-		if !b.bound {
-			// A pool-only context adopts the first engine/explicit profile.
-			c.bind.Store(&binding{profile: reg.Profile, bound: true})
-		} else if b.profile != reg.Profile {
-			sp := b.profile.Spec
-			return nil, fmt.Errorf("register %s: context %s/%s/%q/%d is bound to hash profile %s/%s/%s/%s: %w",
-				reg.Key(), k.TenantID, k.ModelName, k.LoraName, k.BlockSize,
-				sp.Strategy, sp.Algorithm, sp.PythonHashSeed, sp.IndexProjection, ErrConflict)
-		}
-	} else if b.bound && b.profile != reg.Profile && reg.ProfileExplicit {
-		return nil, fmt.Errorf("register %s: pool profile differs from the context's bound profile: %w", reg.Key(), ErrConflict)
-	}
-	c.refs++
-	return c, nil
-}
-
-// releaseContextLocked drops one reference and reclaims the context when
-// nothing references it and it holds no blocks. Caller holds ix.mu.
-func (ix *Index) releaseContextLocked(c *context) {
-	c.refs--
-	if c.refs > 0 || c.reclaimed {
-		return
-	}
-	if c.blocks.Size() > 0 {
-		return
-	}
-	c.reclaimed = true
-	ix.contexts.Delete(c.key)
 }

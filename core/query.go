@@ -3,7 +3,9 @@ package core
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/seed-c7a81618/conductor/hash"
 )
@@ -123,6 +125,11 @@ const noTier = uint8(NumTiers)
 // is where the next began or the walk stopped. Hashes are computed lazily and
 // stop at the furthest block any cursor reaches.
 //
+// A context with several partitions (one per hash profile, partition.go) is
+// answered partition by partition, each with its own profile's chain, and the
+// rows are merged (mergeRows). With one partition the query costs what an
+// unpartitioned index would.
+//
 // An unknown context yields no rows and creates no state.
 func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	ix.queries.Add(1) // the applier steps aside while queries run (applyrun.go)
@@ -138,19 +145,63 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 		return nil
 	}
 	res.ContextFound = true
+	if c.next.Load() == nil {
+		_, err := ix.queryPartition(c, req, res, tenant, 0)
+		return err
+	}
+	return ix.queryPartitions(c, req, res, tenant)
+}
+
+// queryPartitions answers a key with several partitions, the first being
+// head. A partition whose chain cannot hash the prompt (say a cache_salt
+// that is not UTF-8 under vllm_v1) contributes no rows, so one identity's
+// profile cannot fail the queries of another's; the error is returned only
+// when no partition could answer.
+func (ix *Index) queryPartitions(head *context, req *QueryRequest, res *QueryResult, tenant string) error {
+	var first error
+	answered := false
+	base, parts := 0, 0
+	for c := head; c != nil; c = c.next.Load() {
+		n := len(res.Instances)
+		used, err := ix.queryPartition(c, req, res, tenant, base)
+		if err != nil {
+			if first == nil {
+				first = err
+			}
+			continue
+		}
+		answered = true
+		base += used
+		if len(res.Instances) > n {
+			parts++
+		}
+	}
+	if !answered {
+		return first
+	}
+	if parts > 1 {
+		res.mergeRows(base)
+	}
+	return nil
+}
+
+// queryPartition appends the rows of partition c, sorted by instance, to
+// res.Instances; their ranks go to res.ranks[base:] (rows already there keep
+// theirs). It returns the number of ranks written.
+func (ix *Index) queryPartition(c *context, req *QueryRequest, res *QueryResult, tenant string, base int) (int, error) {
 	m := c.meta.Load()
 	lo, hi := 0, len(m.slots)
 	spans := m.instances
 	if req.Instance != "" {
 		i := sort.Search(len(spans), func(i int) bool { return spans[i].id >= req.Instance })
 		if i == len(spans) || spans[i].id != req.Instance {
-			return nil
+			return 0, nil
 		}
 		spans = spans[i : i+1]
 		lo, hi = spans[0].lo, spans[0].hi
 	}
 	if lo == hi {
-		return nil
+		return 0, nil
 	}
 
 	nBlocks := len(req.Hashes)
@@ -165,7 +216,7 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 			lora, salt = nil, nil
 		}
 		if err := res.chain.Reset(prof, req.Tokens, c.key.BlockSize, lora, salt); err != nil {
-			return fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
+			return 0, fmt.Errorf("query %s/%s: %w: %w", tenant, req.Model, ErrInvalid, err)
 		}
 		nBlocks = res.chain.Blocks()
 	}
@@ -187,10 +238,12 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 		}
 		return int64(res.chain.MatchedTokens(int(blocks)))
 	}
-	if cap(res.ranks) < hi-lo {
-		res.ranks = make([]RankResult, hi-lo)
+	need := base + hi - lo
+	if cap(res.ranks) < need {
+		// Rows already assembled keep the old array.
+		res.ranks = make([]RankResult, need)
 	}
-	ranks := res.ranks[:hi-lo]
+	ranks := res.ranks[base:need]
 	for i := range cur {
 		cu := &cur[i]
 		if !cu.done {
@@ -218,19 +271,84 @@ func (ix *Index) Query(req *QueryRequest, res *QueryResult) error {
 	}
 	for _, sp := range spans {
 		row := InstanceResult{ID: sp.id, Ranks: ranks[sp.lo-lo : sp.hi-lo]}
-		for _, r := range row.Ranks {
-			row.Device = max(row.Device, r.Device)
-			row.CPULocal = max(row.CPULocal, r.CPULocal)
-			row.CPUShare = max(row.CPUShare, r.CPUShare)
-			row.Disk = max(row.Disk, r.Disk)
-			for k := range NumMedia {
-				row.Media[k] = max(row.Media[k], r.Media[k])
-			}
-		}
-		row.LongestMatched = row.Disk
+		row.aggregate()
 		res.Instances = append(res.Instances, row)
 	}
-	return nil
+	return hi - lo, nil
+}
+
+// aggregate sets the row's tier boundaries and media to the maxima over its
+// ranks, and LongestMatched to the disk boundary.
+func (row *InstanceResult) aggregate() {
+	for _, r := range row.Ranks {
+		row.Device = max(row.Device, r.Device)
+		row.CPULocal = max(row.CPULocal, r.CPULocal)
+		row.CPUShare = max(row.CPUShare, r.CPUShare)
+		row.Disk = max(row.Disk, r.Disk)
+		for k := range NumMedia {
+			row.Media[k] = max(row.Media[k], r.Media[k])
+		}
+	}
+	row.LongestMatched = row.Disk
+}
+
+// mergeRows merges the rows of several partitions (each run sorted by
+// instance) into one list sorted by instance. An instance in several
+// partitions (one identity's ranks registered under two profiles, or the
+// admin reusing an instance id) gets one row with the union of its ranks;
+// a (instance, rank) in several partitions gets, per tier and medium, the
+// largest of its boundaries: each partition's answer is a prefix the rank
+// holds. Maxima keep device ≤ cpu_local ≤ cpu_share ≤ disk. Merged ranks
+// are written to res.ranks[base:]; no allocation once res.ranks has grown.
+func (res *QueryResult) mergeRows(base int) {
+	rows := res.Instances
+	slices.SortStableFunc(rows, func(a, b InstanceResult) int { return strings.Compare(a.ID, b.ID) })
+	out := rows[:0]
+	for i := 0; i < len(rows); {
+		j := i + 1
+		for j < len(rows) && rows[j].ID == rows[i].ID {
+			j++
+		}
+		if j == i+1 {
+			out = append(out, rows[i])
+			i = j
+			continue
+		}
+		start := base
+		for _, r := range rows[i:j] {
+			for _, rk := range r.Ranks {
+				base = res.mergeRank(start, base, rk)
+			}
+		}
+		row := InstanceResult{ID: rows[i].ID, Ranks: res.ranks[start:base]}
+		row.aggregate()
+		out = append(out, row) // len(out) ≤ i: rows[i:j] were read above
+		i = j
+	}
+	res.Instances = out
+}
+
+// mergeRank inserts rk into res.ranks[start:end], kept ascending by rank,
+// taking the maxima when the rank is there already. It returns the new end.
+func (res *QueryResult) mergeRank(start, end int, rk RankResult) int {
+	rs := res.ranks[start:end]
+	p := 0
+	for p < len(rs) && rs[p].Rank < rk.Rank {
+		p++
+	}
+	if p < len(rs) && rs[p].Rank == rk.Rank {
+		r := &rs[p]
+		r.Device, r.CPULocal = max(r.Device, rk.Device), max(r.CPULocal, rk.CPULocal)
+		r.CPUShare, r.Disk = max(r.CPUShare, rk.CPUShare), max(r.Disk, rk.Disk)
+		for k := range NumMedia {
+			r.Media[k] = max(r.Media[k], rk.Media[k])
+		}
+		return end
+	}
+	res.ranks = append(res.ranks[:end], RankResult{})
+	copy(res.ranks[start+p+1:end+1], res.ranks[start+p:end])
+	res.ranks[start+p] = rk
+	return end + 1
 }
 
 func growCursors(cur []cursor, n int) []cursor {

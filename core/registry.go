@@ -82,9 +82,11 @@ type Registration struct {
 	// registration goes back into that registry (cmd/conductor's state file).
 	Origin string
 	// Owner is the identity that made the registration (the bearer token's
-	// name; "admin" for the admin token and configuration files, "" on an
-	// open surface). Only the owner or the admin may unregister it
-	// (httpd.Gate); two registrations differing only in Owner conflict.
+	// name; "admin" for the admin token and on an open surface, "config" for
+	// configuration files). Only the owner or the admin may unregister it
+	// (httpd.Gate); two registrations differing only in Owner conflict. It
+	// also decides whether a contradicting hash profile is a conflict or a
+	// partition of its own (partition.go; Options.OperatorOwners).
 	Owner string
 }
 
@@ -177,8 +179,10 @@ func sameConfig(a, b *Registration) bool {
 // Register adds a subscription, or returns the existing one unchanged when an
 // identical registration exists (created=false). A conflicting registration for
 // the same key, an endpoint already used by another key, or a hash profile that
-// differs from the context's bound profile is refused with ErrConflict and no
-// state change.
+// differs from the profile of a partition of the context bound by the same
+// identity (Owner; partition.go) is refused with ErrConflict and no state
+// change. A profile that differs only from other identities' partitions gets
+// a partition of its own.
 func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err error) {
 	sub, created, err = ix.register(r)
 	if o := ix.opts.Observer; created && o != nil {
@@ -212,7 +216,7 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		return nil, false, fmt.Errorf("register %s: %d registrations: %w", key, len(ix.subs), ErrLimit)
 	}
 	bind := !r.Type.pool() || r.ProfileExplicit
-	c, err := ix.acquireContextLocked(r.ContextKey(), &r, bind)
+	c, err := ix.acquireContextLocked(&r, bind)
 	if err != nil {
 		return nil, false, err
 	}

@@ -6,7 +6,9 @@ import (
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
-// ContextView describes one context for /global_view.
+// ContextView describes one partition of a context for /global_view: a
+// context whose registrations bound several hash profiles (partition.go)
+// has one view per profile.
 type ContextView struct {
 	ContextKey
 	// PrefixCount is the number of distinct prefix keys with at least one owner.
@@ -15,34 +17,40 @@ type ContextView struct {
 	// ProfileBound is false for a pool-only context whose profile is not yet
 	// fixed by an engine registration.
 	ProfileBound bool
+	// Owner is the identity (Registration.Owner) that bound the profile;
+	// "" while unbound.
+	Owner string
 	// Instances maps each query instance to its ranks, ascending.
 	Instances map[string][]int32
 }
 
-// GlobalView describes every context, sorted by key.
+// GlobalView describes every context partition, sorted by key, the
+// partitions of one key in the order they were created.
 type GlobalView struct {
 	Contexts []ContextView
 }
 
-// GlobalView returns a snapshot of every context.
+// GlobalView returns a snapshot of every context partition.
 func (ix *Index) GlobalView() GlobalView {
 	var gv GlobalView
-	ix.contexts.Range(func(k ContextKey, c *context) bool {
-		m := c.meta.Load()
-		b := c.bind.Load()
-		cv := ContextView{ContextKey: k, PrefixCount: c.blocks.Size(), Profile: b.profile,
-			ProfileBound: b.bound, Instances: make(map[string][]int32, len(m.instances))}
-		for _, sp := range m.instances {
-			ranks := make([]int32, 0, sp.hi-sp.lo)
-			for _, s := range m.slots[sp.lo:sp.hi] {
-				ranks = append(ranks, s.rank)
+	ix.contexts.Range(func(k ContextKey, head *context) bool {
+		for c := head; c != nil; c = c.next.Load() {
+			m := c.meta.Load()
+			b := c.bind.Load()
+			cv := ContextView{ContextKey: k, PrefixCount: c.blocks.Size(), Profile: b.profile,
+				ProfileBound: b.bound, Owner: b.owner, Instances: make(map[string][]int32, len(m.instances))}
+			for _, sp := range m.instances {
+				ranks := make([]int32, 0, sp.hi-sp.lo)
+				for _, s := range m.slots[sp.lo:sp.hi] {
+					ranks = append(ranks, s.rank)
+				}
+				cv.Instances[sp.id] = ranks
 			}
-			cv.Instances[sp.id] = ranks
+			gv.Contexts = append(gv.Contexts, cv)
 		}
-		gv.Contexts = append(gv.Contexts, cv)
 		return true
 	})
-	sort.Slice(gv.Contexts, func(i, j int) bool { return ctxLess(gv.Contexts[i].ContextKey, gv.Contexts[j].ContextKey) })
+	sort.SliceStable(gv.Contexts, func(i, j int) bool { return ctxLess(gv.Contexts[i].ContextKey, gv.Contexts[j].ContextKey) })
 	return gv
 }
 

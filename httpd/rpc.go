@@ -31,14 +31,6 @@ const (
 	RetServiceNotFound      = -2001
 )
 
-// Causes of RPC failures that have no reason token of the HTTP API (the
-// response then carries "error" without "reason").
-var (
-	errRPCInternal = errors.New("conductor: internal error")
-	errRPCNotFound = errors.New("conductor: service not found")
-	errRPCMethod   = errors.New("conductor: unknown RPC method")
-)
-
 // retCodes lists the codes the server answers with (metric labels).
 var retCodes = [...]int{RetOK, RetInternalError, RetInvalidParams, RetRPCFail, RetServiceNotFound}
 
@@ -155,10 +147,10 @@ func (r *RPCServer) Handler(ctx *fasthttp.RequestCtx) {
 		ret = r.writeFailure(ctx, st, m, rerr.status(), code, rerr)
 	case m == rpcOther:
 		ret = r.writeFailure(ctx, st, m, 404, RetRPCFail,
-			reqErr(errRPCMethod, "", "unknown RPC method; want POST /rpc/{Query,Register,Unregister,GetGlobalView,ListServices}"))
+			reqErr(ErrNotFound, "", "unknown RPC method; want POST /rpc/{Query,Register,Unregister,GetGlobalView,ListServices}"))
 	case !ctx.IsPost():
 		ctx.Response.Header.Set("Allow", "POST")
-		ret = r.writeFailure(ctx, st, m, 405, RetRPCFail, reqErr(errRPCMethod, "", "RPC methods take POST"))
+		ret = r.writeFailure(ctx, st, m, 405, RetRPCFail, reqErr(ErrMethodNotAllowed, "", "RPC methods take POST"))
 	case m == rpcQuery:
 		ret = r.query(ctx, st)
 	case m == rpcRegister:
@@ -201,7 +193,7 @@ func (r *RPCServer) query(ctx *fasthttp.RequestCtx, st *reqState) int {
 	case rerr != nil:
 		return r.writeFailure(ctx, st, rpcQuery, 200, RetInvalidParams, rerr)
 	case err != nil:
-		return r.writeFailure(ctx, st, rpcQuery, 200, RetInternalError, reqErr(errRPCInternal, "", "query failed: "+err.Error()))
+		return r.writeFailure(ctx, st, rpcQuery, 200, RetInternalError, reqErr(ErrInternal, "", "query failed: "+err.Error()))
 	}
 	e := &st.enc
 	e.reset(true)
@@ -227,7 +219,7 @@ func (r *RPCServer) register(ctx *fasthttp.RequestCtx, st *reqState) int {
 	case rerr != nil:
 		return r.writeFailure(ctx, st, rpcRegister, 200, RetInvalidParams, rerr)
 	case err != nil:
-		return r.writeFailure(ctx, st, rpcRegister, 200, RetInternalError, reqErr(errRPCInternal, "", "Failed to subscribe: "+err.Error()))
+		return r.writeFailure(ctx, st, rpcRegister, 200, RetInternalError, reqErr(ErrInternal, "", "Failed to subscribe: "+err.Error()))
 	}
 	return r.writeOK(ctx, st)
 }
@@ -243,13 +235,13 @@ func (r *RPCServer) unregister(ctx *fasthttp.RequestCtx, st *reqState) int {
 	if err := s.unregister(st.who, k, key); err != nil {
 		switch {
 		case errors.Is(err, core.ErrNotFound):
-			return r.writeFailure(ctx, st, rpcUnregister, 200, RetServiceNotFound, reqErr(errRPCNotFound, "", "service not found: "+key))
+			return r.writeFailure(ctx, st, rpcUnregister, 200, RetServiceNotFound, reqErr(ErrNotFound, "", "service not found: "+key))
 		case errors.Is(err, ErrForbidden):
 			return r.writeFailure(ctx, st, rpcUnregister, 403, RetRPCFail, &RequestError{Err: ErrForbidden, Index: noIndex, Status: 403, Msg: err.Error()})
 		case errors.Is(err, ErrStateWrite):
 			return r.writeFailure(ctx, st, rpcUnregister, 500, RetInternalError, &RequestError{Err: ErrStateWrite, Index: noIndex, Status: 500, Msg: err.Error()})
 		}
-		return r.writeFailure(ctx, st, rpcUnregister, 200, RetInternalError, reqErr(errRPCInternal, "", "Failed to unregister: "+err.Error()))
+		return r.writeFailure(ctx, st, rpcUnregister, 200, RetInternalError, reqErr(ErrInternal, "", "Failed to unregister: "+err.Error()))
 	}
 	return r.writeOK(ctx, st)
 }
@@ -316,9 +308,8 @@ func (r *RPCServer) writeOK(ctx *fasthttp.RequestCtx, st *reqState) int {
 // writeFailure answers {"ret": ret, <the method's empty payload>, "error",
 // "reason", "field"?, "index"?}: the payload is what the Python API returns on
 // failure (hits {}; context_count 0 and contexts []; count 0 and services []),
-// the rest names the cause (reason as in the HTTP API's error envelope, absent
-// for causes it has no token for; the client logs it at debug level). It
-// returns ret.
+// the rest names the cause as the HTTP API's error envelope does (the client
+// logs it at debug level). It returns ret.
 func (r *RPCServer) writeFailure(ctx *fasthttp.RequestCtx, st *reqState, m rpcMethod, status, ret int, e *RequestError) int {
 	if r.s.opts.Logger.Enabled(context.Background(), slog.LevelDebug) {
 		r.s.opts.Logger.Debug("RPC request failed", "method", m.String(), "ret", ret, "err", e.Error())

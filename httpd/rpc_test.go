@@ -566,15 +566,16 @@ func (f unregisterFailing) Unregister(core.ServiceKey) (core.Registration, error
 
 // TestRPCInternalError: failures the request did not cause are INTERNAL_ERROR
 // (a subscriber that cannot start; an unregister that fails for another
-// reason than an unknown subscription), with the cause in "error".
+// reason than an unknown subscription), with the cause in "error" and reason
+// internal.
 func TestRPCInternalError(t *testing.T) {
 	env := newRPCEnv(t, Options{})
 	env.s.gate.reg = failingRegistrar{env.reg}
 	got := rpcCall(t, env.r, "Register", jsonEnc(pyReg()))
-	checkRet(t, got, RetInternalError, "", "")
-	if m := decodeMap(t, got); !strings.Contains(m["error"].(string), "Failed to subscribe") || len(m) != 2 {
+	checkRet(t, got, RetInternalError, "internal", "")
+	if m := decodeMap(t, got); !strings.Contains(m["error"].(string), "Failed to subscribe") || len(m) != 3 {
 		t.Fatalf("body %s", got.body)
 	}
 	env.s.gate.reg = unregisterFailing{env.reg}
-	checkRet(t, rpcCall(t, env.r, "Unregister", `{"instance_id":"x"}`), RetInternalError, "", "")
+	checkRet(t, rpcCall(t, env.r, "Unregister", `{"instance_id":"x"}`), RetInternalError, "internal", "")
 }
