@@ -94,13 +94,29 @@ type settings struct {
 	nats            natsSettings // nats.go
 }
 
-func parseFlags(args []string, stderr io.Writer) (settings, error) {
+// parseFlags parses the command line; --help writes the grouped flag list to
+// help and returns flag.ErrHelp, and any other parse error is one line.
+func parseFlags(args []string, help io.Writer) (settings, error) {
 	var s settings
+	fs := defineFlags(&s)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeHelp(help, fs)
+			return s, err
+		}
+		return s, flagError(err, fs)
+	}
+	return s, s.check(fs)
+}
+
+// defineFlags defines every flag on a new set, bound to s.
+func defineFlags(s *settings) *flag.FlagSet {
 	fs := flag.NewFlagSet("conductor", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned as one line, help is writeHelp
+	fs.Usage = func() {}
 	fs.StringVar(&s.configPath, "config", "", "configuration file (default $CONDUCTOR_CONFIG_PATH, else ~/.mooncake/conductor_config.json)")
-	fs.IntVar(&s.httpPort, "http-port", -1, "HTTP port, overrides http_server_port (0 = ephemeral)")
-	fs.IntVar(&s.rpcPort, "rpc-port", -1, "Python client RPC port, overrides rpc_server_port (default 50052; 0 = off)")
+	fs.IntVar(&s.httpPort, "http-port", -1, "HTTP port of the Mooncake API (default: the config file's http_server_port, else 13333; 0 = ephemeral)")
+	fs.IntVar(&s.rpcPort, "rpc-port", -1, "Python client RPC port (default: the config file's rpc_server_port, else 50052; 0 = off)")
 	fs.StringVar(&s.listen, "listen", "127.0.0.1", "bind address of every listener (loopback by default; 0.0.0.0 to serve other hosts, which needs an admin token or --insecure)")
 	fs.BoolVar(&s.insecure, "insecure", false, "serve without an admin token on a --listen address that is not loopback (every endpoint open to anyone who reaches the port)")
 	fs.StringVar(&s.logLevel, "log-level", "", "DEBUG, INFO, WARN or ERROR (default $CONDUCTOR_LOG_LEVEL, else INFO)")
@@ -108,8 +124,8 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.BoolVar(&s.showVersion, "version", false, "print the version and exit")
 	fs.IntVar(&s.maxBodyBytes, "max-body-bytes", 0, "largest request body in bytes (default 16 MiB; larger → 413)")
 	fs.Int64Var(&s.maxInflightBody, "max-inflight-body-bytes", httpd.DefaultMaxInflightBodyBytes,
-		"request-body bytes all connections may hold at once (declared lengths count; past it → 503)")
-	fs.IntVar(&s.maxConns, "max-connections", httpd.DefaultMaxConns, "most open HTTP connections over every surface (past it → 503 and close)")
+		"request-body buffer bytes all connections may hold at once, charged as bytes arrive (bodies ≤ 64 KiB keep ⅛ of it; a larger body waits up to 2 s, then 503)")
+	fs.IntVar(&s.maxConns, "max-connections", httpd.DefaultMaxConns, "most open HTTP connections over every surface (at the cap the heaviest client's longest-idle connection is closed for room; a few kept for /health and /metrics; else 503 and close)")
 	fs.IntVar(&s.maxQueryTokens, "max-query-tokens", 0, "most token_ids / seq_hashes per query (default 1048576)")
 	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations,
 		fmt.Sprintf("most registrations, at most %d (past it → 400 limit_exceeded)", ingest.MaxListenersLimit))
@@ -141,62 +157,64 @@ func parseFlags(args []string, stderr io.Writer) (settings, error) {
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
 	addDynamoFlags(fs, &s.dynamo)
 	addNATSFlags(fs, &s.nats)
-	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; README: Memory and GC policy)")
+	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; docs/performance.md)")
 	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
 	addSchedFlags(fs, &s.ingestNice)
 	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit) (default $GOGC, else 100)")
-	if err := fs.Parse(args); err != nil {
-		return s, err
-	}
+	return fs
+}
+
+// check validates the parsed flags and derives what depends on several.
+func (s *settings) check(fs *flag.FlagSet) error {
 	if fs.NArg() > 0 {
-		return s, fmt.Errorf("unexpected arguments: %q", fs.Args())
+		return fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if err := s.dynamoMode(set); err != nil {
-		return s, err
+		return err
 	}
 	if s.httpPort > 65535 || s.httpPort < -1 {
-		return s, fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
+		return fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
 	}
 	if s.maxRegistration > ingest.MaxListenersLimit {
-		return s, fmt.Errorf("--max-registrations=%d: at most %d (each waiting registration holds an OS thread)",
+		return fmt.Errorf("--max-registrations=%d: at most %d (each waiting registration holds an OS thread)",
 			s.maxRegistration, ingest.MaxListenersLimit)
 	}
 	if s.rxQueueBytes <= 0 || s.rxQueuedBytes <= 0 || s.maxMessageBytes <= 0 {
-		return s, fmt.Errorf("--receive-queue-bytes, --max-queued-bytes and --max-message-bytes must be > 0")
+		return fmt.Errorf("--receive-queue-bytes, --max-queued-bytes and --max-message-bytes must be > 0")
 	}
 	if s.maxConns <= 0 || s.maxInflightBody <= 0 || s.maxRegistration <= 0 || s.maxBodyBytes < 0 || s.maxQueryTokens < 0 {
-		return s, fmt.Errorf("--max-connections, --max-inflight-body-bytes and --max-registrations must be > 0, " +
+		return fmt.Errorf("--max-connections, --max-inflight-body-bytes and --max-registrations must be > 0, " +
 			"--max-body-bytes and --max-query-tokens >= 0 (0 = default)")
 	}
 	if s.rpcPort > 65535 || s.rpcPort < -1 {
-		return s, fmt.Errorf("--rpc-port=%d: want 0..65535", s.rpcPort)
+		return fmt.Errorf("--rpc-port=%d: want 0..65535", s.rpcPort)
 	}
 	if s.hashMemoBytes < 0 {
-		return s, fmt.Errorf("--hash-memo-bytes=%d: want >= 0 (0 = off)", s.hashMemoBytes)
+		return fmt.Errorf("--hash-memo-bytes=%d: want >= 0 (0 = off)", s.hashMemoBytes)
 	}
 	if s.hashPromptBytes < 0 {
-		return s, fmt.Errorf("--hash-memo-prompt-bytes=%d: want >= 0 (0 = off)", s.hashPromptBytes)
+		return fmt.Errorf("--hash-memo-prompt-bytes=%d: want >= 0 (0 = off)", s.hashPromptBytes)
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
-		return s, fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
+		return fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
 	}
 	if err := s.dynamo.validate(); err != nil {
-		return s, err
+		return err
 	}
 	if err := validateIngestNice(s.ingestNice); err != nil {
-		return s, err
+		return err
 	}
 	if err := s.nats.validate(); err != nil {
-		return s, err
+		return err
 	}
 	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc)
 	if err != nil {
-		return s, err
+		return err
 	}
 	s.gc = gc
-	return s, nil
+	return nil
 }
 
 // defaultStateDir is --state-dir's default: $XDG_STATE_HOME/conductor, else
@@ -299,7 +317,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 // newApp parses flags and configuration, builds the index, ingester and HTTP
 // server, and binds the listener. A nil app comes with the exit status.
 func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Writer) (*app, int) {
-	s, err := parseFlags(args, stderr)
+	s, err := parseFlags(args, stdout)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, 0
@@ -397,8 +415,9 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		s.stateDir, cfg.Static, s.dynamo.workers = "", nil, ""
 	}
 	ixOpts := core.Options{Observer: observerOf(np.relay), MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
-		ApplyNoYield: s.ingestNice > 0,
-		EngineMedia:  cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
+		OperatorOwners: []string{httpd.AdminPrincipal.Name, configOwner},
+		ApplyNoYield:   s.ingestNice > 0,
+		EngineMedia:    cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
 		log.Error("invalid index options", "err", err)
 		return nil, 2

@@ -205,7 +205,7 @@ func TestRunExitCodes(t *testing.T) {
 		out  string
 	}{
 		{"malformed config", []string{"--config", bad}, 1, "cannot use configuration file"},
-		{"unknown flag", []string{"--nope"}, 2, "flag provided but not defined"},
+		{"unknown flag", []string{"--nope"}, 2, "unknown flag --nope (conductor --help lists every flag)"},
 		{"bad port", []string{"--http-port", "70000"}, 2, "want 0..65535"},
 		{"bad rpc port", []string{"--rpc-port", "-2"}, 2, "--rpc-port=-2: want 0..65535"},
 		{"bad log format", []string{"--log-format", "xml"}, 2, "want text or json"},
@@ -215,7 +215,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"pprof beyond loopback", []string{"--pprof-addr", "0.0.0.0:0"}, 2, "must be a loopback host:port"},
 		{"pprof without port", []string{"--pprof-addr", "127.0.0.1"}, 2, "must be a loopback host:port"},
 		{"version", []string{"--version"}, 0, "conductor "},
-		{"help", []string{"-h"}, 0, "-http-port"},
+		{"help", []string{"-h"}, 0, "--http-port"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var out syncBuffer

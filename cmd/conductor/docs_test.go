@@ -141,7 +141,16 @@ func splitSteps(text string) []docStep {
 		}
 		steps = append(steps, docStep{script: s, expect: expect})
 	}
+	// Logical lines: a line ending in a backslash continues on the next.
+	var lines []string
 	for _, line := range strings.SplitAfter(text, "\n") {
+		if n := len(lines); n > 0 && strings.HasSuffix(strings.TrimRight(lines[n-1], "\n"), "\\") {
+			lines[n-1] += line
+			continue
+		}
+		lines = append(lines, line)
+	}
+	for _, line := range lines {
 		switch t := strings.TrimSpace(line); {
 		case strings.HasPrefix(t, "# => "):
 			flush(strings.TrimPrefix(t, "# => "))
@@ -172,11 +181,18 @@ func sessionScript(dir string, blocks []docBlock) (string, error) {
 	var sb strings.Builder
 	sb.WriteString(`set -euo pipefail
 __step() { # file expect once where
-	local deadline=$((SECONDS + ` + fmt.Sprint(int(docsStepWait/time.Second)) + `)) out rc
+	local deadline=$((SECONDS + ` + fmt.Sprint(int(docsStepWait/time.Second)) + `)) out rc p
 	echo "--- $4"
 	if [ "$3" = 1 ]; then . "$1"; return; fi
 	while :; do
-		rc=0; out=$( (. "$1") 2>&1 ) || rc=$?
+		# In a background subshell, so that a step that does not end is
+		# cut at the deadline too.
+		(. "$1") >.step.out 2>&1 &
+		p=$!
+		while kill -0 "$p" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.05; done
+		kill -9 "$p" 2>/dev/null || true
+		rc=0; wait "$p" || rc=$?
+		out=$(cat .step.out)
 		if [ "$rc" = 0 ] && { [ -z "$2" ] || grep -qF -- "$2" <<<"$out"; }; then
 			printf '%s\n' "$out"; return 0
 		fi
@@ -239,6 +255,9 @@ func TestDocsParse(t *testing.T) {
 	if s := splitSteps("a &\nb\nc\nd &\ne\n# => x\n"); len(s) != 4 || !s[0].once || s[1].script != "b\nc\n" || s[1].once ||
 		!s[2].once || s[3].script != "e\n" || s[3].expect != "x" {
 		t.Fatalf("mixed steps %+v", s)
+	}
+	if s := splitSteps("a --x \\\n  --y &\nb\n"); len(s) != 2 || s[0].script != "a --x \\\n  --y &\n" || !s[0].once || s[1].script != "b\n" {
+		t.Fatalf("continued background line %+v", s)
 	}
 	if background("a && b") || background("echo x # run later &") || !background("x &") {
 		t.Fatal("background")

@@ -15,20 +15,19 @@ import (
 // busy. The Go scheduler preempts a running goroutine only every ~10 ms, so on
 // a small machine a query handler that becomes ready waits for the kernel to
 // give its thread a CPU. --ingest-nice runs every listener on a thread of its
-// own with a lower kernel priority, so the kernel prefers the query threads,
-// and doubles GOMAXPROCS (unless $GOMAXPROCS is set): a listener thread the
+// own, that many nice levels below the process's priority, so the kernel
+// prefers the query threads, and doubles GOMAXPROCS (unless $GOMAXPROCS is set): a listener thread the
 // kernel has descheduled still holds its P, and with one spare P per CPU the
 // query handlers that become ready find an idle P and a thread of their own
 // at once, so the kernel, which knows the priorities, arbitrates between them
-// and ingest instead of the Go run queue. (One spare P in all, the first
-// version, left queries queued behind each other: BENCHMARKS.md, issue #18,
-// "Session 5".)
+// and ingest instead of the Go run queue (one spare P in all leaves queries
+// queued behind each other).
 
 const defaultIngestNice = 0
 
 func addSchedFlags(fs *flag.FlagSet, nice *int) {
 	fs.IntVar(nice, "ingest-nice", defaultIngestNice, fmt.Sprintf(
-		"kernel nice value of the ingest threads (1..%d, Linux; 0 = same priority as queries); >0 also doubles GOMAXPROCS unless $GOMAXPROCS is set",
+		"nice levels the ingest threads run below the rest of the process (1..%d, capped at nice 19, Linux; 0 = same priority as queries); >0 also doubles GOMAXPROCS unless $GOMAXPROCS is set",
 		ingest.MaxListenerNice))
 }
 

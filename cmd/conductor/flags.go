@@ -1,0 +1,126 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// helpIntro opens `conductor --help`.
+const helpIntro = `conductor is a KV-cache indexer: it subscribes to the KV events of LLM engines
+(vLLM, SGLang, Mooncake store, RFC #1527 publishers) and tells a gateway, per
+prompt, which instance holds how much of it on which tier.
+
+Usage: conductor [flags]
+
+  conductor                                      serve on 127.0.0.1:13333 (HTTP) and :50052 (RPC)
+  conductor --config /etc/conductor/conductor.json --listen 0.0.0.0 --admin-token-file /run/secrets/admin
+  conductor --port 8090 --block-size 16 --workers "1=tcp://worker1:5557"   Dynamo's command line
+
+Flags override the configuration file; docs/configuration.md has the file and
+the environment variables.
+`
+
+// flagGroups orders `--help`: every flag is in exactly one group
+// (TestFlagGroupsCoverEveryFlag).
+var flagGroups = []struct {
+	title string
+	names []string
+}{
+	{"Server", []string{"config", "http-port", "rpc-port", "listen", "log-level", "log-format", "shutdown-timeout", "pprof-addr", "version", "demo"}},
+	{"Access", []string{"admin-token-file", "admin-token", "query-token-file", "query-token", "client-tokens-file", "protect-metrics",
+		"allow-endpoints", "insecure"}},
+	{"Limits", []string{"max-body-bytes", "max-inflight-body-bytes", "max-connections", "max-query-tokens", "max-registrations",
+		"receive-queue-bytes", "max-queued-bytes", "max-message-bytes"}},
+	{"State", []string{"state-dir", "snapshot-interval"}},
+	{"Dynamo standalone-indexer API", []string{"port", "dynamo-port", "block-size", "workers", "model-name", "routing-group", "peers",
+		"peer-join-delay", "threads", "access-log", "trace-id-header", "access-log-local-time", "tenant-id"}},
+	{"NATS scale-out (relay or replica)", []string{"nats-url", "nats-publish", "nats-consume", "nats-stream", "nats-subject-prefix",
+		"nats-replicas", "nats-max-age", "nats-max-bytes", "nats-dedup-window", "nats-buffer-bytes", "nats-filter-tenant",
+		"nats-filter-model", "nats-max-lag", "nats-max-stale", "nats-snapshot-interval", "nats-snapshot-keep", "nats-snapshot-bucket",
+		"nats-no-snapshot-load"}},
+	{"Tuning", []string{"hash-memo-bytes", "hash-memo-prompt-bytes", "sha256-backend", "context-size-hint", "memory-limit", "gogc",
+		"query-priority", "ingest-nice"}},
+}
+
+// writeHelp prints the intro and every flag under its group: name, value
+// placeholder, usage, and the default unless the usage already states it or
+// it is a zero value (whose meaning the usage gives).
+func writeHelp(w io.Writer, fs *flag.FlagSet) {
+	io.WriteString(w, helpIntro)
+	for _, g := range flagGroups {
+		fmt.Fprintf(w, "\n%s:\n", g.title)
+		for _, name := range g.names {
+			f := fs.Lookup(name)
+			if f == nil {
+				continue
+			}
+			placeholder, usage := flag.UnquoteUsage(f)
+			line := "  --" + f.Name
+			if placeholder != "" {
+				line += " " + placeholder
+			}
+			fmt.Fprintf(w, "%-36s %s", line, usage)
+			switch f.DefValue {
+			case "", "false", "0", "-1", "0s":
+			default:
+				if strings.Contains(usage, "default") {
+					break
+				}
+				fmt.Fprintf(w, " (default %s)", f.DefValue)
+			}
+			io.WriteString(w, "\n")
+		}
+	}
+}
+
+// flagError turns a flag package parse error into one line, naming the
+// nearest defined flag for a mistyped one.
+func flagError(err error, fs *flag.FlagSet) error {
+	const undefined = "flag provided but not defined: -"
+	msg := err.Error()
+	if !strings.HasPrefix(msg, undefined) {
+		msg = strings.Replace(strings.Replace(msg, "flag -", "flag --", 1), "for -", "for --", 1)
+		return errors.New(msg + " (conductor --help lists every flag)")
+	}
+	name := strings.TrimPrefix(msg, undefined)
+	// Suggest a flag the name begins, or one within a third of its length
+	// in edits (at most 3).
+	best, bestD := "", min(3, len(name)/3)+1
+	fs.VisitAll(func(f *flag.Flag) {
+		d := editDistance(name, f.Name)
+		if strings.HasPrefix(f.Name, name) {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = f.Name, d
+		}
+	})
+	if best != "" {
+		return fmt.Errorf("unknown flag --%s; did you mean --%s? (conductor --help lists every flag)", name, best)
+	}
+	return fmt.Errorf("unknown flag --%s (conductor --help lists every flag)", name)
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestFlagGroupsCoverEveryFlag: --help lists every defined flag exactly once,
+// under its group, and names no flag that does not exist.
+func TestFlagGroupsCoverEveryFlag(t *testing.T) {
+	var help bytes.Buffer
+	if _, err := parseFlags([]string{"--help"}, &help); err != flag.ErrHelp {
+		t.Fatalf("--help: %v", err)
+	}
+	seen := map[string]int{}
+	for _, g := range flagGroups {
+		for _, n := range g.names {
+			seen[n]++
+		}
+	}
+	var all []string // the flags --help prints
+	for _, line := range strings.Split(help.String(), "\n") {
+		if f, ok := strings.CutPrefix(line, "  --"); ok {
+			all = append(all, strings.Fields(f)[0])
+		}
+	}
+	count := 0
+	defineFlags(&settings{}).VisitAll(func(f *flag.Flag) {
+		count++
+		if seen[f.Name] != 1 {
+			t.Errorf("flag --%s is in %d groups, want 1", f.Name, seen[f.Name])
+		}
+	})
+	if len(all) != count || len(seen) != count {
+		t.Errorf("--help lists %d flags, the groups name %d, %d are defined", len(all), len(seen), count)
+	}
+	for _, g := range flagGroups {
+		if !strings.Contains(help.String(), "\n"+g.title+":\n") {
+			t.Errorf("--help lacks the heading %q", g.title)
+		}
+	}
+	if strings.Count(help.String(), "(default 16 MiB;") != 1 || strings.Contains(help.String(), "(default -1)") {
+		t.Errorf("defaults printed twice or as sentinels:\n%s", help.String())
+	}
+}
+
+// TestFlagErrorsAreOneLine: a mistyped flag is one line naming the nearest
+// flag; a bad value one line naming the flag; the exit status is 2.
+func TestFlagErrorsAreOneLine(t *testing.T) {
+	for args, want := range map[string]string{
+		"--admin-tokn x":   "conductor: unknown flag --admin-tokn; did you mean --admin-token? (conductor --help lists every flag)\n",
+		"--htp-port 1":     "conductor: unknown flag --htp-port; did you mean --http-port? (conductor --help lists every flag)\n",
+		"--snapshot 1m":    "conductor: unknown flag --snapshot; did you mean --snapshot-interval? (conductor --help lists every flag)\n",
+		"--qqqqqqqqq":      "conductor: unknown flag --qqqqqqqqq (conductor --help lists every flag)\n",
+		"--http-port x":    "conductor: invalid value \"x\" for flag --http-port: parse error (conductor --help lists every flag)\n",
+		"--insecure=maybe": "conductor: invalid boolean value \"maybe\" for --insecure: parse error (conductor --help lists every flag)\n",
+	} {
+		var stdout, stderr bytes.Buffer
+		a, code := newApp(strings.Fields(args), envOf(nil), &stdout, &stderr)
+		if a != nil || code != 2 || stderr.String() != want || stdout.Len() != 0 {
+			t.Errorf("%s: code %d, stderr %q, stdout %d bytes; want %q", args, code, stderr.String(), stdout.Len(), want)
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if a, code := newApp([]string{"--help"}, envOf(nil), &stdout, &stderr); a != nil || code != 0 ||
+		!strings.HasPrefix(stdout.String(), "conductor is a KV-cache indexer") || stderr.Len() != 0 {
+		t.Errorf("--help: code %d, stdout %.80q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+func TestEditDistance(t *testing.T) {
+	f := func(a, b string, want int) {
+		t.Helper()
+		if got := editDistance(a, b); got != want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", a, b, got, want)
+		}
+	}
+	f("", "", 0)
+	f("a", "", 1)
+	f("", "abc", 3)
+	f("kitten", "sitting", 3)
+	f("http-port", "htp-port", 1)
+	f("port", "port", 0)
+}
+
+// TestConfigurationDocListsTheFlags: docs/configuration.md shows what
+// --help prints, group by group.
+func TestConfigurationDocListsTheFlags(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var help bytes.Buffer
+	writeHelp(&help, defineFlags(&settings{}))
+	want := help.String()[strings.Index(help.String(), "\nServer:\n")+1:]
+	_, after, ok := strings.Cut(string(doc), "## Flags\n")
+	start := strings.Index(after, "```text\n")
+	if !ok || start < 0 {
+		t.Fatal("docs/configuration.md has no ## Flags section with a text block")
+	}
+	block := after[start+len("```text\n"):]
+	block = block[:strings.Index(block, "```")]
+	if block != want {
+		t.Fatalf("docs/configuration.md's flag list differs from --help; paste the output of\n"+
+			"  go run ./cmd/conductor --help | sed -n '/^Server:/,$p'\ngot:\n%s\nwant:\n%s", block, want)
+	}
+}
