@@ -13,6 +13,12 @@
 // operations (Register, Unregister, Pause, Resume, Close) on Ingester. Every
 // stream exports conductor_ingest_* series into IngestOptions.Metrics.
 //
+// What a subscription may hold in memory, libzmq's queues included, is bounded
+// by IngestOptions (ReceiveQueueBytes, MaxMessageBytes, RcvHWM): a publisher
+// that sends faster than the listener applies is pushed back over TCP, and
+// what it then drops is replayed. The bound is written down on listener
+// ("Memory").
+//
 // This package needs cgo and libzmq, which it calls through a small binding of
 // its own (zmq_sock.go: context, sockets, options, connect, monitor, send;
 // zmq_recv.go: one cgo call per whole multipart message into a reused buffer;

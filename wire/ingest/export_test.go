@@ -27,9 +27,8 @@ func HoldPauseUntilNextCommand(g *Ingester) {
 }
 
 // StallAfterFirstBigLive makes the listener that handles g's first live message
-// of at least readAheadBytes pause for d after it, as if applying it were slow,
-// so that the messages published meanwhile wait in libzmq. Call before
-// Register.
+// of at least 64 KiB pause for d after it, as if applying it were slow, so that
+// the messages published meanwhile wait in libzmq. Call before Register.
 func StallAfterFirstBigLive(g *Ingester, d time.Duration) {
 	var once sync.Once
 	g.testLiveHook = func(_ *listener, big bool) {
@@ -49,3 +48,6 @@ func ListenerThread(g *Ingester, k core.ServiceKey) int {
 	}
 	return 0
 }
+
+// TrimCHeap returns the C heap's free memory to the OS (malloc_trim).
+func TrimCHeap() { trimCHeap() }

@@ -31,8 +31,10 @@ var (
 	// out (libzmq's socket cap, file descriptors, memory). Register wraps it
 	// with core.ErrLimit, which the HTTP layer answers 400 limit_exceeded.
 	ErrListenerLimit = errors.New("conductor: listener limit reached")
-	// ErrMessageTooBig: a ZMQ message above IngestOptions.MaxMessageBytes
-	// (dropped: counted as a decode error, and a gap).
+	// ErrMessageTooBig: a ZMQ message whose frames together exceed
+	// IngestOptions.MaxMessageBytes (dropped: counted as a decode error, and a
+	// gap). A single larger frame never reaches the listener: libzmq refuses
+	// it and ends the connection (ZMQ_MAXMSGSIZE).
 	ErrMessageTooBig = errors.New("conductor: ZMQ message above MaxMessageBytes")
 )
 
@@ -134,7 +136,7 @@ type Ingester struct {
 	// that lets a test force an interleaving (export_test.go).
 	testCmdHook func(l *listener, op cmdOp)
 	// testLiveHook, likewise, runs after each live message handled straight
-	// from the SUB socket (big: at least readAheadBytes).
+	// from the SUB socket (big: at least testBigLive bytes).
 	testLiveHook func(l *listener, big bool)
 }
 

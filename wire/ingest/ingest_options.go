@@ -20,7 +20,14 @@ const (
 	DefaultReplayMaxBuffered  = 10000
 	DefaultReceiveQueueBytes  = 64 << 20
 	DefaultMaxQueuedBytes     = 1 << 30
-	DefaultMaxMessageBytes    = 64 << 20
+	// DefaultMaxMessageBytes is a sixty-fourth of DefaultReceiveQueueBytes, so
+	// that a stream's libzmq queues hold 64 messages (IngestOptions.RcvHWM):
+	// 32 cost a sixth of the throughput of a stream of small batches, 16 a
+	// quarter (BenchmarkZMQIngestHWM). An engine's batch is usually far
+	// smaller (a 16k-token vLLM step with its token ids is ~100 KB), but a
+	// stored 16-token page takes ~100 bytes, so a batch storing 128k tokens
+	// nears the limit: raise both limits for engines that send such batches.
+	DefaultMaxMessageBytes = 1 << 20
 	// DefaultRestartThreshold equals vLLM's and SGLang's default replay ring
 	// (buffer_steps = 10 000 batches): a message can only be a late duplicate of
 	// something within one ring's reach of the newest applied sequence, so a drop
@@ -74,23 +81,33 @@ type IngestOptions struct {
 	// ReplayMaxBuffered is how many live messages a subscriber buffers while a
 	// replay runs (its receive queue); ReceiveQueueBytes and MaxQueuedBytes
 	// bound the same queue in bytes. While the queue is full, further live
-	// messages are still read from the SUB socket (so libzmq's queue does not
-	// grow instead) and dropped, counted in conductor_ingest_queue_drops_total;
-	// the next message kept reveals the gap, which a replay heals (or, without
-	// one, a stale clear). Default 10000.
+	// messages are still read from the SUB socket and dropped, counted in
+	// conductor_ingest_queue_drops_total; the next message kept reveals the
+	// gap, which a replay heals (or, without one, a stale clear). Outside a
+	// replay live messages are not queued here: they wait in libzmq's queue
+	// (see RcvHWM). Default 10000.
 	ReplayMaxBuffered int
-	// ReceiveQueueBytes bounds the bytes of one subscriber's receive queue
-	// (see ReplayMaxBuffered). Default 64 MiB.
+	// ReceiveQueueBytes bounds, in bytes, each of a subscriber's three queues:
+	// its receive queue (see ReplayMaxBuffered), and libzmq's queues of the
+	// SUB and replay sockets, sized in messages from it (see RcvHWM). Default
+	// 64 MiB.
 	ReceiveQueueBytes int
 	// MaxQueuedBytes bounds the bytes of every subscriber's receive queue
 	// together. Default 1 GiB.
 	MaxQueuedBytes int64
-	// MaxMessageBytes bounds one live message or replay reply (all its frames):
-	// a larger one is dropped before it is copied out of libzmq (ErrMessageTooBig,
-	// counted as a decode error; the gap it leaves is replayed, or the stream
-	// cleared as stale). Not ZMQ_MAXMSGSIZE: libzmq treats an oversized message
-	// as a protocol error and never reconnects a session that had one.
-	// Default 64 MiB; -1: no limit.
+	// MaxMessageBytes bounds one live message or replay reply. It is the SUB
+	// and replay sockets' ZMQ_MAXMSGSIZE, so libzmq never holds more than this
+	// of one frame: a peer that sends a larger frame is disconnected as soon
+	// as its size is read. libzmq does not reconnect such a session; the
+	// listener replaces its SUB socket after the reconnection backoff
+	// (ReconnectMin, doubling until a handshake succeeds), and the messages
+	// lost meanwhile are a gap (replayed, or the stream cleared as stale; a
+	// replay whose reply is too large times out and fails). A message whose
+	// frames are each within the limit but together exceed it is dropped by
+	// the listener before it is copied (ErrMessageTooBig, counted as a
+	// decode error; a gap as above).
+	// Default 1 MiB (DefaultMaxMessageBytes); -1: no limit, and libzmq's
+	// queues are then bounded in messages only.
 	MaxMessageBytes int64
 	// RestartThreshold: a live sequence s below the last applied sequence L is an
 	// engine restart when the live stream itself went backwards (s ≤ the previous
@@ -98,7 +115,21 @@ type IngestOptions struct {
 	// socket) or when L−s > RestartThreshold; otherwise it is a late duplicate of
 	// a replayed message and is dropped. Default 10000 (DefaultRestartThreshold).
 	RestartThreshold uint64
-	// RcvHWM is the SUB socket's ZMQ_RCVHWM in messages. Default 200000.
+	// RcvHWM caps the ZMQ_RCVHWM, in messages, of the SUB and replay sockets.
+	// Their high-water mark is ReceiveQueueBytes/MaxMessageBytes (at least 1,
+	// at most RcvHWM; RcvHWM alone with MaxMessageBytes -1), so libzmq holds
+	// at most ReceiveQueueBytes (or one message, when MaxMessageBytes is
+	// larger) per socket, plus the message it is receiving; libzmq counts
+	// messages, not bytes, and bounds the size of frames, not their number in
+	// one message. When the SUB's queue is full, libzmq stops reading the
+	// connection: the publisher queues up to its own send high-water mark,
+	// then drops, and the subscriber sees a gap. The replay socket pushes
+	// back the same way; a replay whose replies the publisher dropped is
+	// requested again from its last applied sequence. Below 64 messages,
+	// libzmq's hand-offs between its I/O thread and the listener cut the
+	// throughput of streams of small messages (BenchmarkZMQIngestHWM): raise
+	// ReceiveQueueBytes with MaxMessageBytes, to at least 64 times it.
+	// Default 200000 (the other defaults give 64).
 	RcvHWM int
 	// MaxListeners bounds the listeners (registrations) of the Ingester: one
 	// more is refused with ErrListenerLimit, which wraps core.ErrLimit (HTTP 400
@@ -118,8 +149,10 @@ type IngestOptions struct {
 	// from on Unregister). Default: a new set, returned by Ingester.Metrics.
 	Metrics *metrics.Set
 	// ListenerNice, when 1..19, runs each listener — the stream's receiver,
-	// decoder and single writer — on an OS thread of its own with this nice
-	// value (Linux; elsewhere it is locked to a thread but keeps its priority),
+	// decoder and single writer — on an OS thread of its own whose nice value
+	// is this much above the process's own (capped at 19: a process started
+	// at nice 0 runs its listeners at ListenerNice; Linux; elsewhere it is
+	// locked to a thread but keeps its priority),
 	// so that when ingest and queries compete for the CPUs the kernel runs the
 	// query threads first: the Go scheduler cannot, it preempts a running
 	// goroutine only every ~10 ms. The thread is never returned to the
@@ -130,9 +163,18 @@ type IngestOptions struct {
 	// not inherit it. Pair it with a GOMAXPROCS above the CPU count
 	// (conductor's --ingest-nice does): a P held by a descheduled low-priority
 	// thread is otherwise a P queries cannot use. Measured effect:
-	// BENCHMARKS.md, "Query tail latency under full ingest (issue #18)".
+	// BENCHMARKS.md, "Query tail latency under full ingest".
 	// Default 0: the listener runs like any goroutine.
 	ListenerNice int
+}
+
+// queueHWM is the ZMQ_RCVHWM of the SUB and replay sockets (see RcvHWM):
+// ReceiveQueueBytes/MaxMessageBytes messages, at least 1, at most RcvHWM.
+func (o *IngestOptions) queueHWM() int {
+	if o.MaxMessageBytes <= 0 {
+		return o.RcvHWM
+	}
+	return int(min(max(int64(o.ReceiveQueueBytes)/o.MaxMessageBytes, 1), int64(o.RcvHWM)))
 }
 
 // EnsureDefaults fills zero fields with their documented defaults.

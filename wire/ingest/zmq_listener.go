@@ -76,18 +76,45 @@ import (
 // live Stored(A) cannot resurrect a replayed Removed(A): its sequence is by then a
 // duplicate. The queue is bounded in messages (ReplayMaxBuffered) and bytes
 // (ReceiveQueueBytes, and MaxQueuedBytes for all listeners); a live message that
-// does not fit is still read (libzmq's own queue is bounded in messages only)
-// and dropped, counted as a queue drop: the next message kept is a gap, healed
-// by the next replay (TestZMQReceiveQueueBytes).
+// does not fit is still read and dropped, counted as a queue drop: the next
+// message kept is a gap, healed by the next replay (TestZMQReceiveQueueBytes).
 // Each reply must arrive within ReplayTimeout and the whole replay within
-// ReplayTotalTimeout. A failed replay (timeout, malformed reply, socket error)
-// closes the DEALER (a late reply must not be mistaken for the next replay's) and
-// holds further replays off for a backoff (ReconnectMin doubling to ReconnectMax).
+// ReplayTotalTimeout. Replies the publisher dropped on the way (its ROUTER
+// drops what does not fit its send high-water mark while the DEALER pushes
+// back) are requested again from the last applied sequence (replayOnce). A
+// failed replay (timeout, malformed reply, socket error) closes the DEALER (a
+// late reply must not be mistaken for the next replay's) and holds further
+// replays off for a backoff (ReconnectMin doubling to ReconnectMax).
 //
-// On every (re)connection (the SUB's ZMTP handshake, seen on its monitor) a
-// subscription with a replay endpoint replays proactively, from its baseline or
-// from 0, so what was published before it connected (a slow joiner) or while it
-// was disconnected or paused is recovered as far as the ring allows.
+// # Memory
+//
+// Outside a replay, live messages are handled straight from the SUB socket,
+// without a copy; what arrives meanwhile waits in libzmq's queue, which the
+// socket options bound in bytes (IngestOptions.RcvHWM): ReceiveQueueBytes, or
+// one message when MaxMessageBytes is larger, plus the message being
+// received. When it is full libzmq stops reading the connection, and the
+// publisher queues, then drops: a gap, replayed from its ring. Beside the
+// index, a registration holds at most:
+//
+//   - libzmq's SUB queue: max(ReceiveQueueBytes, MaxMessageBytes) + MaxMessageBytes;
+//   - during a replay, libzmq's replay queue, the same, and the receive queue,
+//     ReceiveQueueBytes (all registrations' together at most MaxQueuedBytes);
+//   - the message being handled: its copy out of libzmq (in a buffer rounded
+//     up to a power of two), a copy of the live message a replay holds back,
+//     and its decoded batch. Hashes and token ids decode to about their size
+//     on the wire (token ids below 128 to four times it), but every event
+//     takes a core.Event (400 bytes), so a batch of many empty events
+//     decodes to many times its size.
+//
+// With the defaults that is 65 MiB outside a replay and 194 MiB during one,
+// plus the message being handled (TestZMQBurstMemory measures it). libzmq's
+// queues are per registration: size ReceiveQueueBytes for the number of
+// registrations. The Go share (receive queue, copies, batch) is heap, which
+// the garbage collector lets grow past what is live by GOGC percent. Buffers
+// kept between messages are released after a message above maxKeptFrameBuf
+// (4 MiB). libzmq bounds each frame, not the number of frames of one message:
+// a message of many large frames is received whole before the listener
+// refuses it (ErrMessageTooBig).
 //
 // # Control
 //
@@ -173,6 +200,12 @@ type receiver struct {
 	// tailDrop: a live message was dropped (queue full) after the last one
 	// kept, so the gap may have no later message to reveal it.
 	tailDrop bool
+	// resub: the SUB's connection dropped. libzmq reconnects by itself unless
+	// it ended the session for a protocol error (a frame above
+	// ZMQ_MAXMSGSIZE), and its monitor reports both alike; so once the
+	// messages that arrived before are handled, the SUB is replaced
+	// (resubscribe), unless a handshake came first.
+	resub bool
 
 	stopping, paused  bool
 	connectReplay     bool
@@ -186,7 +219,6 @@ type receiver struct {
 	errLogSuppressed  int
 	monLogNext        time.Time
 	monLogSuppressed  int
-	replayFailLogNext time.Time
 	dropLogNext       time.Time
 	dropLogSuppressed int
 }
@@ -339,10 +371,10 @@ func (l *listener) run(ready chan<- error) {
 		// Locked from here to the exit, so the thread with the lowered
 		// priority runs this goroutine only and dies with it (IngestOptions).
 		runtime.LockOSThread()
-		tid, err := setThreadNice(n)
+		tid, nice, err := setThreadNice(n)
 		l.tid.Store(int64(tid))
 		if err != nil {
-			l.log.Warn("listener thread priority unchanged", "nice", n, "err", err)
+			l.log.Warn("listener thread priority unchanged", "nice_delta", n, "nice", nice, "err", err)
 		}
 	}
 	rx := &l.rx
@@ -363,7 +395,7 @@ func (l *listener) run(ready chan<- error) {
 		switch {
 		case rx.paused:
 			l.waitCmd(0)
-		case rx.subSoc == nil: // failed: rebuild after the backoff
+		case rx.subSoc == nil: // failed or disconnected: rebuild after the backoff
 			if l.waitCmd(rx.backoff) {
 				continue
 			}
@@ -459,12 +491,7 @@ func (l *listener) step() {
 	if rx.pendingHead < len(rx.pending) {
 		epoch := rx.epoch
 		for i := 0; i < drainMax && rx.pendingHead < len(rx.pending); i++ {
-			frames := l.popPending()
-			big := framesSize(frames) >= readAheadBytes
-			l.handleLive(frames)
-			if big && !l.changed(epoch) {
-				l.readAhead()
-			}
+			l.handleLive(l.popPending())
 			if l.changed(epoch) {
 				return
 			}
@@ -485,6 +512,13 @@ func (l *listener) step() {
 			}
 		}
 		l.pollCmds()
+		return
+	}
+	if rx.resub {
+		// What arrived before the connection dropped is handled first.
+		if l.drainSub() {
+			l.resubscribe()
+		}
 		return
 	}
 	if rx.connectReplay {
@@ -553,7 +587,7 @@ func (l *listener) drainMonitor() {
 			if rx.everConnected {
 				l.m.reconnects.Inc()
 			}
-			rx.connected, rx.everConnected = true, true
+			rx.connected, rx.everConnected, rx.resub = true, true, false
 			rx.backoff = l.opts.ReconnectMin
 			l.setState(ListenerActive)
 			l.log.Info("listener connected", "peer", addr)
@@ -561,10 +595,13 @@ func (l *listener) drainMonitor() {
 				rx.connectReplay = true
 			}
 		case ev&evDisconnected != 0:
-			rx.connected = false
+			rx.connected, rx.resub = false, true
 			l.setState(ListenerPending)
 			l.setErr("disconnected from " + addr)
-			l.warnMonitor("listener disconnected; libzmq reconnects", "peer", addr)
+			// A frame above MaxMessageBytes is one cause: libzmq ends the
+			// connection rather than buffer it.
+			l.warnMonitor("listener disconnected (a publisher gone, or a message above max_message_bytes); reconnecting",
+				"peer", addr, "max_message_bytes", l.opts.MaxMessageBytes)
 		default: // handshake failures
 			l.setErr(fmt.Sprintf("%s with %s", eventName(ev), addr))
 			l.warnMonitor("ZMTP handshake failed", "event", eventName(ev), "peer", addr)
@@ -586,8 +623,11 @@ func (l *listener) warnMonitor(msg string, args ...any) {
 	rx.monLogNext, rx.monLogSuppressed = now.Add(errLogEvery), 0
 }
 
-// drainSub handles up to drainMax live messages.
-func (l *listener) drainSub() {
+// drainSub handles up to drainMax live messages straight from the SUB socket
+// (no copy: what waits meanwhile stays in libzmq's queue, bounded in bytes by
+// IngestOptions.RcvHWM and MaxMessageBytes, and pushes back on the publisher
+// when full). It reports whether it emptied the socket.
+func (l *listener) drainSub() (empty bool) {
 	rx := &l.rx
 	epoch := rx.epoch
 	for i := 0; i < drainMax; i++ {
@@ -599,37 +639,25 @@ func (l *listener) drainSub() {
 			}
 			if !isEAGAIN(err) {
 				l.fail(fmt.Errorf("receive: %w", err))
+				return false
 			}
-			return
+			return true
 		}
-		big := framesSize(frames) >= readAheadBytes
+		big := framesSize(frames) >= testBigLive
 		l.handleLive(frames)
 		if h := l.g.testLiveHook; h != nil {
 			h(l, big)
 		}
-		if big && !l.changed(epoch) {
-			l.readAhead()
-		}
 		if l.changed(epoch) || rx.pendingHead < len(rx.pending) {
-			return // buffered messages go before anything still in the socket
+			return false // buffered messages go before anything still in the socket
 		}
 	}
+	return false
 }
 
-// readAheadBytes: after a live message this large (whose decoding and applying
-// take a while), what arrived meanwhile is moved out of libzmq into the receive
-// queue before the next message is handled. libzmq's queue is bounded in
-// messages only (RcvHWM); the receive queue also in bytes, dropping (as a gap)
-// what does not fit (TestZMQReceiveQueueBytesLive). Smaller messages are
-// handled straight from the socket, without a copy.
-const readAheadBytes = 64 << 10
-
-// readAhead moves waiting live messages into the receive queue (bufferLive).
-func (l *listener) readAhead() {
-	if err := l.bufferLive(); err != nil {
-		l.fail(err)
-	}
-}
+// testBigLive is the size from which Ingester.testLiveHook calls a live
+// message big.
+const testBigLive = 64 << 10
 
 // handleLive processes one live message (see the protocol on listener).
 func (l *listener) handleLive(frames [][]byte) {
@@ -678,6 +706,11 @@ func (l *listener) handleLive(frames [][]byte) {
 			l.replay(s, true)
 		}
 	}
+	if cap(rx.held) > maxKeptFrameBuf {
+		// Like frameReader's buffer: one huge message must not pin its size
+		// per listener (the slice stays valid below).
+		defer func() { rx.held = nil }()
+	}
 	if l.changed(epoch) {
 		return // paused or stopping: the message is dropped; resume replays it
 	}
@@ -716,6 +749,9 @@ func (l *listener) consume(s uint64, payload []byte) {
 	}
 	if lag, ok := batchLag(&rx.batch, l.dialect); ok {
 		l.m.lagBits.Store(math.Float64bits(lag))
+	}
+	if len(payload) > maxKeptFrameBuf {
+		rx.batch = core.Batch{} // its slices are sized for a rare huge message
 	}
 }
 

@@ -52,6 +52,17 @@ func (l *listener) replay(until uint64, bounded bool) replayOutcome {
 	return out
 }
 
+// replayOnce runs one replay request and, when the publisher dropped replies
+// on the way (see below), the requests that continue it.
+//
+// A publisher's ROUTER drops replies that do not fit its send high-water mark
+// while this DEALER pushes back (IngestOptions.RcvHWM), which a ring of many
+// small replies can reach when they are applied slower than sent. The ring
+// is contiguous, so once a reply at or after the start arrived, a later
+// sequence gap is such a loss and not the ring's; so is a reply timeout after
+// replies were applied. Either way the replay is requested again from the
+// last applied sequence, on a new DEALER (the rest of the old stream is
+// discarded with the old one), within ReplayTotalTimeout.
 func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 	rx := &l.rx
 	if !l.canReplay() {
@@ -61,41 +72,69 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 	if now.Before(rx.replayNotBefore) {
 		return replaySkipped
 	}
+	epoch := rx.epoch
+	deadline := now.Add(l.opts.ReplayTotalTimeout)
+	staleSeen := false
+	l.m.replaysRequested.Inc()
+	for round := 0; ; round++ {
+		out, again := l.replayRound(until, bounded, epoch, deadline, round, &staleSeen)
+		if !again {
+			return out
+		}
+	}
+}
+
+// replayRound sends one replay request (from the baseline, or 0 without one)
+// and handles its replies. again: the publisher dropped replies after some
+// were applied, so the caller requests the rest.
+func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadline time.Time, round int,
+	staleSeen *bool) (_ replayOutcome, again bool) {
+	rx := &l.rx
 	from, verify := uint64(0), rx.seq.has
 	if verify {
 		from = rx.seq.last
 	}
+	if round > 0 {
+		l.resetDealer()
+	}
 	if err := l.ensureDealer(); err != nil {
-		return l.replayFailure(err)
+		return l.replayFailure(err), false
 	}
 	rx.req = wire.AppendReplayRequest(rx.req[:0], from)
-	l.m.replaysRequested.Inc()
 	if err := sendFrames(rx.dealer, rx.req); err != nil {
-		return l.replayFailure(fmt.Errorf("send request: %w", err))
+		return l.replayFailure(fmt.Errorf("send request: %w", err)), false
 	}
-	l.log.Debug("replay requested", "from", from, "until", until, "bounded", bounded)
+	if round > 0 {
+		l.log.Info("replay replies were dropped on the way; requesting the rest", "from", from, "round", round)
+	} else {
+		l.log.Debug("replay requested", "from", from, "until", until, "bounded", bounded)
+	}
 
-	epoch := rx.epoch
-	deadline := now.Add(l.opts.ReplayTotalTimeout)
-	recvDeadline := now.Add(l.opts.ReplayTimeout)
-	staleSeen, below := false, false
+	recvDeadline := time.Now().Add(l.opts.ReplayTimeout)
+	// below: a reply before from arrived; started: one at or after it did, so
+	// the ring holds everything from there on; applied: this round applied a
+	// reply.
+	below, started, applied := false, false, false
 	for {
-		now = time.Now()
+		now := time.Now()
 		wait := min(l.opts.PollInterval, recvDeadline.Sub(now), deadline.Sub(now))
 		if wait <= 0 {
 			if now.After(deadline) {
-				return l.replayFailure(errReplayTotal)
+				return l.replayFailure(errReplayTotal), false
 			}
-			return l.replayFailure(errReplayTimeout)
+			if applied {
+				return 0, true // the rest, end marker included, was dropped
+			}
+			return l.replayFailure(errReplayTimeout), false
 		}
 		if wait < time.Millisecond {
 			wait = time.Millisecond // zmq_poll counts milliseconds; 0 would not wait
 		}
 		if rx.rpoll.n == 0 { // no DEALER: cannot happen while the epoch holds
-			return l.replayFailure(errNoDealer)
+			return l.replayFailure(errNoDealer), false
 		}
 		if _, err := rx.rpoll.poll(wait); err != nil {
-			return l.replayFailure(fmt.Errorf("poll: %w", err))
+			return l.replayFailure(fmt.Errorf("poll: %w", err)), false
 		}
 		if rx.rpoll.ready(pollWake) {
 			l.drainWake()
@@ -104,7 +143,7 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 			// handled together leave new sockets and no DEALER (nor rpoll).
 			if l.changed(epoch) {
 				l.resetDealer()
-				return replayInterrupted
+				return replayInterrupted, false
 			}
 		}
 		if rx.rpoll.ready(pollMon) {
@@ -113,60 +152,68 @@ func (l *listener) replayOnce(until uint64, bounded bool) replayOutcome {
 		if rx.rpoll.ready(pollSub) {
 			if err := l.bufferLive(); err != nil {
 				l.fail(err)
-				return replayInterrupted
+				return replayInterrupted, false
 			}
 		}
-		if rx.rpoll.ready(pollDealer) {
-			for {
-				frames, err := l.recv(rx.dealer)
-				if err != nil {
-					if isEAGAIN(err) {
-						break
-					}
-					return l.replayFailure(fmt.Errorf("receive: %w", err))
+		if !rx.rpoll.ready(pollDealer) {
+			continue
+		}
+		for {
+			frames, err := l.recv(rx.dealer)
+			if err != nil {
+				if isEAGAIN(err) {
+					break
 				}
-				recvDeadline = time.Now().Add(l.opts.ReplayTimeout)
-				seq, payload, end, err := wire.ParseReplayReply(frames)
-				if err != nil {
-					return l.replayFailure(fmt.Errorf("reply: %w", err))
-				}
-				if end {
-					if verify && below {
-						// The ring ends before our baseline: the same
-						// incarnation's ring would hold it (it holds the
-						// newest batches), so this is a new one.
-						return replayRestart
-					}
-					return l.replayEnded(until, bounded, staleSeen)
-				}
-				if seq > math.MaxInt64 {
-					return l.replayFailure(fmt.Errorf("reply seq=%d: %w", seq, ErrSeqRange))
-				}
-				if seq < from {
-					below = true
-					continue // not asked for
-				}
-				if verify {
-					verify = false
-					if seq == from {
-						if l.payloadSum(payload) != rx.seq.lastSum {
-							l.resetDealer() // the rest of this reply is the wrong incarnation's
-							return replayRestart
-						}
-						continue // the baseline itself: same incarnation
-					}
-					// The ring no longer holds the baseline: nothing to compare.
-				}
-				switch rx.seq.replayed(seq) {
-				case seqFirst, seqNext:
-					l.consume(seq, payload)
-				case seqDuplicate:
-				case seqGap:
-					staleSeen = true
-					l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
-					l.consume(seq, payload)
-				}
+				return l.replayFailure(fmt.Errorf("receive: %w", err)), false
 			}
+			recvDeadline = time.Now().Add(l.opts.ReplayTimeout)
+			seq, payload, end, err := wire.ParseReplayReply(frames)
+			if err != nil {
+				return l.replayFailure(fmt.Errorf("reply: %w", err)), false
+			}
+			if end {
+				if verify && below {
+					// The ring ends before our baseline: the same
+					// incarnation's ring would hold it (it holds the
+					// newest batches), so this is a new one.
+					return replayRestart, false
+				}
+				return l.replayEnded(until, bounded, *staleSeen), false
+			}
+			if seq > math.MaxInt64 {
+				return l.replayFailure(fmt.Errorf("reply seq=%d: %w", seq, ErrSeqRange)), false
+			}
+			if seq < from {
+				below = true
+				continue // not asked for
+			}
+			if verify {
+				verify = false
+				if seq == from {
+					started = true
+					if l.payloadSum(payload) != rx.seq.lastSum {
+						l.resetDealer() // the rest of this reply is the wrong incarnation's
+						return replayRestart, false
+					}
+					continue // the baseline itself: same incarnation
+				}
+				// The ring no longer holds the baseline: nothing to compare.
+			}
+			switch rx.seq.replayed(seq) {
+			case seqFirst, seqNext:
+				l.consume(seq, payload)
+				applied = true
+			case seqDuplicate:
+			case seqGap:
+				if started {
+					return 0, true // replies were dropped: the ring holds the gap
+				}
+				*staleSeen = true
+				l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
+				l.consume(seq, payload)
+				applied = true
+			}
+			started = true
 		}
 	}
 }
@@ -202,10 +249,9 @@ func (l *listener) replayFailure(err error) replayOutcome {
 }
 
 // bufferLive moves up to drainMax live messages from the SUB socket into the
-// receive queue (pending). A message that does not fit the queue's bounds
-// (ReplayMaxBuffered messages, ReceiveQueueBytes, the Ingester's MaxQueuedBytes)
-// is dropped and counted: reading it anyway keeps libzmq's queue, bounded in
-// messages only, from growing in its place. The next message kept shows the gap.
+// receive queue (pending) while a replay runs. A message that does not fit the
+// queue's bounds (ReplayMaxBuffered messages, ReceiveQueueBytes, the Ingester's
+// MaxQueuedBytes) is dropped and counted; the next message kept shows the gap.
 func (l *listener) bufferLive() error {
 	rx := &l.rx
 	for i := 0; i < drainMax; i++ {

@@ -4,6 +4,7 @@ package ingest
 #cgo !windows pkg-config: libzmq
 #include <zmq.h>
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 static int cd_ctx_term(void *c) {
@@ -14,8 +15,17 @@ static int cd_ctx_term(void *c) {
 
 static int cd_setsockopt_int(void *s, int opt, int v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
 
+static int cd_setsockopt_int64(void *s, int opt, int64_t v) { return zmq_setsockopt(s, opt, &v, sizeof v); }
+
 static int cd_getsockopt_int(void *s, int opt) {
 	int v = -1;
+	size_t sz = sizeof v;
+	if (zmq_getsockopt(s, opt, &v, &sz) != 0) return -1;
+	return v;
+}
+
+static int64_t cd_getsockopt_int64(void *s, int opt) {
+	int64_t v = -1;
 	size_t sz = sizeof v;
 	if (zmq_getsockopt(s, opt, &v, &sz) != 0) return -1;
 	return v;
@@ -165,8 +175,23 @@ func (s *zsocket) setInt(opt C.int, v int) error {
 	return nil
 }
 
+// setInt64 sets an int64_t option (ZMQ_MAXMSGSIZE).
+func (s *zsocket) setInt64(opt C.int, v int64) error {
+	if rc, err := C.cd_setsockopt_int64(s.h, opt, C.int64_t(v)); rc != 0 {
+		return zerr(err)
+	}
+	return nil
+}
+
+// getInt returns an int option, or -1.
+func (s *zsocket) getInt(opt C.int) int { return int(C.cd_getsockopt_int(s.h, opt)) }
+
+// getInt64 returns an int64_t option, or -1 (which ZMQ_MAXMSGSIZE also uses
+// for no limit).
+func (s *zsocket) getInt64(opt C.int) int64 { return int64(C.cd_getsockopt_int64(s.h, opt)) }
+
 // socketType is the socket's ZMQ_TYPE, or -1.
-func (s *zsocket) socketType() int { return int(C.cd_getsockopt_int(s.h, C.ZMQ_TYPE)) }
+func (s *zsocket) socketType() int { return s.getInt(C.ZMQ_TYPE) }
 
 // subscribeAll subscribes a SUB socket to every topic (ZMQ_SUBSCRIBE "").
 func (s *zsocket) subscribeAll() error {
@@ -250,7 +275,8 @@ const (
 	optLinger          = C.ZMQ_LINGER
 	optIPv6            = C.ZMQ_IPV6
 	optRcvHWM          = C.ZMQ_RCVHWM
-	optSndHWM          = C.ZMQ_SNDHWM // the benchmarks' senders
+	optMaxMsgSize      = C.ZMQ_MAXMSGSIZE // int64_t
+	optSndHWM          = C.ZMQ_SNDHWM     // the benchmarks' senders
 	optReconnectIvl    = C.ZMQ_RECONNECT_IVL
 	optReconnectIvlMax = C.ZMQ_RECONNECT_IVL_MAX
 )

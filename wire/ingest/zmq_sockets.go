@@ -30,6 +30,22 @@ func setInts(s *zsocket, kv ...int) error {
 
 func ms(d time.Duration) int { return int(d / time.Millisecond) }
 
+// setQueueLimits bounds what libzmq buffers for s in bytes: ZMQ_RCVHWM
+// messages (IngestOptions.RcvHWM) of at most ZMQ_MAXMSGSIZE per frame
+// (MaxMessageBytes), so max(ReceiveQueueBytes, MaxMessageBytes) plus the
+// message being received (TestQueueLimits).
+func setQueueLimits(s *zsocket, o *IngestOptions) error {
+	if err := setInts(s, optRcvHWM, o.queueHWM()); err != nil {
+		return err
+	}
+	if m := o.MaxMessageBytes; m > 0 {
+		if err := s.setInt64(optMaxMsgSize, m); err != nil {
+			return fmt.Errorf("option %d=%d: %w", optMaxMsgSize, m, err)
+		}
+	}
+	return nil
+}
+
 // openSub creates the SUB socket and its monitor and starts connecting. A connect
 // error means libzmq refuses the endpoint (ErrBadEndpoint).
 func (l *listener) openSub() error {
@@ -42,8 +58,9 @@ func (l *listener) openSub() error {
 	}
 	var mon *zsocket
 	err = firstErr(
-		setInts(s, optLinger, 0, optIPv6, 1, optRcvHWM, l.opts.RcvHWM,
+		setInts(s, optLinger, 0, optIPv6, 1,
 			optReconnectIvl, ms(l.opts.ReconnectMin), optReconnectIvlMax, ms(l.opts.ReconnectMax)),
+		setQueueLimits(s, l.opts),
 		s.subscribeAll(),
 		s.monitor(monAddr, monitorEvents),
 	)
@@ -86,8 +103,20 @@ func (l *listener) closeSub() {
 	}
 	closeSocket(rx.subSoc)
 	closeSocket(rx.monSoc)
-	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay = nil, nil, false, false
+	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay, rx.resub = nil, nil, false, false, false
 	l.rebuildPollers()
+}
+
+// resubscribe closes the SUB socket after its connection dropped; run opens a
+// new one after the reconnection backoff (ReconnectMin doubling to
+// ReconnectMax until a handshake succeeds). libzmq would not reconnect a
+// session it ended for a protocol error, such as a frame above
+// ZMQ_MAXMSGSIZE (TestZMQMaxMessageBytes). The replay DEALER and the receive
+// queue are kept: the new connection's replay follows what they hold.
+func (l *listener) resubscribe() {
+	l.closeSub()
+	l.setState(ListenerPending)
+	l.log.Debug("SUB socket replaced after a disconnection", "backoff", l.rx.backoff)
 }
 
 // ensureDealer opens the replay DEALER if it is not open.
@@ -100,9 +129,11 @@ func (l *listener) ensureDealer() error {
 	if err != nil {
 		return fmt.Errorf("DEALER socket: %w", limitErr(err))
 	}
-	// RCVHWM 0: a replay of a whole ring must not be cut by the pipe's HWM
-	// (a ROUTER drops what does not fit).
-	if err = setInts(d, optLinger, 0, optIPv6, 1, optRcvHWM, 0); err != nil {
+	// Bounded like the SUB: a whole ring of large replies must not pile up in
+	// libzmq. The publisher's ROUTER then waits for the reader, and drops what
+	// does not fit its own high-water mark; replay requests such replies
+	// again (replayOnce).
+	if err = firstErr(setInts(d, optLinger, 0, optIPv6, 1), setQueueLimits(d, l.opts)); err != nil {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}
