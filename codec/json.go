@@ -37,8 +37,8 @@ func JSONLiteral(b []byte, lit string) ([]byte, error) {
 	return b[len(lit):], nil
 }
 
-// JSONIsNull reports whether the value at b is (or starts like) null.
-func JSONIsNull(b []byte) bool { return len(b) != 0 && b[0] == 'n' }
+// jsonIsNull reports whether the value at b is (or starts like) null.
+func jsonIsNull(b []byte) bool { return len(b) != 0 && b[0] == 'n' }
 
 // jsonStringEnd validates the string at b[0] == '"' (escapes, control
 // characters, UTF-8) and returns the index of its closing quote and whether it

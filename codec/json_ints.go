@@ -20,6 +20,13 @@ import (
 // exponent, is ErrWrongType, a value outside that range ErrOutOfRange, element max+1
 // ErrTooLarge; bad is that element's index.
 func JSONInt32s(dst []int32, b []byte, max int) (out []int32, rest []byte, bad int, err error) {
+	return jsonInt32s(dst, b, max, math.MaxUint32)
+}
+
+// jsonInt32s is JSONInt32s for elements in -2^31..hi, where hi is at least
+// 999999999 (scanUint31s takes what is below that without a range check):
+// math.MaxInt32 or math.MaxUint32, as for ReadInt32s.
+func jsonInt32s(dst []int32, b []byte, max int, hi int64) (out []int32, rest []byte, bad int, err error) {
 	base := len(dst)
 	limit := math.MaxInt
 	if max < limit-base {
@@ -47,7 +54,7 @@ func JSONInt32s(dst []int32, b []byte, max int) (out []int32, rest []byte, bad i
 			return dst, r, i, err
 		case n.Float:
 			return dst, b[p:], i, ErrWrongType
-		case n.Big || n.Mag > math.MaxUint32 || (n.Neg && n.Mag > 1<<31):
+		case n.Big || (!n.Neg && n.Mag > uint64(hi)) || (n.Neg && n.Mag > 1<<31):
 			return dst, b[p:], i, ErrOutOfRange
 		case len(dst) >= limit:
 			return dst, b[p:], i, ErrTooLarge
@@ -243,11 +250,11 @@ const (
 	Hash
 )
 
-// JSONUint64 reads one 64-bit value in mode's forms at the start of b. Escaped
+// jsonUint64 reads one 64-bit value in mode's forms at the start of b. Escaped
 // hash strings are unescaped into *arena (only Hash mode reads strings).
 // Another kind of value, or a fraction or exponent, is ErrWrongType; an
 // integer beyond the mode's range ErrOutOfRange.
-func JSONUint64(b []byte, mode Mode, arena *[]byte) (uint64, []byte, error) {
+func jsonUint64(b []byte, mode Mode, arena *[]byte) (uint64, []byte, error) {
 	if len(b) == 0 {
 		return 0, b, jsonErr(rUnexpected, nil)
 	}
@@ -280,7 +287,7 @@ func JSONUint64(b []byte, mode Mode, arena *[]byte) (uint64, []byte, error) {
 }
 
 // JSONUint64s reads the array at b[0] == '[' of 64-bit values in mode's forms
-// (JSONUint64) and appends at most max of them to dst, exactly (no float64);
+// (Mode) and appends at most max of them to dst, exactly (no float64);
 // element max+1 is ErrTooLarge. Errors are JSONInt32s'.
 func JSONUint64s(dst []uint64, b []byte, max int, mode Mode, arena *[]byte) (out []uint64, rest []byte, bad int, err error) {
 	base := len(dst)
@@ -289,7 +296,7 @@ func JSONUint64s(dst []uint64, b []byte, max int, mode Mode, arena *[]byte) (out
 		return dst, r[1:], 0, nil
 	}
 	for i := 0; ; i++ {
-		v, after, err := JSONUint64(r, mode, arena)
+		v, after, err := jsonUint64(r, mode, arena)
 		switch {
 		case err == ErrWrongType || err == ErrOutOfRange:
 			return dst, r, i, err

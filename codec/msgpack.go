@@ -35,10 +35,10 @@ func IsUintLead(c byte) bool { return c <= 0x7f || (c >= 0xcc && c <= 0xcf) }
 // IsIntLead: any integer encoding, signed or not.
 func IsIntLead(c byte) bool { return IsUintLead(c) || c >= 0xe0 || (c >= 0xd0 && c <= 0xd3) }
 
-// WrongType is the error for a value of another type than expected:
+// wrongType is the error for a value of another type than expected:
 // ErrWrongType, unless the lead byte is 0xc1, which msgpack never uses —
 // garbage, not a type.
-func WrongType(c byte) error {
+func wrongType(c byte) error {
 	if c == 0xc1 {
 		return ErrSyntax
 	}
@@ -54,7 +54,7 @@ func ReadArray(b []byte, max int) (int, []byte, error) {
 		return 0, b, ErrTruncated
 	}
 	if !IsArrayLead(b[0]) {
-		return 0, b, WrongType(b[0])
+		return 0, b, wrongType(b[0])
 	}
 	sz, rest, err := msgp.ReadArrayHeaderBytes(b)
 	if err != nil {
@@ -75,7 +75,7 @@ func ReadMap(b []byte) (int, []byte, error) {
 		return 0, b, ErrTruncated
 	}
 	if !IsMapLead(b[0]) {
-		return 0, b, WrongType(b[0])
+		return 0, b, wrongType(b[0])
 	}
 	sz, rest, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
@@ -93,8 +93,8 @@ func ReadStr(b []byte) ([]byte, []byte, error) {
 		return nil, b, ErrTruncated
 	}
 	// fixstr inline: every map key and tag of every dialect is shorter than 32
-	// bytes, and the call into msgp per key showed as a fifth of a single-block
-	// event's decode time in profiles.
+	// bytes, and a call into msgp per key would be a large share of a
+	// single-block event's decode.
 	if c := b[0]; c&0xe0 == 0xa0 {
 		n := int(c&0x1f) + 1
 		if n > len(b) {
@@ -103,7 +103,7 @@ func ReadStr(b []byte) ([]byte, []byte, error) {
 		return b[1:n:n], b[n:], nil
 	}
 	if !IsStrLead(b[0]) {
-		return nil, b, WrongType(b[0])
+		return nil, b, wrongType(b[0])
 	}
 	v, rest, err := msgp.ReadStringZC(b)
 	if err != nil {
@@ -112,21 +112,13 @@ func ReadStr(b []byte) ([]byte, []byte, error) {
 	return v, rest, nil
 }
 
-// ReadStrOrNil reads str or nil; nil yields a nil slice, "" a non-nil empty one.
-func ReadStrOrNil(b []byte) ([]byte, []byte, error) {
-	if len(b) != 0 && b[0] == Nil {
-		return nil, b[1:], nil
-	}
-	return ReadStr(b)
-}
-
 // ReadBin reads a bin value without copying.
 func ReadBin(b []byte) ([]byte, []byte, error) {
 	if len(b) == 0 {
 		return nil, b, ErrTruncated
 	}
 	if !IsBinLead(b[0]) {
-		return nil, b, WrongType(b[0])
+		return nil, b, wrongType(b[0])
 	}
 	v, rest, err := msgp.ReadBytesZC(b)
 	if err != nil {
@@ -141,7 +133,7 @@ func ReadInt(b []byte) (int64, []byte, error) {
 		return 0, b, ErrTruncated
 	}
 	if !IsIntLead(b[0]) {
-		return 0, b, WrongType(b[0])
+		return 0, b, wrongType(b[0])
 	}
 	v, rest, err := msgp.ReadInt64Bytes(b)
 	if err != nil {
@@ -150,13 +142,13 @@ func ReadInt(b []byte) (int64, []byte, error) {
 	return v, rest, nil
 }
 
-// ReadFloat reads a float32 or float64.
-func ReadFloat(b []byte) (float64, []byte, error) {
+// readFloat reads a float32 or float64.
+func readFloat(b []byte) (float64, []byte, error) {
 	if len(b) == 0 {
 		return 0, b, ErrTruncated
 	}
 	if !IsFloatLead(b[0]) {
-		return 0, b, WrongType(b[0])
+		return 0, b, wrongType(b[0])
 	}
 	f, rest, err := msgp.ReadFloat64Bytes(b)
 	if err != nil {
@@ -172,7 +164,7 @@ func ReadUint(b []byte) (uint64, []byte, error) {
 		return 0, b, ErrTruncated
 	}
 	if !IsIntLead(b[0]) {
-		return 0, b, WrongType(b[0])
+		return 0, b, wrongType(b[0])
 	}
 	if !IsUintLead(b[0]) {
 		// Signed encodings may still hold a non-negative value (int8 5).

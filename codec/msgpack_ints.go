@@ -78,10 +78,10 @@ func ReadInt32s(dst []int32, b []byte, hi int64) (rest []byte, bad int, err erro
 	return b[off:], 0, nil
 }
 
-// ReadUint64 reads one 64-bit value in mode's forms (Mode): an unsigned
+// readUint64 reads one 64-bit value in mode's forms (Mode): an unsigned
 // integer as is; in Bits and Hash mode a negative one as its two's-complement
 // bit pattern; in Hash mode a bin digest as its last 8 bytes big-endian.
-func ReadUint64(b []byte, mode Mode) (uint64, []byte, error) {
+func readUint64(b []byte, mode Mode) (uint64, []byte, error) {
 	if len(b) == 0 {
 		return 0, b, ErrTruncated
 	}
@@ -101,10 +101,10 @@ func ReadUint64(b []byte, mode Mode) (uint64, []byte, error) {
 		}
 		return binary.BigEndian.Uint64(v[len(v)-8:]), rest, nil
 	}
-	return 0, b, WrongType(b[0])
+	return 0, b, wrongType(b[0])
 }
 
-// ReadUint64s decodes len(dst) values in mode's forms (ReadUint64) from b into
+// ReadUint64s decodes len(dst) values in mode's forms (Mode) from b into
 // dst and returns the rest after them; errors are ReadInt32s'.
 func ReadUint64s(dst []uint64, b []byte, mode Mode) (rest []byte, bad int, err error) {
 	for i := range dst {
@@ -115,7 +115,7 @@ func ReadUint64s(dst []uint64, b []byte, mode Mode) (rest []byte, bad int, err e
 			continue
 		}
 		r, err := b, error(nil)
-		if dst[i], r, err = ReadUint64(b, mode); err != nil {
+		if dst[i], r, err = readUint64(b, mode); err != nil {
 			return b, i, err
 		}
 		b = r

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -326,6 +327,211 @@ func FuzzMsgpackValue(f *testing.F) {
 				}
 				q = r
 			}
+		}
+	})
+}
+
+// readerTree walks the value at r's cursor through the codec.Reader interface
+// into the shape encoding/json and msgp.ReadIntfBytes decode to: maps as
+// map[string]any (a repeated key: the last wins), arrays as []any, integers as
+// sign and decimal magnitude ("big" beyond 64 bits), floats as "float",
+// strings as string, bins as binTree, extensions as "ext". keyErr reports a map key that
+// is not a string (NextKey's ok=true with an error).
+func readerTree(r codec.Reader) (v any, keyErr bool, err error) {
+	switch r.Kind() {
+	case codec.KindMap:
+		if _, err := r.EnterMap(); err != nil {
+			return nil, false, err
+		}
+		m := map[string]any{}
+		for {
+			k, ok, err := r.NextKey()
+			if err != nil {
+				return nil, ok, err
+			}
+			if !ok {
+				return m, false, nil
+			}
+			if m[string(k)], keyErr, err = readerTree(r); err != nil {
+				return nil, keyErr, err
+			}
+		}
+	case codec.KindArray:
+		if _, err := r.EnterArray(math.MaxInt); err != nil {
+			return nil, false, err
+		}
+		a := []any{}
+		for {
+			ok, err := r.Next()
+			if err != nil || !ok {
+				return a, false, err
+			}
+			e, keyErr, err := readerTree(r)
+			if err != nil {
+				return nil, keyErr, err
+			}
+			a = append(a, e)
+		}
+	}
+	val, err := r.Value()
+	if err != nil {
+		return nil, false, err
+	}
+	switch val.Kind {
+	case codec.KindNil:
+		return nil, false, nil
+	case codec.KindBool:
+		return val.Bool, false, nil
+	case codec.KindInt:
+		switch n := val.Num; {
+		case n.Big:
+			return "big", false, nil
+		case n.Neg && n.Mag != 0:
+			return "-" + strconv.FormatUint(n.Mag, 10), false, nil
+		default:
+			return strconv.FormatUint(n.Mag, 10), false, nil
+		}
+	case codec.KindFloat:
+		return "float", false, nil
+	case codec.KindStr:
+		return string(val.Bytes), false, nil
+	case codec.KindBin:
+		return binTree(val.Bytes), false, nil
+	}
+	return "ext", false, nil
+}
+
+// binTree is a bin's bytes in a tree (nil and empty alike).
+type binTree string
+
+// modelTree normalises what encoding/json (numbers as json.Number) or
+// msgp.ReadIntfBytes decoded to readerTree's shape.
+func modelTree(v any) any {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, e := range v {
+			v[k] = modelTree(e)
+		}
+	case []any:
+		for i, e := range v {
+			v[i] = modelTree(e)
+		}
+	case json.Number:
+		if strings.ContainsAny(string(v), ".eE") {
+			return "float"
+		}
+		// sign and magnitude, as codec.Number: a magnitude up to 2^64-1 either way
+		mag, neg := strings.CutPrefix(string(v), "-")
+		u, err := strconv.ParseUint(mag, 10, 64)
+		switch {
+		case err != nil:
+			return "big"
+		case neg && u != 0:
+			return "-" + strconv.FormatUint(u, 10)
+		}
+		return strconv.FormatUint(u, 10)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case uint64:
+		return strconv.FormatUint(v, 10)
+	case float32, float64:
+		return "float"
+	case []byte:
+		return binTree(v)
+	case nil, bool, string:
+	default:
+		return "ext"
+	}
+	return v
+}
+
+// FuzzReaderJSON: codec.JSONReader, walked through the Reader interface,
+// reads exactly the JSON texts codec.JSONSkip accepts (the model of
+// FuzzJSONValue), ends where the text ends, and sees what encoding/json
+// decodes: the same keys, strings, exact integers and nesting.
+func FuzzReaderJSON(f *testing.F) {
+	for _, s := range []string{`{}`, `[]`, `{"a":[1,-2.5e3,"x\u00e9\ud83d\ude00",true,false,null],"b":{"c":{}}}`,
+		`{"a":1,"a":2}`, `[18446744073709551615,-9223372036854775808,18446744073709551616,-0]`, `{"a" 1}`, `[1,]`,
+		` {"k\"ey":"v"} `, `[[[[[[]]]]]]`, `{"a":[`, `"\ud83d"`, "[\"\xff\"]", `7`, `{"a":1}x`,
+		`[-9227000000000000000]`} { // below MinInt64, a magnitude within 64 bits
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if len(src) > codecMaxInput {
+			return
+		}
+		var r codec.JSONReader
+		var arena []byte
+		r.Reset(src, &arena)
+		got, _, err := readerTree(&r)
+		if err == nil && !r.End() {
+			err = codec.ErrSyntax // not one value
+		}
+		rest, serr := codec.JSONSkip(src)
+		if serr == nil && len(codec.JSONWS(rest)) != 0 {
+			serr = codec.ErrSyntax
+		}
+		if (err == nil) != (serr == nil) {
+			t.Fatalf("%q: reader %v, JSONSkip %v", src, err, serr)
+		}
+		if err != nil {
+			return
+		}
+		d := json.NewDecoder(bytes.NewReader(src))
+		d.UseNumber()
+		var want any
+		if err := d.Decode(&want); err != nil {
+			t.Fatalf("%q: encoding/json: %v", src, err)
+		}
+		if want = modelTree(want); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%q:\nreader  %#v\nencoding/json %#v", src, got, want)
+		}
+	})
+}
+
+// FuzzReaderMsgpack: codec.MsgpackReader, walked through the Reader
+// interface, reads what codec.Skip accepts (but for map keys that are not
+// strings, which NextKey refuses), ends where Skip does, and sees what
+// msgp.ReadIntfBytes decodes.
+func FuzzReaderMsgpack(f *testing.F) {
+	seed := func(v any) []byte {
+		b, err := msgp.AppendIntf(nil, v)
+		if err != nil {
+			panic(err)
+		}
+		return b
+	}
+	for _, v := range []any{nil, true, -1, int64(math.MinInt64), uint64(math.MaxUint64), 1.5, float32(2), "a", []byte{1, 2},
+		[]any{1, "a", []any{nil}}, map[string]any{"a": 1, "b": []any{map[string]any{}}}} {
+		f.Add(seed(v))
+	}
+	f.Add([]byte{0x81, 0x01, 0x02})                                 // a non-str key
+	f.Add([]byte{0xc4, 0x00})                                       // an empty bin
+	f.Add(append(bytes.Repeat([]byte{0x91}, codec.MaxDepth), 0x90)) // an empty container below the depth limit
+	f.Add([]byte{0xc1})
+	f.Add(bytes.Repeat([]byte{0x91}, 70))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		if len(src) > codecMaxInput {
+			return
+		}
+		var r codec.MsgpackReader
+		r.Reset(src)
+		got, keyErr, err := readerTree(&r)
+		rest, serr := codec.Skip(src)
+		switch {
+		case err == nil && (serr != nil || r.Offset() != len(src)-len(rest)):
+			t.Fatalf("%x: reader ends at %d, Skip at %d (%v)", src, r.Offset(), len(src)-len(rest), serr)
+		case err != nil && serr == nil && !keyErr:
+			t.Fatalf("%x: reader refuses (%v), Skip accepts", src, err)
+		case err != nil:
+			return
+		}
+		want, _, merr := msgp.ReadIntfBytes(src)
+		if merr != nil {
+			return // msgp refuses what codec reads: extension types it has no decoder for
+		}
+		if want = modelTree(want); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%x:\nreader %#v\nmsgp   %#v", src, got, want)
 		}
 	})
 }

@@ -91,3 +91,53 @@ func BenchmarkDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecodeStandard measures RFC #1527 events, read by the same decoder in
+// both formats: 16 events of the Mooncake master's shape (28 keys, one block each)
+// in msgpack, and 16 of the RFC's stored example (15 keys, 3 blocks) in msgpack and
+// in JSON.
+func BenchmarkDecodeStandard(b *testing.B) {
+	evs := make([]mp, 16)
+	for i := range evs {
+		evs[i] = mooncakeStored()
+	}
+	rfc := mp(nil).mapn(15).kv("event_id").u(42).kv("timestamp").u(1739145600000).
+		kv("event_type").str("stored").kv("model_name").str("llama-3.1-8b").kv("block_size").u(64).
+		kv("additional_salt").null().kv("lora_name").null().kv("tenant_id").str("default").
+		kv("backend_id").str("worker-0").kv("medium").str("gpu").kv("dp_rank").u(0).
+		kv("seq_hashes").u64s(1234567890, 9876543210, 1122334455).kv("base_block_idx").u(5).
+		kv("parent_hash").u(9999999999).kv("token_ids").null()
+	rfcs := mp(nil).arr(16)
+	js := []byte("[" + rfcStoredJSON)
+	for i := 0; i < 16; i++ {
+		rfcs = rfcs.cat2(rfc)
+		if i > 0 {
+			js = append(js, ","+rfcStoredJSON...)
+		}
+	}
+	js = append(js, ']')
+	for _, c := range []struct {
+		name    string
+		payload []byte
+		decode  func(*Decoder, []byte, *core.Batch) error
+	}{
+		{"mooncake/events=16", mooncakeBatchOf(1700000000123, 0, evs...),
+			func(d *Decoder, p []byte, b *core.Batch) error { return d.Decode(DialectMooncake, p, b) }},
+		{"rfc_msgpack/events=16", rfcs,
+			func(d *Decoder, p []byte, b *core.Batch) error { return d.Decode(DialectStandard, p, b) }},
+		{"rfc_json/events=16", js, (*Decoder).DecodeStandardJSON},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			var d Decoder
+			var batch core.Batch
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.payload)))
+			for b.Loop() {
+				if err := c.decode(&d, c.payload, &batch); err != nil || len(batch.Events) != 16 {
+					b.Fatal(err, batch.Errors)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*16), "ns/event")
+		})
+	}
+}

@@ -1,9 +1,9 @@
 package wire
 
 import (
-	"github.com/seed-c7a81618/conductor/codec"
 	"math"
 
+	"github.com/seed-c7a81618/conductor/codec"
 	"github.com/seed-c7a81618/conductor/core"
 )
 
@@ -13,6 +13,7 @@ import (
 // subscription goroutine is the intended use; it is not safe for concurrent use.
 type Decoder struct {
 	dialect Dialect
+	json    bool // the payload is JSON (DecodeStandardJSON)
 	// Error context of the value being decoded, turned into a *DecodeError only when
 	// something fails, so the success path builds no error values.
 	event int
@@ -21,12 +22,15 @@ type Decoder struct {
 	// extraKeys is the entry count of the current event's extra_keys, checked against
 	// its hash count once the whole event is read (map keys come in any order).
 	extraKeys int
+	mp        codec.MsgpackReader
+	js        codec.JSONReader
 	// arena holds unescaped JSON strings; reset per payload, so the slices handed out
 	// stay valid until the next decode.
 	arena []byte
 }
 
-// Decode decodes one payload of the given dialect into b, which it resets first.
+// Decode decodes one msgpack payload of the given dialect into b, which it resets
+// first.
 //
 // On success b holds the decoded events in payload order; events that failed on their
 // own were dropped and are counted in b.Skipped, the first MaxBatchErrors of their
@@ -37,27 +41,33 @@ type Decoder struct {
 // buffer is reused. Hashes and Tokens live in b's reused slices.
 func (d *Decoder) Decode(dialect Dialect, payload []byte, b *core.Batch) error {
 	b.Reset()
-	d.dialect = dialect
+	d.dialect, d.json = dialect, false
 	d.at(-1, "", -1)
 	if len(payload) == 0 {
 		return d.newError(ErrEmptyPayload)
 	}
-	var rest []byte
+	r := &d.mp
+	r.Reset(payload)
 	var err error
 	switch dialect {
 	case DialectVLLM, DialectSGLang:
-		rest, err = d.engineBatch(payload, b)
+		err = d.engineBatch(r, b)
 	case DialectMooncake:
-		rest, err = d.mooncakeBatch(payload, b)
+		err = d.mooncakeBatch(r, b)
 	case DialectStandard:
-		rest, err = d.standardBatch(payload, b)
+		err = d.standardBatch(r, b)
 	default:
 		err = ErrUnknownDialect
 	}
+	return d.finish(r, err)
+}
+
+// finish turns the outcome of a payload's decode into Decode's result.
+func (d *Decoder) finish(r codec.Reader, err error) error {
 	if err != nil {
 		return d.newError(err)
 	}
-	if len(rest) != 0 {
+	if !r.End() {
 		d.at(-1, "", -1)
 		return d.newError(ErrTrailingBytes)
 	}
@@ -82,275 +92,262 @@ func (d *Decoder) dropEvent(b *core.Batch, err error) {
 	}
 }
 
+// Batch envelopes. Only msgpack has the positional `[ts, events, rank]` batch
+// (engineBatch, mooncakeBatch, standardBatch); batch maps, event lists and
+// events are read the same way in both formats.
+
 // engineBatch decodes vLLM's and SGLang's `[ts, events, dp_rank]`. vLLM also gets the
 // 2-element form (batches from before data_parallel_rank existed) and a map batch (a
 // fork without array_like, see the reference's §A.4 note).
-func (d *Decoder) engineBatch(p []byte, b *core.Batch) ([]byte, error) {
-	if codec.IsMapLead(p[0]) && d.dialect == DialectVLLM {
-		return d.mapBatch(p, b, true)
+func (d *Decoder) engineBatch(r codec.Reader, b *core.Batch) error {
+	if r.Kind() == codec.KindMap && d.dialect == DialectVLLM {
+		return d.mapBatch(r, b, vllmBatchFields, true)
 	}
-	n, p, err := codec.ReadArray(p, math.MaxUint32)
+	n, err := r.EnterArray(math.MaxUint32)
 	if err != nil {
-		return p, err
+		return err
 	}
 	if n < 2 || n > 3 || (n == 2 && d.dialect != DialectVLLM) {
-		return p, ErrArity
+		return ErrArity
 	}
 	rank := "data_parallel_rank"
 	if d.dialect == DialectSGLang {
 		rank = "attn_dp_rank"
 	}
-	return d.arrayBatch(p, b, n, rank)
+	return d.arrayBatch(r, b, rank)
 }
 
-// arrayBatch decodes the n elements (2 or 3, checked by the caller) of a
-// `[ts, events, rank?]` batch; rank names the third in errors.
-func (d *Decoder) arrayBatch(p []byte, b *core.Batch, n int, rank string) ([]byte, error) {
-	d.field = "ts"
-	p, err := readBatchTS(p, b)
-	if err != nil {
-		return p, err
+// arrayBatch decodes the elements (2 or 3, checked by the caller) of a
+// `[ts, events, rank?]` batch whose array r has entered; rank names the third
+// in errors.
+func (d *Decoder) arrayBatch(r codec.Reader, b *core.Batch, rank string) error {
+	for i, field := range [...]string{"ts", "events", rank} {
+		ok, err := r.Next()
+		if !ok {
+			return err
+		}
+		d.field = field
+		switch i {
+		case 0:
+			err = readBatchTS(r, b, true)
+		case 1:
+			err = d.eventList(r, b)
+		default:
+			err = readBatchRank(r, b)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	d.field = "events"
-	if p, err = d.eventList(p, b); err != nil {
-		return p, err
-	}
-	if n == 3 {
-		d.field = rank
-		return readBatchRank(p, b)
-	}
-	return p, nil
+	_, err := r.Next()
+	return err
 }
 
 // mooncakeBatch decodes the store master's `[ts, events, dp_rank]`: exactly three
 // elements; the timestamp is integer milliseconds (as the master sends) or float
-// seconds (as engines send).
-func (d *Decoder) mooncakeBatch(p []byte, b *core.Batch) ([]byte, error) {
-	n, p, err := codec.ReadArray(p, math.MaxUint32)
+// seconds (as engines send, and as the seed says the master's format is theirs).
+func (d *Decoder) mooncakeBatch(r codec.Reader, b *core.Batch) error {
+	n, err := r.EnterArray(math.MaxUint32)
 	if err != nil {
-		return p, err
+		return err
 	}
 	if n != 3 {
-		return p, ErrArity
+		return ErrArity
 	}
-	// The master sends integer milliseconds; float seconds (the engines'
-	// batch format, which the seed says the master shares) are accepted too.
-	return d.arrayBatch(p, b, n, "dp_rank")
+	return d.arrayBatch(r, b, "dp_rank")
 }
 
 // standardBatch decodes RFC #1527 events in msgpack: a `[ts, events, dp_rank?]` batch,
 // a bare array of event maps, a `{"events": [...]}` wrapper map, or one event map.
-func (d *Decoder) standardBatch(p []byte, b *core.Batch) ([]byte, error) {
-	switch {
-	case codec.IsMapLead(p[0]):
-		if mapHasKey(p, "events") {
-			return d.mapBatch(p, b, false)
+func (d *Decoder) standardBatch(r codec.Reader, b *core.Batch) error {
+	switch r.Kind() {
+	case codec.KindMap:
+		if hasKey(r, "events") {
+			return d.mapBatch(r, b, rfcBatchFields, false)
 		}
-		return d.events(1, p, b)
-	case codec.IsArrayLead(p[0]):
-		n, q, err := codec.ReadArray(p, math.MaxUint32)
+		return d.oneEvent(r, 0, b)
+	case codec.KindArray:
+		start := r.Mark()
+		n, err := r.EnterArray(math.MaxUint32)
 		if err != nil {
-			return q, err
+			return err
 		}
-		if n == 0 {
-			return q, nil
-		}
-		if codec.IsMapLead(q[0]) {
-			return d.events(n, q, b)
+		// An array of events is told from a batch by its first element.
+		ok, _ := r.Next()
+		events := !ok || r.Kind() == codec.KindMap
+		if r.Restore(start); events {
+			return d.eventList(r, b)
 		}
 		if n > 3 || n < 2 {
-			return q, ErrArity
+			return ErrArity
 		}
-		return d.arrayBatch(q, b, n, "dp_rank")
+		if _, err = r.EnterArray(math.MaxUint32); err != nil {
+			return err
+		}
+		return d.arrayBatch(r, b, "dp_rank")
 	}
-	return p, ErrWrongType
+	return ErrWrongType
 }
 
-// The keys of a batch map (msgpack) or wrapper object (JSON).
+// Batch map keys: vLLM's ts, events and data_parallel_rank, and in the RFC
+// wrapper also timestamp and dp_rank for the same fields.
 const (
-	seenTS = 1 << iota
-	seenEvents
-	seenRank
+	bfTS uint32 = 1 << iota
+	bfEvents
+	bfRank
 )
 
-// batchKey names a batch key: vLLM's ts, events and data_parallel_rank, and with
-// rfc also the RFC wrapper's timestamp and dp_rank. bit is 0 for any other key.
-func batchKey(key []byte, rfc bool) (bit int, name string) {
-	switch string(key) {
-	case "ts":
-		return seenTS, "ts"
-	case "events":
-		return seenEvents, "events"
-	case "data_parallel_rank":
-		return seenRank, "data_parallel_rank"
-	case "timestamp":
-		if rfc {
-			return seenTS, "timestamp"
-		}
-	case "dp_rank":
-		if rfc {
-			return seenRank, "dp_rank"
-		}
-	}
-	return 0, ""
-}
+var (
+	vllmBatchFields = &fieldTable{mkTS: bfTS, mkEvents: bfEvents, mkDataParallelRank: bfRank}
+	rfcBatchFields  = &fieldTable{mkTS: bfTS, mkTimestamp: bfTS, mkEvents: bfEvents,
+		mkDataParallelRank: bfRank, mkDPRank: bfRank}
+)
 
 // mapBatch decodes a batch encoded as a map: vLLM's {ts, events, data_parallel_rank}
-// (requireTS) or the RFC wrapper {events, ts|timestamp, dp_rank} (keys optional but
-// events). Unknown keys are ignored; a repeated known key fails the batch.
-func (d *Decoder) mapBatch(p []byte, b *core.Batch, requireTS bool) ([]byte, error) {
-	n, p, err := codec.ReadMap(p)
-	if err != nil {
-		return p, err
-	}
-	seen := 0
-	for i := 0; i < n; i++ {
-		d.at(-1, "", i)
-		var key []byte
-		if key, p, err = codec.ReadStr(p); err != nil {
-			return p, err
-		}
-		d.index = -1
-		bit, name := batchKey(key, !requireTS)
-		if bit == 0 {
-			if p, err = codec.Skip(p); err != nil {
-				return p, err
-			}
-			continue
-		}
-		d.field = name
-		if seen&bit != 0 {
-			return p, ErrDuplicateField
-		}
-		seen |= bit
-		switch bit {
-		case seenTS:
-			p, err = readBatchTS(p, b)
-		case seenEvents:
-			p, err = d.eventList(p, b)
-		case seenRank:
-			p, err = readBatchRank(p, b)
+// (requireTS) or the RFC wrapper {events, ts|timestamp, dp_rank|data_parallel_rank}
+// (keys optional but events). Unknown keys are ignored; a repeated field fails the
+// batch.
+func (d *Decoder) mapBatch(r codec.Reader, b *core.Batch, t *fieldTable, requireTS bool) error {
+	w := d.walkMap(r, t, "")
+	for w.next() {
+		var err error
+		switch w.id {
+		case bfTS:
+			// The RFC's timestamp is integer milliseconds; msgpack publishers
+			// also get float seconds there, as engines send ts.
+			err = readBatchTS(r, b, d.field == "ts" || !d.json)
+		case bfEvents:
+			err = d.eventList(r, b)
+		case bfRank:
+			err = readBatchRank(r, b)
 		}
 		if err != nil {
-			return p, err
+			return err
 		}
+	}
+	if w.err != nil {
+		return w.err
 	}
 	d.at(-1, "", -1)
-	if seen&seenEvents == 0 {
+	if w.seen&bfEvents == 0 {
 		d.field = "events"
-		return p, ErrMissingField
+		return ErrMissingField
 	}
-	if requireTS && seen&seenTS == 0 {
+	if requireTS && w.seen&bfTS == 0 {
 		d.field = "ts"
-		return p, ErrMissingField
+		return ErrMissingField
 	}
-	return p, nil
-}
-
-// readBatchTS reads the batch timestamp: engines send float64 Unix seconds, Mooncake
-// integer milliseconds. Negative or non-finite times are corrupt envelopes.
-func readBatchTS(p []byte, b *core.Batch) ([]byte, error) {
-	if len(p) == 0 {
-		return p, ErrTruncated
-	}
-	if codec.IsFloatLead(p[0]) {
-		f, rest, err := codec.ReadFloat(p)
-		if err != nil {
-			return p, err
-		}
-		return rest, setBatchTSFloat(b, f)
-	}
-	u, rest, err := codec.ReadUint(p)
-	if err != nil {
-		return p, err
-	}
-	setBatchTS(b, u)
-	return rest, nil
-}
-
-// setBatchTSFloat sets a batch time given in float seconds (both formats): negative
-// or non-finite times are corrupt envelopes.
-func setBatchTSFloat(b *core.Batch, f float64) error {
-	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-		return ErrOutOfRange
-	}
-	b.TimestampF = f
 	return nil
 }
 
-// setBatchTS sets a batch time given as an integer (seconds or Mooncake's ms).
-func setBatchTS(b *core.Batch, u uint64) { b.TimestampU, b.TimestampF = u, float64(u) }
+// readBatchTS reads the batch timestamp: engines send float64 Unix seconds, Mooncake
+// integer milliseconds (the only form without floatOK). Negative or non-finite times
+// are corrupt envelopes.
+func readBatchTS(r codec.Reader, b *core.Batch, floatOK bool) error {
+	if floatOK && r.Kind() == codec.KindFloat {
+		f, err := r.Float64()
+		if err != nil {
+			return err
+		}
+		if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+			return ErrOutOfRange
+		}
+		b.TimestampF = f
+		return nil
+	}
+	u, err := r.Uint64(codec.Unsigned)
+	if err != nil {
+		return err
+	}
+	b.TimestampU, b.TimestampF = u, float64(u)
+	return nil
+}
 
 // readBatchRank reads nil or a rank in [0, 2^32-1].
-func readBatchRank(p []byte, b *core.Batch) ([]byte, error) {
-	r, isNil, rest, err := readU32OrNil(p)
+func readBatchRank(r codec.Reader, b *core.Batch) error {
+	v, isNil, err := readU32OrNil(r)
 	if err != nil {
-		return p, err
+		return err
 	}
-	b.DPRank, b.HasDPRank = r, !isNil
-	return rest, nil
+	b.DPRank, b.HasDPRank = v, !isNil
+	return nil
 }
 
-// eventList reads the events array header and its events.
-func (d *Decoder) eventList(p []byte, b *core.Batch) ([]byte, error) {
-	n, p, err := codec.ReadArray(p, math.MaxUint32)
-	if err != nil {
-		return p, err
+// eventList reads an array of events; after it the error context is the list's
+// own (the caller's field, event -1).
+func (d *Decoder) eventList(r codec.Reader, b *core.Batch) error {
+	if _, err := r.EnterArray(math.MaxUint32); err != nil {
+		return err
 	}
-	return d.events(n, p, b)
-}
-
-// events decodes n consecutive events. An event that fails on its own is dropped and
-// the decoder resumes after it, found by skipping its bytes from its start; if even
-// that fails the payload is cut short or garbled and the batch fails.
-func (d *Decoder) events(n int, p []byte, b *core.Batch) ([]byte, error) {
-	for i := 0; i < n; i++ {
-		d.at(i, "", -1)
-		d.extraKeys = 0
-		start := p
-		e := b.NextEvent()
-		var err error
-		switch d.dialect {
-		case DialectVLLM, DialectSGLang:
-			p, err = d.engineEvent(e, p)
-		default:
-			p, err = d.rfcEvent(e, p)
-			e.Standard = true
-		}
-		if err == nil {
-			continue
-		}
-		var serr error
-		if p, serr = codec.Skip(start); serr != nil {
-			if codec.Cause(serr) != codec.Cause(err) {
-				d.field, d.index = "", -1
+	field := d.field
+	for i := 0; ; i++ {
+		ok, err := r.Next()
+		if err != nil {
+			if i > 0 { // a bad separator after an event; a list cut short at its '[' keeps the caller's context
+				d.at(-1, "events", -1)
 			}
-			return p, serr
+			return err
 		}
-		d.dropEvent(b, err)
+		if !ok {
+			break
+		}
+		if err = d.oneEvent(r, i, b); err != nil {
+			return err
+		}
 	}
-	d.at(-1, "", -1)
-	return p, nil
+	d.at(-1, field, -1)
+	return nil
 }
 
-// mapHasKey reports whether the map at p has a top-level str key equal to key.
-// Malformed maps report false and fail later, in the event decoder, with context.
-func mapHasKey(p []byte, key string) bool {
-	n, p, err := codec.ReadMap(p)
-	if err != nil {
+// oneEvent decodes event i. An event that fails on its own is dropped and the decoder
+// resumes after it, found by skipping its bytes from its start; if even that fails
+// the payload is cut short or garbled and the batch fails.
+func (d *Decoder) oneEvent(r codec.Reader, i int, b *core.Batch) error {
+	d.at(i, "", -1)
+	d.extraKeys = 0
+	start := r.Mark()
+	e := b.NextEvent()
+	var err error
+	switch d.dialect {
+	case DialectVLLM, DialectSGLang:
+		err = d.engineEvent(r, e)
+	default:
+		err = d.rfcEvent(r, e)
+		e.Standard = true
+	}
+	if err == nil {
+		return nil
+	}
+	r.Restore(start)
+	if serr := r.Skip(); serr != nil {
+		if codec.Cause(serr) != codec.Cause(err) {
+			d.field, d.index = "", -1
+		}
+		return serr
+	}
+	d.dropEvent(b, err)
+	return nil
+}
+
+// hasKey reports whether the map at the cursor has a top-level string key equal
+// to key, leaving the cursor where it was. Malformed maps report false and fail
+// later, in the decoder proper, with context.
+func hasKey(r codec.Reader, key string) bool {
+	start := r.Mark()
+	defer r.Restore(start)
+	if _, err := r.EnterMap(); err != nil {
 		return false
 	}
-	for i := 0; i < n; i++ {
-		var k []byte
-		if k, p, err = codec.ReadStr(p); err != nil {
+	for {
+		k, ok, err := r.NextKey()
+		if !ok || err != nil {
 			return false
 		}
 		if string(k) == key {
 			return true
 		}
-		if p, err = codec.Skip(p); err != nil {
+		if r.Skip() != nil {
 			return false
 		}
 	}
-	return false
 }

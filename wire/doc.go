@@ -5,7 +5,7 @@
 //   - DialectVLLM: vLLM's KVEventBatch, `[ts, events, data_parallel_rank]` (also the
 //     2-element form and a map batch), with events in either of vLLM's two encodings:
 //     the array era (tag first, fields by position, v0.8 … v0.23) and the map era
-//     (`type` key, PR #42892, v0.24+).
+//     (`type` key, v0.24+).
 //   - DialectSGLang: `[ts, events, attn_dp_rank]` with array-era events, array events
 //     carrying a metadata map at position 7 (salted stores), and map-era events;
 //     EAGLE bigram token pairs are flattened.
@@ -35,16 +35,20 @@
 //
 // # Memory and performance contract
 //
-// Decoding is a zero-copy read of the payload with package codec's readers (the ones
-// httpd parses requests with: tinylib/msgp's Read*Bytes functions underneath, and a
-// strict JSON reader for DecodeStandardJSON), so the limits are codec's: nesting
+// Decoding is a zero-copy read of the payload through codec.Reader, the cursor over
+// both formats: each dialect is decoded once, over the interface, and Decode runs it on
+// a codec.MsgpackReader, DecodeStandardJSON on a codec.JSONReader. Every map of every
+// dialect is walked by one loop that finds keys with one switch, so the error context
+// (event, field, element) is the same in both formats. The limits are codec's: nesting
 // deeper than codec.MaxDepth (64) is ErrTooLarge, a JSON string must be UTF-8. No
 // reflection and, once the Batch has grown to the largest batch seen, no heap
-// allocation per payload (TestDecodeZeroAllocs proves it). Byte-slice fields of
-// decoded events (Medium, LoraName, ObjectKey, …) alias the payload and are valid until
-// the payload buffer is reused; hashes and tokens are copied into the batch's reused
-// slices and are valid until the next Decode into the same batch. core copies what it
-// keeps.
+// allocation per payload (TestDecodeZeroAllocs proves it). A field costs a call or two
+// through the interface; hash and token arrays are read by one call each.
+//
+// Byte-slice fields of decoded events (Medium, LoraName, ObjectKey, …) alias the
+// payload and are valid until the payload buffer is reused; hashes and tokens are
+// copied into the batch's reused slices and are valid until the next Decode into the
+// same batch. core copies what it keeps.
 //
 // Every length prefix is checked against the bytes that remain before anything is
 // sized from it (each element needs at least one byte), and per-event counts are capped

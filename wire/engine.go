@@ -2,17 +2,17 @@ package wire
 
 import (
 	"errors"
-	"github.com/seed-c7a81618/conductor/codec"
 	"math"
-	"math/bits"
 
+	"github.com/seed-c7a81618/conductor/codec"
 	"github.com/seed-c7a81618/conductor/core"
 )
 
 // Engine events: vLLM and SGLang BlockStored / BlockRemoved / AllBlocksCleared in
 // their array encoding (tag first, fields by position) and map encoding (`type` key).
 // Both encodings set fields through engineField, so a field means the same thing
-// whatever its era; only which fields must be present differs.
+// whatever its era; only which fields must be present differs. Engines publish
+// msgpack, but the decoders read a codec.Reader like every other dialect's.
 //
 // Partial pages. SGLang emits the last page of a radix node even when it is not full,
 // in one of two ways: with block_size = the page's token count (smaller than the
@@ -43,55 +43,19 @@ const (
 	efLocality
 	efOwnership
 	efSessionID
+	efEventType // not an engine field: engineMapEvent's signal
 )
 
-var engineFieldNames = [...]string{
-	"type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-	"medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind",
-	"kv_cache_spec_sliding_window", "cache_salt", "metadata", "locality", "ownership",
-	"session_id",
-}
+// engineFieldNames are the fields' keys by id; event_type, which no engine
+// event has, marks a standardized event map (engineMapEvent).
+var (
+	engineFieldNames = fieldNames{mkType, mkBlockHashes, mkParentBlockHash, mkTokenIDs,
+		mkBlockSize, mkLoraID, mkMedium, mkLoraName, mkExtraKeys, mkGroupIdx, mkSpecKind,
+		mkSlidingWindow, mkCacheSalt, mkMetadata, mkLocality, mkOwnership, mkSessionID, mkEventType}
+	engineFields = engineFieldNames.table(efMetadata)
+)
 
-func engineFieldName(f uint32) string { return engineFieldNames[bits.TrailingZeros32(f)] }
-
-// engineKey maps a map-era key to its field id; 0 = not recognised (ignored).
-func engineKey(key []byte) uint32 {
-	switch string(key) {
-	case "type":
-		return efType
-	case "block_hashes":
-		return efBlockHashes
-	case "parent_block_hash":
-		return efParent
-	case "token_ids":
-		return efTokenIDs
-	case "block_size":
-		return efBlockSize
-	case "lora_id":
-		return efLoraID
-	case "medium":
-		return efMedium
-	case "lora_name":
-		return efLoraName
-	case "extra_keys":
-		return efExtraKeys
-	case "group_idx":
-		return efGroupIdx
-	case "kv_cache_spec_kind":
-		return efSpecKind
-	case "kv_cache_spec_sliding_window":
-		return efSlidingWindow
-	case "cache_salt":
-		return efCacheSalt
-	case "locality":
-		return efLocality
-	case "ownership":
-		return efOwnership
-	case "session_id":
-		return efSessionID
-	}
-	return 0
-}
+func engineFieldName(f uint32) string { return engineFieldNames.name(f) }
 
 // Array-era layouts: field at position i+1 (after the tag). Elements past the layout
 // are skipped, so a newer publisher appending fields does not break us.
@@ -128,48 +92,59 @@ func (d *Decoder) engineTag(tag []byte) core.EventKind {
 		// SGLang's salted-store subclass; its msgspec tag defaults to the class name.
 		return core.EventStored
 	}
-	return engineKind(tag)
+	return engineKinds.kind(tag)
 }
 
-// engineKind maps the vLLM/SGLang event class names (also Mooncake's legacy
-// `type` alias) to event kinds; 0 for anything else.
-func engineKind(tag []byte) core.EventKind {
-	switch string(tag) {
-	case "BlockStored":
-		return core.EventStored
-	case "BlockRemoved":
-		return core.EventRemoved
-	case "AllBlocksCleared":
-		return core.EventCleared
+// The event kinds' names in the engines' class names (also Mooncake's legacy
+// `type` alias) and in RFC #1527's event_type.
+var (
+	engineKinds = eventKinds{core.EventStored: "BlockStored", core.EventRemoved: "BlockRemoved",
+		core.EventCleared: "AllBlocksCleared"}
+	rfcKinds = eventKinds{core.EventStored: "stored", core.EventRemoved: "removed", core.EventCleared: "cleared"}
+)
+
+// eventKinds names the event kinds in one vocabulary.
+type eventKinds [core.EventCleared + 1]string
+
+// kind returns the kind tag names, or 0.
+func (k *eventKinds) kind(tag []byte) core.EventKind {
+	for i := core.EventStored; i <= core.EventCleared; i++ {
+		if k[i] == string(tag) {
+			return i
+		}
 	}
 	return 0
 }
 
-func (d *Decoder) engineEvent(e *core.Event, p []byte) ([]byte, error) {
-	if len(p) == 0 {
-		return p, ErrTruncated
+// engineEvent decodes an array-era or map-era engine event.
+func (d *Decoder) engineEvent(r codec.Reader, e *core.Event) error {
+	switch r.Kind() {
+	case codec.KindArray:
+		return d.engineArrayEvent(r, e)
+	case codec.KindMap:
+		return d.engineMapEvent(r, e)
 	}
-	switch {
-	case codec.IsArrayLead(p[0]):
-		return d.engineArrayEvent(e, p)
-	case codec.IsMapLead(p[0]):
-		return d.engineMapEvent(e, p)
+	if r.End() {
+		return ErrTruncated
 	}
-	return p, ErrWrongType
+	return ErrWrongType
 }
 
-func (d *Decoder) engineArrayEvent(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := codec.ReadArray(p, math.MaxUint32)
+func (d *Decoder) engineArrayEvent(r codec.Reader, e *core.Event) error {
+	n, err := r.EnterArray(math.MaxUint32)
 	if err != nil {
-		return p, err
+		return err
 	}
 	d.field = "type"
-	if n == 0 {
-		return p, ErrMissingField
+	if ok, err := r.Next(); !ok {
+		if err == nil {
+			err = ErrMissingField
+		}
+		return err
 	}
-	var tag []byte
-	if tag, p, err = codec.ReadStr(p); err != nil {
-		return p, err
+	tag, err := r.Str()
+	if err != nil {
+		return err
 	}
 	kind := d.engineTag(tag)
 	var layout []uint32
@@ -185,97 +160,93 @@ func (d *Decoder) engineArrayEvent(e *core.Event, p []byte) ([]byte, error) {
 		layout, required = vllmRemovedLayout[:], 1
 	case kind == core.EventCleared:
 	default:
-		return p, ErrUnknownTag
+		return ErrUnknownTag
 	}
-	if n-1 < required {
+	// A short event is reported before its fields are read where the encoding
+	// states its length (msgpack), after them where it does not.
+	if n >= 0 && n-1 < required {
 		d.field = engineFieldName(layout[n-1])
-		return p, ErrMissingField
+		return ErrMissingField
 	}
-	for i := 1; i < n; i++ {
-		if i-1 < len(layout) {
-			p, err = d.engineField(e, layout[i-1], p)
+	i := 0
+	for ; ; i++ {
+		ok, err := r.Next()
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		if i < len(layout) {
+			d.field = engineFieldName(layout[i])
+			err = d.engineField(r, e, layout[i])
 		} else {
 			d.field = ""
-			p, err = codec.Skip(p)
+			err = r.Skip()
 		}
 		if err != nil {
-			return p, err
+			return err
 		}
 	}
-	return p, d.finishEngine(e, kind)
+	if i < required {
+		d.field = engineFieldName(layout[i])
+		return ErrMissingField
+	}
+	return d.finishEngine(e, kind)
 }
 
 // engineMapEvent decodes a map-era engine event, or, when the map is an RFC
 // #1527 standardized event (it has an event_type key), that event, flagged
 // Standard: standardized maps are recognised whatever the registration type.
-func (d *Decoder) engineMapEvent(e *core.Event, p []byte) ([]byte, error) {
-	start := p
-	q, err := d.engineMap(e, p)
+func (d *Decoder) engineMapEvent(r codec.Reader, e *core.Event) error {
+	start := r.Mark()
+	err := d.engineMap(r, e)
 	if err == nil {
-		return q, nil
+		return nil
 	}
-	if err == errStandardMap || mapHasKey(start, "event_type") {
+	if r.Restore(start); err == errStandardMap || hasKey(r, "event_type") {
 		*e = core.Event{Hashes: e.Hashes[:0], Tokens: e.Tokens[:0]}
 		d.field, d.index = "", -1
-		q, err = d.rfcEvent(e, start)
+		err = d.rfcEvent(r, e)
 		e.Standard = true
 	}
-	return q, err
+	return err
 }
 
 // errStandardMap is engineMap's signal that the map is a standardized event
 // (never returned by Decode).
 var errStandardMap = errors.New("conductor: standardized event map")
 
-func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := codec.ReadMap(p)
-	if err != nil {
-		return p, err
-	}
-	var seen uint32
+func (d *Decoder) engineMap(r codec.Reader, e *core.Event) error {
 	var kind core.EventKind
-	for i := 0; i < n; i++ {
-		d.field, d.index = "", i
-		var key []byte
-		if key, p, err = codec.ReadStr(p); err != nil {
-			return p, err // non-str key: Field "" and the entry index
-		}
-		d.index = -1
-		f := engineKey(key)
-		if f == 0 {
-			if string(key) == "event_type" {
-				return p, errStandardMap
-			}
-			if p, err = codec.Skip(p); err != nil {
-				return p, err
-			}
-			continue
-		}
-		d.field = engineFieldName(f)
-		if seen&f != 0 {
-			return p, ErrDuplicateField
-		}
-		seen |= f
-		if f == efType {
-			var tag []byte
-			if tag, p, err = codec.ReadStr(p); err != nil {
-				return p, err
+	w := d.walkMap(r, engineFields, "")
+	for w.next() {
+		switch w.id {
+		case efEventType:
+			return errStandardMap
+		case efType:
+			tag, err := r.Str()
+			if err != nil {
+				return err
 			}
 			if kind = d.engineTag(tag); kind == 0 {
-				return p, ErrUnknownTag
+				return ErrUnknownTag
 			}
-			continue
+		default:
+			if err := d.engineField(r, e, w.id); err != nil {
+				return err
+			}
 		}
-		if p, err = d.engineField(e, f, p); err != nil {
-			return p, err
-		}
+	}
+	if w.err != nil {
+		return w.err
 	}
 	var required, forbidden uint32
 	sgl := d.dialect == DialectSGLang
 	switch kind {
 	case 0:
 		d.field = "type"
-		return p, ErrMissingField
+		return ErrMissingField
 	case core.EventStored:
 		required = vllmStoredRequired
 		if sgl {
@@ -290,44 +261,41 @@ func (d *Decoder) engineMap(e *core.Event, p []byte) ([]byte, error) {
 		// medium and group_idx would narrow a clear's scope; they are decoded, not refused.
 		forbidden = storedOnly | efBlockHashes
 	}
-	if missing := required &^ seen; missing != 0 {
+	if missing := required &^ w.seen; missing != 0 {
 		d.field = engineFieldName(missing & -missing)
-		return p, ErrMissingField
+		return ErrMissingField
 	}
-	if bad := seen & forbidden; bad != 0 {
+	if bad := w.seen & forbidden; bad != 0 {
 		d.field = engineFieldName(bad & -bad)
-		return p, ErrUnexpectedField
+		return ErrUnexpectedField
 	}
-	return p, d.finishEngine(e, kind)
+	return d.finishEngine(e, kind)
 }
 
-// engineField decodes the value of field f into e.
-func (d *Decoder) engineField(e *core.Event, f uint32, p []byte) ([]byte, error) {
-	d.field, d.index = engineFieldName(f), -1
+// engineField decodes the value of field f into e; d.field names it.
+func (d *Decoder) engineField(r codec.Reader, e *core.Event, f uint32) error {
 	switch f {
 	case efBlockHashes:
-		return d.readHashes(e, p, false)
+		return d.readHashes(r, e, false)
 	case efParent:
-		return readParent(e, p)
+		h, ok, err := readHashOrNil(r)
+		e.Parent, e.HasParent = h, ok
+		return err
 	case efTokenIDs:
-		return d.readTokens(e, p, d.dialect == DialectSGLang)
+		return d.readTokens(r, e, d.dialect == DialectSGLang)
 	case efBlockSize:
-		v, rest, err := codec.ReadInt(p)
+		v, err := r.Int64()
 		if err != nil {
-			return p, err
+			return err
 		}
-		if v < 0 || v > MaxEventTokens {
-			return p, ErrOutOfRange
-		}
-		e.BlockSize, e.HasBlockSize = int(v), true
-		return rest, nil
+		return setBlockSize(e, v)
 	case efLoraID, efGroupIdx, efSlidingWindow:
-		if len(p) != 0 && p[0] == codec.Nil {
-			return p[1:], nil
+		if isNil, err := r.Nil(); isNil || err != nil {
+			return err
 		}
-		v, rest, err := codec.ReadInt(p)
+		v, err := r.Int64()
 		if err != nil {
-			return p, err
+			return err
 		}
 		switch f {
 		case efLoraID:
@@ -337,94 +305,75 @@ func (d *Decoder) engineField(e *core.Event, f uint32, p []byte) ([]byte, error)
 		default:
 			e.HasSlidingWindow = true
 		}
-		return rest, nil
+		return nil
 	case efMedium, efLoraName, efSpecKind, efCacheSalt:
-		v, rest, err := codec.ReadStrOrNil(p)
-		if err != nil {
-			return p, err
+		v, err := readStrOrNil(r)
+		if err == nil {
+			setStr(e, engineFieldNames.key(f), v)
 		}
-		switch f {
-		case efMedium:
-			e.Medium = v
-		case efLoraName:
-			e.LoraName = v
-		case efSpecKind:
-			e.SpecKind = v
-		default:
-			e.CacheSalt = v
-		}
-		return rest, nil
+		return err
 	case efExtraKeys:
-		return d.readExtraKeys(e, p)
+		return d.readExtraKeys(r, e)
 	case efMetadata:
-		return d.readMetadata(e, p)
+		return d.readMetadata(r, e)
 	}
 	// locality, ownership, session_id: informational for us; any value is accepted so
 	// that a malformed annotation cannot cost the index a store.
-	return codec.Skip(p)
+	return r.Skip()
 }
 
 // readExtraKeys checks extra_keys' shape — nil, or one entry (nil or an array) per
 // block — without interpreting the entries: conductor never re-hashes vLLM blocks
 // from events, it only needs to know extra keys were in play.
-func (d *Decoder) readExtraKeys(e *core.Event, p []byte) ([]byte, error) {
-	if len(p) != 0 && p[0] == codec.Nil {
-		return p[1:], nil
+func (d *Decoder) readExtraKeys(r codec.Reader, e *core.Event) error {
+	if isNil, err := r.Nil(); isNil || err != nil {
+		return err
 	}
-	n, p, err := codec.ReadArray(p, MaxEventHashes)
-	if err != nil {
-		return p, err
+	if _, err := r.EnterArray(MaxEventHashes); err != nil {
+		return err
 	}
-	for i := 0; i < n; i++ {
-		if len(p) != 0 && p[0] == codec.Nil { // the usual entry: no extra keys for this block
-			p = p[1:]
-			continue
+	n := 0
+	for ; ; n++ {
+		ok, err := r.Next()
+		if err != nil {
+			return err
 		}
-		if len(p) != 0 && !codec.IsArrayLead(p[0]) {
-			d.index = i
-			return p, ErrWrongType
+		if !ok {
+			break
 		}
-		if p, err = codec.Skip(p); err != nil {
-			d.index = i
-			return p, err
+		isNil, err := r.Nil() // the usual entry: no extra keys for this block
+		if !isNil && err == nil {
+			if !r.End() && r.Kind() != codec.KindArray {
+				err = ErrWrongType
+			} else {
+				err = r.Skip()
+			}
+		}
+		if err != nil {
+			d.index = n
+			return err
 		}
 	}
 	e.ExtraKeysPresent, d.extraKeys = true, n
-	return p, nil
+	return nil
 }
 
+// metadataFields are the keys of SGLang's BlockStoredWithMetadata map.
+var metadataFields = fieldNames{mkCacheSalt}.table(0)
+
 // readMetadata reads SGLang's BlockStoredWithMetadata map ({"cache_salt": str}).
-func (d *Decoder) readMetadata(e *core.Event, p []byte) ([]byte, error) {
-	if len(p) != 0 && p[0] == codec.Nil {
-		return p[1:], nil
+func (d *Decoder) readMetadata(r codec.Reader, e *core.Event) error {
+	if isNil, err := r.Nil(); isNil || err != nil {
+		return err
 	}
-	n, p, err := codec.ReadMap(p)
-	if err != nil {
-		return p, err
-	}
-	seenSalt := false
-	for i := 0; i < n; i++ {
-		var key []byte
-		if key, p, err = codec.ReadStr(p); err != nil {
-			d.index = i
-			return p, err
-		}
-		if string(key) != "cache_salt" {
-			if p, err = codec.Skip(p); err != nil {
-				return p, err
-			}
-			continue
-		}
-		d.field = "cache_salt"
-		if seenSalt {
-			return p, ErrDuplicateField
-		}
-		seenSalt = true
-		if e.CacheSalt, p, err = codec.ReadStrOrNil(p); err != nil {
-			return p, err
+	w := d.walkMap(r, metadataFields, "metadata")
+	for w.next() {
+		var err error
+		if e.CacheSalt, err = readStrOrNil(r); err != nil {
+			return err
 		}
 	}
-	return p, nil
+	return w.err
 }
 
 // finishEngine runs the checks that need the whole event.

@@ -2,14 +2,11 @@ package wire
 
 import (
 	"github.com/seed-c7a81618/conductor/codec"
-	"math/bits"
-
 	"github.com/seed-c7a81618/conductor/core"
 )
 
 // RFC #1527 standardized events, as sent by the Mooncake store master and by
-// standard publishers. The key table and the whole-event checks are shared by the
-// msgpack decoder here and the JSON one in json.go; only value parsing differs.
+// standard publishers, in msgpack or JSON: one decoder over codec.Reader.
 //
 // What is required is deliberately little: event_id (it orders the stream) and the
 // event type, plus, for stored/removed, something naming the blocks (seq_hashes, its
@@ -41,62 +38,15 @@ const (
 	rfCacheSalt
 )
 
-var rfcFieldNames = [...]string{
-	"event_id", "timestamp", "event_type", "type", "model_name", "block_size",
-	"additional_salt", "lora_name", "tenant_id", "backend_id", "medium", "dp_rank",
-	"seq_hashes", "block_hashes", "base_block_idx", "parent_hash", "parent_block_hash",
-	"token_ids", "object_key", "group_id", "cache_salt",
-}
+var (
+	rfcFieldNames = fieldNames{mkEventID, mkTimestamp, mkEventType, mkType, mkModelName,
+		mkBlockSize, mkAdditionalSalt, mkLoraName, mkTenantID, mkBackendID, mkMedium, mkDPRank,
+		mkSeqHashes, mkBlockHashes, mkBaseBlockIdx, mkParentHash, mkParentBlockHash,
+		mkTokenIDs, mkObjectKey, mkGroupID, mkCacheSalt}
+	rfcFields = rfcFieldNames.table(0)
+)
 
-func rfcFieldName(f uint32) string { return rfcFieldNames[bits.TrailingZeros32(f)] }
-
-func rfcKey(key []byte) uint32 {
-	switch string(key) {
-	case "event_id":
-		return rfEventID
-	case "timestamp":
-		return rfTimestamp
-	case "event_type":
-		return rfEventType
-	case "type":
-		return rfType
-	case "model_name":
-		return rfModelName
-	case "block_size":
-		return rfBlockSize
-	case "additional_salt":
-		return rfAdditionalSalt
-	case "lora_name":
-		return rfLoraName
-	case "tenant_id":
-		return rfTenantID
-	case "backend_id":
-		return rfBackendID
-	case "medium":
-		return rfMedium
-	case "dp_rank":
-		return rfDPRank
-	case "seq_hashes":
-		return rfSeqHashes
-	case "block_hashes":
-		return rfBlockHashes
-	case "base_block_idx":
-		return rfBaseBlockIdx
-	case "parent_hash":
-		return rfParentHash
-	case "parent_block_hash":
-		return rfParentBlockHash
-	case "token_ids":
-		return rfTokenIDs
-	case "object_key":
-		return rfObjectKey
-	case "group_id":
-		return rfGroupID
-	case "cache_salt":
-		return rfCacheSalt
-	}
-	return 0
-}
+func rfcFieldName(f uint32) string { return rfcFieldNames.name(f) }
 
 // Fields that locate blocks; a cleared event has no blocks, a removed one no content.
 const (
@@ -113,159 +63,103 @@ type rfcState struct {
 	parentSet bool           // e.Parent/HasParent hold parent_hash or parent_block_hash
 }
 
-func rfcEventType(v []byte) core.EventKind {
-	switch string(v) {
-	case "stored":
-		return core.EventStored
-	case "removed":
-		return core.EventRemoved
-	case "cleared":
-		return core.EventCleared
-	}
-	return 0
-}
-
-func (d *Decoder) rfcEvent(e *core.Event, p []byte) ([]byte, error) {
-	n, p, err := codec.ReadMap(p)
-	if err != nil {
-		return p, err
-	}
+// rfcEvent decodes an RFC #1527 event map, in either format.
+func (d *Decoder) rfcEvent(r codec.Reader, e *core.Event) error {
 	var st rfcState
-	for i := 0; i < n; i++ {
-		d.field, d.index = "", i
-		var key []byte
-		if key, p, err = codec.ReadStr(p); err != nil {
-			return p, err
-		}
-		d.index = -1
-		f := rfcKey(key)
-		if f == 0 {
-			if p, err = codec.Skip(p); err != nil {
-				return p, err
-			}
-			continue
-		}
-		d.field = rfcFieldName(f)
-		if st.seen&f != 0 {
-			return p, ErrDuplicateField
-		}
-		st.seen |= f
-		if p, err = d.rfcField(e, &st, f, p); err != nil {
-			return p, err
+	w := d.walkMap(r, rfcFields, "")
+	for w.next() {
+		if err := d.rfcField(r, e, &st, w.id); err != nil {
+			return err
 		}
 	}
-	return p, d.finishRFC(e, &st)
+	if w.err != nil {
+		return w.err
+	}
+	st.seen = w.seen
+	return d.finishRFC(e, &st)
 }
 
-// rfcField decodes the msgpack value of field f into e.
-func (d *Decoder) rfcField(e *core.Event, st *rfcState, f uint32, p []byte) ([]byte, error) {
+// rfcField decodes the value of field f into e.
+func (d *Decoder) rfcField(r codec.Reader, e *core.Event, st *rfcState, f uint32) error {
 	var err error
 	switch f {
 	case rfEventID:
-		if e.EventID, p, err = codec.ReadUint(p); err == nil {
-			e.HasEventID = true
-		}
-		return p, err
+		e.EventID, err = r.Uint64(codec.Unsigned)
+		e.HasEventID = err == nil
+		return err
 	case rfTimestamp:
-		if len(p) != 0 && p[0] == codec.Nil {
-			return p[1:], nil
+		if isNil, err := r.Nil(); isNil || err != nil {
+			return err
 		}
-		e.Timestamp, p, err = codec.ReadUint(p)
-		return p, err
+		e.Timestamp, err = r.Uint64(codec.Unsigned)
+		return err
 	case rfEventType, rfType:
-		var v []byte
-		if v, p, err = codec.ReadStr(p); err != nil {
-			return p, err
+		v, err := r.Str()
+		if err != nil {
+			return err
 		}
 		if f == rfEventType {
-			st.kind = rfcEventType(v)
+			st.kind = rfcKinds.kind(v)
 			if st.kind == 0 {
-				return p, ErrUnknownTag
+				return ErrUnknownTag
 			}
-		} else if st.legacy = engineKind(v); st.legacy == 0 {
-			return p, ErrUnknownTag
+		} else if st.legacy = engineKinds.kind(v); st.legacy == 0 {
+			return ErrUnknownTag
 		}
-		return p, nil
+		return nil
 	case rfModelName, rfAdditionalSalt, rfLoraName, rfMedium, rfObjectKey, rfCacheSalt:
-		var v []byte
-		if v, p, err = codec.ReadStrOrNil(p); err != nil {
-			return p, err
+		v, err := readStrOrNil(r)
+		if err == nil {
+			setStr(e, rfcFieldNames.key(f), v)
 		}
-		setRFCString(e, f, v)
-		return p, nil
+		return err
 	case rfTenantID, rfBackendID:
-		var v []byte
-		if v, p, err = codec.ReadStr(p); err != nil {
-			return p, err
+		v, err := r.Str()
+		if err == nil {
+			setStr(e, rfcFieldNames.key(f), v)
 		}
-		setRFCString(e, f, v)
-		return p, nil
+		return err
 	case rfBlockSize, rfDPRank, rfBaseBlockIdx:
-		v, isNil, rest, err := readU32OrNil(p)
+		v, isNil, err := readU32OrNil(r)
 		if err != nil {
-			return p, err
+			return err
 		}
-		return rest, setRFCU32(e, f, v, isNil)
+		return setRFCU32(e, f, v, isNil)
 	case rfSeqHashes, rfBlockHashes:
 		compare := st.hashesSet
 		st.hashesSet = true
-		return d.readHashes(e, p, compare)
+		return d.readHashes(r, e, compare)
 	case rfParentHash, rfParentBlockHash:
-		if !st.parentSet {
-			st.parentSet = true
-			return readParent(e, p)
-		}
-		h, ok, rest, err := readHashOrNil(p)
-		if err != nil {
-			return p, err
-		}
-		if ok != e.HasParent || h != e.Parent {
-			return p, ErrInconsistent
-		}
-		return rest, nil
-	case rfTokenIDs:
-		return d.readTokens(e, p, false)
-	case rfGroupID:
-		if len(p) == 0 {
-			return p, ErrTruncated
-		}
+		h, ok, err := readHashOrNil(r)
 		switch {
-		case p[0] == codec.Nil:
-			return p[1:], nil
-		case codec.IsStrLead(p[0]):
-			var v []byte
-			if v, p, err = codec.ReadStr(p); err != nil {
-				return p, err
+		case err != nil:
+			return err
+		case !st.parentSet:
+			st.parentSet = true
+			e.Parent, e.HasParent = h, ok
+		case ok != e.HasParent || h != e.Parent:
+			return ErrInconsistent
+		}
+		return nil
+	case rfTokenIDs:
+		return d.readTokens(r, e, false)
+	case rfGroupID:
+		switch r.Kind() {
+		case codec.KindNil:
+			_, err = r.Nil()
+			return err
+		case codec.KindStr:
+			v, err := r.Str()
+			if err != nil {
+				return err
 			}
-			return p, setGroupID(e, v)
+			return setGroupID(e, v)
 		}
-		if e.GroupIdx, p, err = codec.ReadInt(p); err == nil {
-			e.HasGroupIdx = true
-		}
-		return p, err
+		e.GroupIdx, err = r.Int64()
+		e.HasGroupIdx = err == nil
+		return err
 	}
-	return codec.Skip(p)
-}
-
-func setRFCString(e *core.Event, f uint32, v []byte) {
-	switch f {
-	case rfModelName:
-		e.ModelName, e.HasModelName = v, v != nil
-	case rfAdditionalSalt:
-		e.AdditionalSalt = v
-	case rfLoraName:
-		e.LoraName = v
-	case rfMedium:
-		e.Medium = v
-	case rfObjectKey:
-		e.ObjectKey = v
-	case rfCacheSalt:
-		e.CacheSalt = v
-	case rfTenantID:
-		e.TenantID = v
-	case rfBackendID:
-		e.BackendID = v
-	}
+	return r.Skip()
 }
 
 func setRFCU32(e *core.Event, f uint32, v uint32, isNil bool) error {
@@ -274,10 +168,7 @@ func setRFCU32(e *core.Event, f uint32, v uint32, isNil bool) error {
 	}
 	switch f {
 	case rfBlockSize:
-		if v > MaxEventTokens {
-			return ErrOutOfRange
-		}
-		e.BlockSize, e.HasBlockSize = int(v), true
+		return setBlockSize(e, int64(v))
 	case rfDPRank:
 		e.DPRank, e.HasDPRank = v, true
 	case rfBaseBlockIdx:
@@ -308,7 +199,7 @@ func setGroupID(e *core.Event, v []byte) error {
 	return nil
 }
 
-// finishRFC runs the checks that need the whole event (shared by msgpack and JSON).
+// finishRFC runs the checks that need the whole event.
 func (d *Decoder) finishRFC(e *core.Event, st *rfcState) error {
 	d.index = -1
 	if st.seen&rfEventID == 0 {
