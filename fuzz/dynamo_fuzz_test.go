@@ -12,7 +12,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/dynamo"
+	"github.com/seed-c7a81618/conductor/httpd/server"
+	"github.com/seed-c7a81618/conductor/wire/dump"
 )
 
 // Fuzz targets for the Dynamo dialect's request parsers (through the real
@@ -33,17 +35,17 @@ func (c coreOnly) Unregister(k core.ServiceKey) (core.Registration, error) {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // dynFixture is a Dynamo server over an index holding one worker's blocks.
-func dynFixture(t testing.TB) (*httpd.Dynamo, *core.Index) {
+func dynFixture(t testing.TB) (*dynamo.Server, *core.Index) {
 	ix := core.New(core.Options{Logger: quiet()})
-	srv, err := httpd.New(ix, coreOnly{ix}, httpd.Options{Logger: quiet()})
+	c, err := server.New(ix, coreOnly{ix}, server.Options{Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := httpd.NewDynamo(srv, httpd.DynamoOptions{Logger: quiet(), MaxQueryTokens: 4096})
+	d, err := dynamo.New(c, dynamo.Options{Logger: quiet(), MaxQueryTokens: 4096})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Register(httpd.DynamoWorker{InstanceID: 1, Endpoint: "tcp://127.0.0.1:1", ModelName: "m", BlockSize: 4}); err != nil {
+	if err := d.Register(dynamo.Worker{InstanceID: 1, Endpoint: "tcp://127.0.0.1:1", ModelName: "m", BlockSize: 4}); err != nil {
 		t.Fatal(err)
 	}
 	s, _ := ix.Lookup(core.ServiceKey{InstanceID: "1", TenantID: "default"})
@@ -123,13 +125,13 @@ func FuzzDynamoHTTP(f *testing.F) {
 }
 
 // FuzzRestoreDump: the dump reader never panics, fails only with
-// ErrDumpFormat (or a registry conflict from a Dynamo indexer's block size),
+// dump.ErrFormat (or a registry conflict from a Dynamo indexer's block size),
 // and whatever it restored dumps and restores again to the same holdings.
 func FuzzRestoreDump(f *testing.F) {
 	_, src := dynFixture(f)
 	var main bytes.Buffer
 	w := bufio.NewWriter(&main)
-	if err := httpd.WriteDump(src, w); err != nil {
+	if err := dump.Write(src, w); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(main.Bytes())
@@ -144,13 +146,13 @@ func FuzzRestoreDump(f *testing.F) {
 			return
 		}
 		d, ix := dynFixture(t)
-		_, err := httpd.RestoreDump(ix, bytes.NewReader(body), d)
-		if err != nil && !errors.Is(err, httpd.ErrDumpFormat) && !errors.Is(err, core.ErrConflict) {
+		_, err := dump.Restore(ix, bytes.NewReader(body), d)
+		if err != nil && !errors.Is(err, dump.ErrFormat) && !errors.Is(err, core.ErrConflict) {
 			t.Fatalf("error %T %v", err, err)
 		}
 		var out bytes.Buffer
 		bw := bufio.NewWriter(&out)
-		if err := httpd.WriteDump(ix, bw); err != nil {
+		if err := dump.Write(ix, bw); err != nil {
 			t.Fatal(err)
 		}
 		if !json.Valid(out.Bytes()) {
@@ -161,7 +163,7 @@ func FuzzRestoreDump(f *testing.F) {
 			InstanceID: "1", BlockSize: 4}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := httpd.RestoreDump(ix2, bytes.NewReader(out.Bytes()), nil); err != nil {
+		if _, err := dump.Restore(ix2, bytes.NewReader(out.Bytes()), nil); err != nil {
 			t.Fatalf("re-restore: %v", err)
 		}
 		if ix2.TierBlocks() != ix.TierBlocks() {

@@ -16,10 +16,11 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/mooncake"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
-// Fuzz targets for the indexer API's request parsers (package httpd), driven
+// Fuzz targets for the indexer API's request parsers (packages server and mooncake), driven
 // through the real fasthttp handler so every dialect, route and limit is in
 // play. Properties: no panic; status 200 or 400; the response is exactly one
 // document of the request's dialect; a 400 carries a known reason (and an index
@@ -53,7 +54,8 @@ func (r httpdRegistrar) Unregister(k core.ServiceKey) (core.Registration, error)
 // sha256_cbor seed "0", B=16, model "m"), the first 32 blocks of httpdPrompt:
 // blocks 0-15 on GPU, 16-31 on CPU.
 type httpdFixture struct {
-	s      *httpd.Server
+	s      *mooncake.Server
+	c      *server.Core
 	prompt []int32
 	hashes []uint64
 }
@@ -62,7 +64,7 @@ func newHTTPDFixture(f *testing.F) *httpdFixture {
 	f.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ix := core.New(core.Options{Logger: log})
-	s, err := httpd.New(ix, httpdRegistrar{ix}, httpd.Options{Logger: log, MaxQueryTokens: 4096})
+	c, err := server.New(ix, httpdRegistrar{ix}, server.Options{Logger: log, MaxQueryTokens: 4096})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -75,7 +77,7 @@ func newHTTPDFixture(f *testing.F) *httpdFixture {
 	if err != nil {
 		f.Fatal(err)
 	}
-	fx := &httpdFixture{s: s, prompt: make([]int32, 32*16)}
+	fx := &httpdFixture{s: mooncake.New(c), c: c, prompt: make([]int32, 32*16)}
 	for i := range fx.prompt {
 		fx.prompt[i] = int32(i * 31 % 50000)
 	}
@@ -388,10 +390,10 @@ func FuzzHTTPRegister(f *testing.F) {
 		if len(body) > httpdMaxInput {
 			return
 		}
-		reg, err := httpd.DecodeRegistration(body, isJSON, httpd.DecodeOptions{})
+		reg, err := server.DecodeRegistration(body, isJSON, server.DecodeOptions{})
 		if err != nil {
-			var re *httpd.RequestError
-			if !errors.As(err, &re) || !httpdReasons[httpd.ReasonOf(err)] {
+			var re *server.RequestError
+			if !errors.As(err, &re) || !httpdReasons[server.ReasonOf(err)] {
 				t.Fatalf("error %T %v", err, err)
 			}
 			return
@@ -399,7 +401,7 @@ func FuzzHTTPRegister(f *testing.F) {
 		if reg.Endpoint == "" || reg.ModelName == "" || reg.InstanceID == "" || reg.BlockSize <= 0 || reg.DPRank < 0 || reg.TenantID == "" {
 			t.Fatalf("accepted an incomplete registration %+v", reg)
 		}
-		again, err := httpd.DecodeRegistration(encodeRegistration(reg), false, httpd.DecodeOptions{})
+		again, err := server.DecodeRegistration(encodeRegistration(reg), false, server.DecodeOptions{})
 		if err != nil {
 			t.Fatalf("re-encoded registration rejected: %v (%+v)", err, reg)
 		}

@@ -10,10 +10,10 @@ import (
 	"github.com/tinylib/msgp/msgp"
 	"github.com/valyala/fasthttp"
 
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/rpc"
 )
 
-// Fuzz targets for the Python client's RPC surface (httpd.RPCServer), through
+// Fuzz targets for the Python client's RPC surface (rpc.Server), through
 // the real handler over the httpd fixture's index. Properties: no panic; a
 // known method answers 200 and an unknown one 404; the body is one JSON object
 // whose integer "ret" is a code the server may produce; a failure carries the
@@ -25,14 +25,19 @@ import (
 
 var rpcMethods = []string{"Query", "Register", "Unregister", "GetGlobalView", "ListServices", "Nope"}
 
-var rpcRets = map[int64]bool{httpd.RetOK: true, httpd.RetInternalError: true, httpd.RetInvalidParams: true,
-	httpd.RetRPCFail: true, httpd.RetServiceNotFound: true}
+var rpcRets = map[int64]bool{rpc.RetOK: true, rpc.RetInternalError: true, rpc.RetInvalidParams: true,
+	rpc.RetRPCFail: true, rpc.RetServiceNotFound: true}
 
-func rpcServe(r *httpd.RPCServer, method string, body []byte) *fasthttp.RequestCtx {
+// rpcOpReasons are the reasons of RPC failures no request field caused: an
+// unknown method, another HTTP method, an internal failure, an unknown
+// subscription.
+var rpcOpReasons = map[string]bool{"not_found": true, "method_not_allowed": true, "internal": true}
+
+func rpcServe(r *rpc.Server, method string, body []byte) *fasthttp.RequestCtx {
 	return rpcServeCT(r, method, "application/json", body)
 }
 
-func rpcServeCT(r *httpd.RPCServer, method, ct string, body []byte) *fasthttp.RequestCtx {
+func rpcServeCT(r *rpc.Server, method, ct string, body []byte) *fasthttp.RequestCtx {
 	var req fasthttp.Request
 	req.Header.SetMethod("POST")
 	req.SetRequestURI("/rpc/" + method)
@@ -58,13 +63,13 @@ func checkRPCResponse(t *testing.T, method string, ctx *fasthttp.RequestCtx) map
 	if !ok || !rpcRets[ret] {
 		t.Fatalf("%s: ret %v", method, m["ret"])
 	}
-	if ret == httpd.RetOK {
+	if ret == rpc.RetOK {
 		return m
 	}
 	if _, ok := m["error"].(string); !ok {
 		t.Fatalf("%s: failure without error text: %v", method, m)
 	}
-	if reason, ok := m["reason"]; ok && !httpdReasons[reason.(string)] {
+	if reason, ok := m["reason"]; ok && !httpdReasons[reason.(string)] && !rpcOpReasons[reason.(string)] {
 		t.Fatalf("%s: unknown reason %v", method, reason)
 	}
 	switch method {
@@ -101,7 +106,7 @@ func checkRPCHits(t *testing.T, hits map[string]any, limit int64) {
 
 func FuzzRPCRequest(f *testing.F) {
 	fx := newHTTPDFixture(f)
-	r := httpd.NewRPC(fx.s)
+	r := rpc.New(fx.c)
 	q := func(s string) []byte { return []byte(s) }
 	f.Add(uint8(0), q(`{"model_name":"m","block_size":16,"token_ids":[1,2,3]}`))
 	f.Add(uint8(0), q(`{"model_name":"m","block_size":16,"token_ids":"AQAAAAIAAAA="}`))
@@ -118,7 +123,7 @@ func FuzzRPCRequest(f *testing.F) {
 		}
 		method := rpcMethods[int(mi)%len(rpcMethods)]
 		m := checkRPCResponse(t, method, rpcServe(r, method, body))
-		if ret, _ := num(m["ret"]); method == "Query" && ret == httpd.RetOK {
+		if ret, _ := num(m["ret"]); method == "Query" && ret == rpc.RetOK {
 			checkRPCHits(t, m["hits"].(map[string]any), int64(len(fx.prompt)))
 		}
 	})
@@ -126,7 +131,7 @@ func FuzzRPCRequest(f *testing.F) {
 
 func FuzzRPCQueryTokenForms(f *testing.F) {
 	fx := newHTTPDFixture(f)
-	r := httpd.NewRPC(fx.s)
+	r := rpc.New(fx.c)
 	prefix := make([]byte, 4*16*3)
 	for i := 0; i < len(prefix)/4; i++ {
 		binary.LittleEndian.PutUint32(prefix[4*i:], uint32(fx.prompt[i]))
@@ -166,7 +171,7 @@ func FuzzRPCQueryTokenForms(f *testing.F) {
 		if !bytes.Equal(viaArray.Response.Body(), viaB64.Response.Body()) || !bytes.Equal(viaArray.Response.Body(), viaBin.Response.Body()) {
 			t.Fatalf("token forms differ:\narray  %s\nbase64 %s\nbin    %s", viaArray.Response.Body(), viaB64.Response.Body(), viaBin.Response.Body())
 		}
-		if ret, _ := num(m["ret"]); ret == httpd.RetOK {
+		if ret, _ := num(m["ret"]); ret == rpc.RetOK {
 			checkRPCHits(t, m["hits"].(map[string]any), int64(len(raw)/4))
 		}
 	})

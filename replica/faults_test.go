@@ -70,9 +70,9 @@ func TestRelayFailoverDedup(t *testing.T) {
 			relays[0].Close(5 * time.Second)
 		}
 	}
-	waitUntil(t, "relay 1 to publish everything", 20*time.Second, func() bool { return relays[1].queued() == 0 })
+	waitUntil(t, "relay 1 to publish everything", waitBound, func() bool { return relays[1].queued() == 0 })
 	last := streamLast(t, url, "CONDUCTOR")
-	waitUntil(t, "the replica to apply the stream", 20*time.Second, func() bool { return rep.applied.Load() == last })
+	waitUntil(t, "the replica to apply the stream", waitBound, func() bool { return rep.applied.Load() == last })
 	if got, want := state(t, repIx), state(t, srcs[1]); got != want {
 		t.Fatalf("replica differs from the surviving relay")
 	}
@@ -137,17 +137,17 @@ func TestNATSDownAtStart(t *testing.T) {
 	}
 
 	natstest.Start(t, t.TempDir(), port)
-	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
+	waitUntil(t, "the relay to publish everything", waitBound, func() bool { return relay.queued() == 0 })
 	last := streamLast(t, url, "CONDUCTOR")
-	waitUntil(t, "the replica to apply the stream", 20*time.Second, func() bool { return rep.applied.Load() == last })
+	waitUntil(t, "the replica to apply the stream", waitBound, func() bool { return rep.applied.Load() == last })
 	if got, want := state(t, repIx), state(t, src); got != want {
 		t.Fatalf("replica differs from the relay after NATS came up")
 	}
-	waitUntil(t, "the replica to report ready", 10*time.Second, func() bool { return rep.Ready() == nil })
+	waitUntil(t, "the replica to report ready", waitBound, func() bool { return rep.Ready() == nil })
 
 	// The relay that dropped: its dirty subscriptions are transferred
 	// whole once its buffer drained, then its batches flow again.
-	waitUntil(t, "the small relay's state transfers", 20*time.Second, func() bool {
+	waitUntil(t, "the small relay's state transfers", waitBound, func() bool {
 		return small.transfers.Get() > 0 && small.queued() == 0
 	})
 	for step := 0; step < 100; step++ {
@@ -155,9 +155,9 @@ func TestNATSDownAtStart(t *testing.T) {
 		smallSubs[k].Apply(w.batch(k))
 		time.Sleep(time.Millisecond) // within the 4 KiB buffer
 	}
-	waitUntil(t, "the small relay to drain", 20*time.Second, func() bool { return small.queued() == 0 })
+	waitUntil(t, "the small relay to drain", waitBound, func() bool { return small.queued() == 0 })
 	last = streamLast(t, url, "SMALL")
-	waitUntil(t, "the small replica to apply its stream", 20*time.Second, func() bool { return smallRep.applied.Load() == last })
+	waitUntil(t, "the small replica to apply its stream", waitBound, func() bool { return smallRep.applied.Load() == last })
 	if got, want := state(t, smallRepIx), state(t, smallSrc); got != want {
 		t.Fatalf("replica of the relay that dropped differs from its index after the state transfer:\n got %d lines\nwant %d lines",
 			strings.Count(got, "\n"), strings.Count(want, "\n"))

@@ -18,38 +18,31 @@ import (
 	"github.com/seed-c7a81618/conductor/core"
 )
 
-// Relay publishes what the index's ZMQ subscriptions apply to a JetStream
-// stream. It is the index's core.Observer: each applied batch (after the
-// transport's sequence healing: gaps replayed, restarts and stale streams
-// cleared), clear, flush, registration and unregistration is encoded
-// (codec.go) and queued in order, and one goroutine publishes the queue.
+// Relay publishes what an index applies to a JetStream stream; the package
+// doc states the roles, the messages and the fault contract. It is the
+// index's core.Observer: the observer methods encode a message and queue it
+// (they never wait for NATS), and one goroutine, started by Start, publishes
+// the queue. The calls for one subscription arrive serialised by its lock,
+// which is what keeps its messages in apply order.
 //
-// Message ids (JetStream's Nats-Msg-Id, deduplicated within
-// Options.Duplicates): a batch's id is the ZMQ stream (a hash of the service
-// key and endpoint), its ZMQ sequence and a hash of its body, so two relays
-// subscribed to the same engines store each batch once, and a batch the
-// engine publishes again after a restart (same sequence, other content) is
-// not mistaken for a duplicate. A clear's id is the stream and the sequence
-// it follows. Registrations carry none (they are idempotent on replicas).
+// Message ids: a batch's id is the ZMQ stream (a hash of the service key and
+// endpoint), its ZMQ sequence and a hash of its body; a clear's id is the
+// stream and the sequence it follows. Registrations carry none (they are
+// idempotent on replicas).
 //
-// Order: the queue keeps the observer's order, which for one subscription is
-// its apply order. Publishes go out asynchronously, at most MaxPending at a
-// time; when any of a window fails (NATS down, timeout) the window is sent
-// again from its first failure after a backoff: ids make the resend of what
-// was stored a no-op. A failure followed inside one window by a message of
-// the same subscription that was (or may have been) stored reaches replicas
-// out of order (they count a sequence gap and skip the resent message as a
-// duplicate); that subscription is made dirty and its state transferred,
-// which replaces the replicas' copy (reorderedAfterFailure). Across a lost
-// NATS connection this is expected: what was in flight is lost or stored,
-// what the client buffered is sent on reconnecting, and only a synchronous
-// publish per message could keep the order. Dirty subscriptions are
+// Order: publishes go out asynchronously, at most MaxPending at a time; when
+// any of a window fails (NATS down, timeout) the window is sent again from
+// its first failure after a backoff. A subscription whose failed message is
+// followed in the window by one of its own that was (or may have been)
+// stored is made dirty (reorderedAfterFailure). Dirty subscriptions are
 // transferred after every acknowledged window the buffer has room for, so a
 // busy queue does not hold a transfer back.
 //
-// Bounds: the queue holds at most BufferBytes; past it messages are dropped
-// and counted (conductor_relay_dropped_total), and the subscription that
-// lost one is dirty until its state transfer.
+// Bounds: the queue holds at most BufferBytes of batches, clears and flushes;
+// past it they are dropped and counted (conductor_relay_dropped_total), and
+// the subscription that lost one is dirty until its state transfer.
+// Registrations are always queued: they are small and a replica must not
+// miss one.
 type Relay struct {
 	opts Options
 	set  *metrics.Set

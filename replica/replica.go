@@ -18,28 +18,17 @@ import (
 	"github.com/seed-c7a81618/conductor/core"
 )
 
-// Replica builds an index from the relay's stream: registrations, batches,
-// clears and flushes are applied in stream order by one goroutine, through
-// the same core calls the relay's ZMQ listeners made, so at the same stream
-// position the two indexes hold the same blocks.
+// Replica builds an index from the relay's stream; the package doc states
+// its consistency and fault contract. One goroutine, started by Start,
+// consumes the stream (from the newest snapshot when one loads) and applies
+// registrations, batches, clears, flushes and state transfers in stream
+// order. Ready, Stale and Metrics are safe for concurrent use with it.
 //
-// Consistency: a replica is behind the relay by its lag (messages the stream
-// holds that it has not applied: conductor_replica_lag_messages); a query
-// meanwhile misses blocks stored, and still sees blocks removed, in that
-// window. /health reports not ready until the lag is within MaxLag and while
-// NATS has been unreachable longer than MaxStale; queries are answered from
-// the index it has throughout.
-//
-// Duplicates and gaps: a batch whose ZMQ sequence is at or below the last one
+// Sequence checks: a batch whose ZMQ sequence is at or below the last one
 // applied for its subscription (and no clear came between) is skipped
 // (conductor_replica_duplicates_total); one whose sequence jumps is applied
-// and counts conductor_replica_seq_gaps_total. Both are expected across a
-// NATS outage: a publish window the lost connection cut can store a
-// subscription's later batch before an earlier one the relay resends, so a
-// replica applies the later one (a gap) and skips the earlier (a duplicate).
-// The relay counts that reorder (conductor_relay_reordered_total) and
-// transfers the subscription's state, whose sections replace the replica's
-// copy (section), so the gap heals. Without an outage neither occurs.
+// and counts conductor_replica_seq_gaps_total, and the relay's state
+// transfer of that subscription replaces the replica's copy (section).
 type Replica struct {
 	ix   *core.Index
 	opts Options

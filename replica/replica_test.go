@@ -55,6 +55,11 @@ func quietLog() *slog.Logger {
 	return slog.New(slog.NewTextHandler(bytes.NewBuffer(nil), nil))
 }
 
+// waitBound bounds the waits for an asynchronous effect: every wait polls
+// and returns as soon as its condition holds, so the bound only decides when
+// a failure is declared (generous, for a loaded machine under -race).
+const waitBound = 2 * time.Minute
+
 func waitUntil(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
@@ -285,11 +290,11 @@ func TestRelayReplicaInProcess(t *testing.T) {
 			subs[1], refSubs[1] = nil, nil
 		}
 	}
-	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool {
+	waitUntil(t, "the relay to publish everything", waitBound, func() bool {
 		return relay.published.Get() > 0 && relay.queued() == 0
 	})
 	last := streamLast(t, url, "CONDUCTOR")
-	waitUntil(t, "the replica to apply the stream", 20*time.Second, func() bool { return full.applied.Load() == last })
+	waitUntil(t, "the replica to apply the stream", waitBound, func() bool { return full.applied.Load() == last })
 	want := state(t, src)
 	if got := state(t, fullIx); got != want {
 		t.Fatalf("full replica's index differs from the relay's:\n got %d lines\nwant %d lines", strings.Count(got, "\n"), strings.Count(want, "\n"))
@@ -301,7 +306,7 @@ func TestRelayReplicaInProcess(t *testing.T) {
 	// The shard applied t1's last message (its pending count reaches 0 just
 	// before that message is applied: wait on the applied sequence).
 	lastT1 := streamLastFor(t, url, "CONDUCTOR", shard.filter())
-	waitUntil(t, "the shard to apply t1's last message", 20*time.Second, func() bool {
+	waitUntil(t, "the shard to apply t1's last message", waitBound, func() bool {
 		return shard.Ready() == nil && shard.applied.Load() == lastT1
 	})
 	if got, want := state(t, shardIx), state(t, ref); got != want || !strings.Contains(got, " H ") || strings.Contains(got, "|t2|") {
@@ -316,16 +321,16 @@ func TestRelayReplicaInProcess(t *testing.T) {
 
 	// Warm start: the full replica snapshots; a new replica loads the
 	// newest and consumes the rest.
-	waitUntil(t, "a snapshot of the last message", 20*time.Second, func() bool { return full.snapSeq.Load() == last })
+	waitUntil(t, "a snapshot of the last message", waitBound, func() bool { return full.snapSeq.Load() == last })
 	for step := 0; step < 200; step++ { // more history after the snapshot
 		if i := w.rng.Intn(len(subs)); subs[i] != nil {
 			subs[i].Apply(w.batch(i))
 		}
 	}
-	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
+	waitUntil(t, "the relay to publish everything", waitBound, func() bool { return relay.queued() == 0 })
 	last2 := streamLast(t, url, "CONDUCTOR")
 	warm, warmIx := startReplica(t, natsOpts(url))
-	waitUntil(t, "the warm replica to apply the stream", 20*time.Second, func() bool { return warm.applied.Load() == last2 })
+	waitUntil(t, "the warm replica to apply the stream", waitBound, func() bool { return warm.applied.Load() == last2 })
 	if warm.snapLoads.Get() != 1 || warm.msgs[0].Get() >= full.msgs[0].Get() {
 		t.Fatalf("warm replica loaded %d snapshots and applied %d batches (the full one %d): not a warm start",
 			warm.snapLoads.Get(), warm.msgs[0].Get(), full.msgs[0].Get())
@@ -334,15 +339,15 @@ func TestRelayReplicaInProcess(t *testing.T) {
 		t.Fatalf("warm replica's index differs from the relay's")
 	}
 	// Pruning keeps SnapshotKeep per shard: a third snapshot of new data.
-	waitUntil(t, "a snapshot of the later history", 20*time.Second, func() bool { return full.snapSeq.Load() == last2 })
+	waitUntil(t, "a snapshot of the later history", waitBound, func() bool { return full.snapSeq.Load() == last2 })
 	for step := 0; step < 50; step++ {
 		if i := w.rng.Intn(len(subs)); subs[i] != nil {
 			subs[i].Apply(w.batch(i))
 		}
 	}
-	waitUntil(t, "the relay to publish everything", 20*time.Second, func() bool { return relay.queued() == 0 })
+	waitUntil(t, "the relay to publish everything", waitBound, func() bool { return relay.queued() == 0 })
 	last3 := streamLast(t, url, "CONDUCTOR")
-	waitUntil(t, "a snapshot of the last history", 20*time.Second, func() bool { return full.snapSeq.Load() == last3 })
+	waitUntil(t, "a snapshot of the last history", waitBound, func() bool { return full.snapSeq.Load() == last3 })
 	full.Close() // no snapshot in flight
 	nc, _ := nats.Connect(url)
 	defer nc.Close()
@@ -509,7 +514,7 @@ func TestRelayReorderHealsReplica(t *testing.T) {
 	}
 	drain() // the resend stores batch 5 after 19 (6..19 are duplicates JetStream drops)
 	last := streamLast(t, url, "CONDUCTOR")
-	waitUntil(t, "the replica to apply the resend", 20*time.Second, func() bool { return rep.applied.Load() == last })
+	waitUntil(t, "the replica to apply the resend", waitBound, func() bool { return rep.applied.Load() == last })
 	if state(t, repIx) == state(t, src) {
 		t.Fatal("the replica holds batch 5, which it applied after batch 19: the reorder is not exercised")
 	}
@@ -524,7 +529,7 @@ func TestRelayReorderHealsReplica(t *testing.T) {
 	drain()
 
 	last = streamLast(t, url, "CONDUCTOR")
-	waitUntil(t, "the replica to apply the stream", 20*time.Second, func() bool { return rep.applied.Load() == last })
+	waitUntil(t, "the replica to apply the stream", waitBound, func() bool { return rep.applied.Load() == last })
 	if got, want := state(t, repIx), state(t, src); got != want {
 		t.Fatalf("replica differs from the source after the state transfer:\n got %s\nwant %s", got, want)
 	}

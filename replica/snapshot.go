@@ -16,7 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/wire/dump"
 )
 
 // Warm start. A replica with SnapshotInterval > 0 writes its index to the
@@ -34,7 +34,7 @@ import (
 //
 // A starting replica (any, not only the writer) loads the newest snapshot of
 // its stream and filter, registers the header's registrations, restores the
-// dump (httpd.RestoreDump) and consumes from N+1: start-up reads one
+// dump (dump.Restore) and consumes from N+1: start-up reads one
 // snapshot and the messages since, however long the history.
 
 const snapshotFormat = "conductor-replica-snapshot/1"
@@ -124,7 +124,7 @@ func (r *Replica) writeSnapshot(ctx context.Context, js jetstream.JetStream) err
 		bw := bufio.NewWriterSize(pw, 1<<20)
 		err := json.NewEncoder(bw).Encode(&h) // one line
 		if err == nil {
-			err = httpd.WriteDump(r.ix, bw)
+			err = dump.Write(r.ix, bw)
 		}
 		pw.CloseWithError(err)
 	}()
@@ -242,7 +242,7 @@ func (r *Replica) loadSnapshot(ctx context.Context, js jetstream.JetStream) uint
 		}
 		r.register(reg)
 	}
-	st, err := httpd.RestoreDump(r.ix, br, nil)
+	st, err := dump.Restore(r.ix, br, nil)
 	d := time.Since(start)
 	r.snapLoadSeconds.Store(math.Float64bits(d.Seconds()))
 	if err != nil {

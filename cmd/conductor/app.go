@@ -22,7 +22,9 @@ import (
 	"github.com/seed-c7a81618/conductor/codec"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/mooncake"
+	"github.com/seed-c7a81618/conductor/httpd/rpc"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
@@ -81,7 +83,6 @@ type settings struct {
 	protectMetrics  bool
 	allowEndpoints  string
 	sha256Backend   string
-	demo            bool
 	hashMemoBytes   int
 	hashPromptBytes int
 	pprofAddr       string
@@ -123,17 +124,17 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.logFormat, "log-format", "text", "log format: text or json")
 	fs.BoolVar(&s.showVersion, "version", false, "print the version and exit")
 	fs.IntVar(&s.maxBodyBytes, "max-body-bytes", 0, "largest request body in bytes (default 16 MiB; larger → 413)")
-	fs.Int64Var(&s.maxInflightBody, "max-inflight-body-bytes", httpd.DefaultMaxInflightBodyBytes,
+	fs.Int64Var(&s.maxInflightBody, "max-inflight-body-bytes", server.DefaultMaxInflightBodyBytes,
 		"request-body buffer bytes all connections may hold at once, charged as bytes arrive (bodies ≤ 64 KiB keep ⅛ of it; a larger body waits up to 2 s, then 503)")
-	fs.IntVar(&s.maxConns, "max-connections", httpd.DefaultMaxConns, "most open HTTP connections over every surface (at the cap the heaviest client's longest-idle connection is closed for room; a few kept for /health and /metrics; else 503 and close)")
+	fs.IntVar(&s.maxConns, "max-connections", server.DefaultMaxConns, "most open HTTP connections over every surface (at the cap the heaviest client's longest-idle connection is closed for room; a few kept for /health and /metrics; else 503 and close)")
 	fs.IntVar(&s.maxQueryTokens, "max-query-tokens", 0, "most token_ids / seq_hashes per query (default 1048576)")
 	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations,
 		fmt.Sprintf("most registrations, at most %d (past it → 400 limit_exceeded)", ingest.MaxListenersLimit))
 	fs.IntVar(&s.rxQueueBytes, "receive-queue-bytes", ingest.DefaultReceiveQueueBytes,
-		"bytes one registration's receive queue may hold during a replay (past it: dropped, counted, healed as a gap)")
+		"bytes each queue of one registration may hold: its receive queue during a replay (past it: dropped, counted, healed as a gap) and libzmq's SUB and replay queues, sized at this ÷ --max-message-bytes messages (keep that ≥ 64)")
 	fs.Int64Var(&s.rxQueuedBytes, "max-queued-bytes", ingest.DefaultMaxQueuedBytes, "bytes all receive queues together may hold")
 	fs.Int64Var(&s.maxMessageBytes, "max-message-bytes", ingest.DefaultMaxMessageBytes,
-		"largest ZMQ message (all frames) accepted from a publisher (larger: dropped as a decode error, a gap)")
+		"largest ZMQ message accepted from a publisher (a larger frame ends the connection, which is reopened; the loss is a gap, healed by replay or a stale clear); also sizes libzmq's queues (see --receive-queue-bytes)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.DurationVar(&s.snapInterval, "snapshot-interval", 5*time.Minute,
@@ -147,9 +148,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.clientTokens, "client-tokens-file", "", `file of "identity token" lines: identities that may register and unregister their own registrations`)
 	fs.StringVar(&s.sha256Backend, "sha256-backend", "", "SHA-256 implementation: auto, stdlib, simd or shani (default $CONDUCTOR_SHA256_BACKEND, else auto: picked from CPU features)")
 	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
-	fs.StringVar(&s.allowEndpoints, "allow-endpoints", httpd.DefaultEndpointRules,
+	fs.StringVar(&s.allowEndpoints, "allow-endpoints", server.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
-	fs.BoolVar(&s.demo, "demo", false, "run the embedded engine simulator against this server and print a live summary every second (package bench/sim)")
 	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
 	fs.IntVar(&s.hashPromptBytes, "hash-memo-prompt-bytes", hash.DefaultMemoPromptBytes,
@@ -289,16 +289,16 @@ type app struct {
 	log             *slog.Logger
 	ix              *core.Index
 	ing             *ingest.Ingester
-	srv             *httpd.Server
+	httpCore        *server.Core // what every HTTP surface shares
+	srv             *mooncake.Server
 	ln              net.Listener
-	gate            *httpd.Gate
+	gate            *server.Gate
 	state           *stateStore
-	snap            *snapshotter     // nil: no snapshots
-	rpc             *httpd.RPCServer // nil when the RPC port is 0
+	snap            *snapshotter // nil: no snapshots
+	rpc             *rpc.Server  // nil when the RPC port is 0
 	rpcLn           net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
-	demo            io.Writer    // non-nil: run the embedded simulator, summary here
 	pprof           *http.Server // nil unless --pprof-addr
 	dp              *dynamoPart  // dynamo.go
 	np              *natsPart    // nats.go
@@ -315,7 +315,7 @@ func run(ctx context.Context, args []string, env func(string) (string, bool), st
 }
 
 // newApp parses flags and configuration, builds the index, ingester and HTTP
-// server, and binds the listener. A nil app comes with the exit status.
+// server, and binds the listeners. A nil app comes with the exit status.
 func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Writer) (*app, int) {
 	s, err := parseFlags(args, stdout)
 	if err != nil {
@@ -329,7 +329,21 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		fmt.Fprintln(stdout, "conductor", buildVersion())
 		return nil, 0
 	}
+	log := newLogger(&s, env, stderr)
+	s.gc.apply(log)
+	applySchedPolicy(s.ingestNice, env, log)
+	b := &builder{s: &s, env: env, log: log}
+	a, code := b.build()
+	if a == nil {
+		b.unwind()
+	}
+	return a, code
+}
 
+// newLogger is the process's logger: --log-format, and the level from
+// --log-level, else $CONDUCTOR_LOG_LEVEL (an invalid one is a warning and
+// INFO).
+func newLogger(s *settings, env func(string) (string, bool), stderr io.Writer) *slog.Logger {
 	levelText, levelSrc := s.logLevel, "--log-level"
 	if levelText == "" {
 		levelText, _ = env("CONDUCTOR_LOG_LEVEL")
@@ -345,67 +359,41 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 	if !levelOK {
 		log.Warn("invalid log level, using INFO", "source", levelSrc, "value", levelText)
 	}
-	s.gc.apply(log)
-	applySchedPolicy(s.ingestNice, env, log)
+	return log
+}
 
-	path, emptyEnv := configPath(s.configPath, env)
-	if emptyEnv {
-		log.Warn("CONDUCTOR_CONFIG_PATH is set but empty; using the default path", "path", path)
-	}
-	cfg, readErr, err := loadConfig(path)
-	if err != nil {
-		log.Error("cannot use configuration file", "path", path, "err", err)
-		return nil, 1
-	}
-	if readErr != nil {
-		log.Warn("configuration file not readable, starting with no static services", "path", path, "err", readErr)
-	} else {
-		log.Info("configuration loaded", "path", path, "static_services", len(cfg.Static), "skipped", len(cfg.Skipped))
-	}
-	for _, k := range cfg.Unknown {
-		log.Warn("unknown configuration key ignored", "key", k)
-	}
-	for _, sk := range cfg.Skipped {
-		log.Warn("invalid static service skipped", "entry", sk.Source, "err", sk.Err)
-	}
-	port := cfg.HTTPPort
-	if s.httpPort >= 0 {
-		port = s.httpPort
-	}
-	rpcPort := cfg.RPCPort
-	if s.rpcPort >= 0 {
-		rpcPort = s.rpcPort
-	}
+// builder assembles an app step by step; what a step opened is closed by
+// unwind, last first, when a later step fails.
+type builder struct {
+	s       *settings
+	env     func(string) (string, bool)
+	log     *slog.Logger
+	closers []func()
+}
 
-	backend, backendSrc := s.sha256Backend, "--sha256-backend"
-	if backend == "" {
-		backend, _ = env("CONDUCTOR_SHA256_BACKEND")
-		backendSrc = "CONDUCTOR_SHA256_BACKEND"
-	}
-	if err := hash.SetBackend(backend); err != nil {
-		log.Error("invalid SHA-256 backend", "source", backendSrc, "err", err)
-		return nil, 2
-	}
-	bi := hash.Backend()
-	log.Info("SHA-256 backend", "backend", bi.Name, "auto", bi.Auto, "cpu_features", strings.Join(bi.Features, ","),
-		"json_tokens", codec.JSONTokenPath())
+func (b *builder) onFailure(close func()) { b.closers = append(b.closers, close) }
 
-	soft, hard, err := raiseNoFile()
-	if err != nil {
-		log.Warn("cannot read the file descriptor limit; assuming 1024", "err", err)
-		soft, hard = 1024, 1024
+func (b *builder) unwind() {
+	for i := len(b.closers) - 1; i >= 0; i-- {
+		b.closers[i]()
 	}
-	fds := planFDs(soft, hard, s.maxConns, s.maxRegistration)
-	for _, n := range fds.notes {
-		log.Warn("file descriptor budget: "+n, "fd_limit", fds.limit, "fd_hard_limit", fds.hard)
-	}
-	log.Info("file descriptor budget", "fd_limit", fds.limit, "fd_hard_limit", fds.hard,
-		"http_connections", fds.conns, "registrations", fds.registrations,
-		"fds_per_registration", fdsPerRegistration, "reserve", fdReserve)
+}
 
+// build runs the steps; a nil app comes with the exit status.
+func (b *builder) build() (*app, int) {
+	s, log := b.s, b.log
+	cfg, path, code := b.config()
+	if code != 0 {
+		return nil, code
+	}
+	if code := b.sha256Backend(); code != 0 {
+		return nil, code
+	}
+	fds := b.fdBudget()
 	memo := hash.NewMemoWithPrompts(s.hashMemoBytes, s.hashPromptBytes)
 	log.Info("hash memo", "bytes", memo.Stats().Bytes, "digests", memo.Stats().Slots, "prompt_bytes", memo.Stats().PromptLimit)
 	np := &natsPart{log: log}
+	var err error
 	if np.relay, err = newNATSRelay(&s.nats, log); err != nil {
 		log.Error("invalid NATS options", "err", err)
 		return nil, 2
@@ -415,7 +403,7 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		s.stateDir, cfg.Static, s.dynamo.workers = "", nil, ""
 	}
 	ixOpts := core.Options{Observer: observerOf(np.relay), MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
-		OperatorOwners: []string{httpd.AdminPrincipal.Name, configOwner},
+		OperatorOwners: []string{server.AdminPrincipal.Name, configOwner},
 		ApplyNoYield:   s.ingestNice > 0,
 		EngineMedia:    cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}
 	if err := ixOpts.Validate(); err != nil {
@@ -436,49 +424,29 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Error("cannot start the ingester", "err", err)
 		return nil, 1
 	}
-	access, policy, err := accessOf(&s, env)
-	if err != nil {
-		ing.Close()
-		log.Error("invalid access settings", "err", err)
-		return nil, 2
+	b.onFailure(ing.Close)
+	access, policy, code := b.access()
+	if code != 0 {
+		return nil, code
 	}
-	if access.Open() && !loopbackHost(s.listen) && !s.insecure {
-		ing.Close()
-		log.Error("refusing to serve without authentication beyond loopback: anyone who reaches the port could register, "+
-			"unregister and read the registry; set an admin token (--admin-token-file or $CONDUCTOR_ADMIN_TOKEN), "+
-			"or pass --insecure to serve open anyway", "listen", s.listen)
-		return nil, 1
-	}
-	var registrar httpd.Registrar = ing
+	var registrar server.Registrar = ing
 	if s.nats.consume {
 		registrar = replicaRegistrar{}
 	}
-	gate := httpd.NewGate(registrar, ix, policy)
+	gate := server.NewGate(registrar, ix, policy)
 	var state *stateStore
-	if s.demo {
-		// The demo's simulated engines live at fresh ports each run: restoring
-		// their registrations would only conflict with the next run's.
-		s.stateDir = ""
-	}
-	started := false
 	if s.stateDir != "" {
 		if state, err = newStateStore(s.stateDir); err != nil {
-			ing.Close()
 			log.Error("cannot use the state directory", "err", err)
 			return nil, 1
 		}
-		defer func() {
-			if !started {
-				state.close() // its lock
-			}
-		}()
+		b.onFailure(state.close) // its lock
 	}
-	ver := buildVersion()
-	lim := httpd.NewLimiter(fds.conns, s.maxInflightBody, log)
-	srv, err := httpd.New(ix, registrar, httpd.Options{
+	lim := server.NewLimiter(fds.conns, s.maxInflightBody, log)
+	hc, err := server.New(ix, registrar, server.Options{
 		MaxBodyBytes:   s.maxBodyBytes,
 		MaxQueryTokens: s.maxQueryTokens,
-		Version:        ver,
+		Version:        buildVersion(),
 		Logger:         log,
 		Limiter:        lim,
 		Access:         access,
@@ -487,63 +455,19 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		ExtraMetrics:   append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)}, np.metrics()...),
 	})
 	if err != nil {
-		ing.Close()
 		log.Error("invalid HTTP options", "err", err)
 		return nil, 2
 	}
-	addr := net.JoinHostPort(s.listen, strconv.Itoa(port))
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		ing.Close()
-		log.Error("cannot listen", "addr", addr, "err", err)
-		return nil, 1
-	}
-	a := &app{log: log, ix: ix, ing: ing, srv: srv, ln: ln, gate: gate, state: state, static: cfg.Static,
+	a := &app{log: log, ix: ix, ing: ing, httpCore: hc, srv: mooncake.New(hc), gate: gate, state: state, static: cfg.Static,
 		shutdownTimeout: s.shutdownTimeout, np: np}
 	if state != nil && s.snapInterval >= 0 {
 		a.snap = &snapshotter{dir: s.stateDir, interval: s.snapInterval}
 	}
-	var pprofSrv *http.Server
-	if s.pprofAddr != "" {
-		var pln net.Listener
-		if pprofSrv, pln, err = startPprof(s.pprofAddr, log); err != nil {
-			ln.Close()
-			ing.Close()
-			log.Error("cannot serve pprof", "addr", s.pprofAddr, "err", err)
-			return nil, 2
-		}
-		policy.DenyOwn(pln.Addr().(*net.TCPAddr).Port)
-	}
-	a.pprof = pprofSrv
-	policy.DenyOwn(ln.Addr().(*net.TCPAddr).Port)
-	if rpcPort != 0 {
-		raddr := net.JoinHostPort(s.listen, strconv.Itoa(rpcPort))
-		if a.rpcLn, err = net.Listen("tcp", raddr); err != nil {
-			ln.Close()
-			ing.Close()
-			log.Error("cannot listen", "addr", raddr, "err", err)
-			return nil, 1
-		}
-		a.rpc = httpd.NewRPC(srv)
-		policy.DenyOwn(a.rpcLn.Addr().(*net.TCPAddr).Port)
-	}
-	if a.dp, err = newDynamoPart(a, s.dynamo, env, s.listen, s.adminToken); err != nil {
-		ln.Close()
-		if a.rpcLn != nil {
-			a.rpcLn.Close()
-		}
-		if a.pprof != nil {
-			a.pprof.Close()
-		}
-		ing.Close()
-		log.Error("cannot start the Dynamo surface", "err", err)
-		return nil, 1
-	}
-	if a.dp.ln != nil {
-		policy.DenyOwn(a.dp.ln.Addr().(*net.TCPAddr).Port)
+	if code := b.listen(a, policy); code != 0 {
+		return nil, code
 	}
 	np.dyn = a.dp.dyn
-	log.Info("conductor starting", "version", ver, "config", path, "listen", s.listen,
+	log.Info("conductor starting", "version", buildVersion(), "config", path, "listen", s.listen,
 		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken+s.queryTokenFile != "",
 		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
 	if !access.Open() {
@@ -552,11 +476,135 @@ func newApp(args []string, env func(string) (string, bool), stdout, stderr io.Wr
 		log.Warn("--insecure: listening beyond loopback with no admin token; anyone who reaches the port can register, unregister and read the registry",
 			"listen", s.listen)
 	}
-	if s.demo {
-		a.demo = stdout
-	}
-	started = true
 	return a, 0
+}
+
+// config loads the configuration file and logs what it holds; the HTTP and
+// RPC ports are the file's unless the flags give them.
+func (b *builder) config() (cfg fileConfig, path string, code int) {
+	s, log := b.s, b.log
+	path, emptyEnv := configPath(s.configPath, b.env)
+	if emptyEnv {
+		log.Warn("CONDUCTOR_CONFIG_PATH is set but empty; using the default path", "path", path)
+	}
+	cfg, readErr, err := loadConfig(path)
+	if err != nil {
+		log.Error("cannot use configuration file", "path", path, "err", err)
+		return cfg, path, 1
+	}
+	if readErr != nil {
+		log.Warn("configuration file not readable, starting with no static services", "path", path, "err", readErr)
+	} else {
+		log.Info("configuration loaded", "path", path, "static_services", len(cfg.Static), "skipped", len(cfg.Skipped))
+	}
+	for _, k := range cfg.Unknown {
+		log.Warn("unknown configuration key ignored", "key", k)
+	}
+	for _, sk := range cfg.Skipped {
+		log.Warn("invalid static service skipped", "entry", sk.Source, "err", sk.Err)
+	}
+	if s.httpPort < 0 {
+		s.httpPort = cfg.HTTPPort
+	}
+	if s.rpcPort < 0 {
+		s.rpcPort = cfg.RPCPort
+	}
+	return cfg, path, 0
+}
+
+// sha256Backend applies --sha256-backend, else $CONDUCTOR_SHA256_BACKEND.
+func (b *builder) sha256Backend() int {
+	backend, backendSrc := b.s.sha256Backend, "--sha256-backend"
+	if backend == "" {
+		backend, _ = b.env("CONDUCTOR_SHA256_BACKEND")
+		backendSrc = "CONDUCTOR_SHA256_BACKEND"
+	}
+	if err := hash.SetBackend(backend); err != nil {
+		b.log.Error("invalid SHA-256 backend", "source", backendSrc, "err", err)
+		return 2
+	}
+	bi := hash.Backend()
+	b.log.Info("SHA-256 backend", "backend", bi.Name, "auto", bi.Auto, "cpu_features", strings.Join(bi.Features, ","),
+		"json_tokens", codec.JSONTokenPath())
+	return 0
+}
+
+// fdBudget raises the descriptor limit and splits it (fdbudget.go).
+func (b *builder) fdBudget() fdPlan {
+	soft, hard, err := raiseNoFile()
+	if err != nil {
+		b.log.Warn("cannot read the file descriptor limit; assuming 1024", "err", err)
+		soft, hard = 1024, 1024
+	}
+	fds := planFDs(soft, hard, b.s.maxConns, b.s.maxRegistration)
+	for _, n := range fds.notes {
+		b.log.Warn("file descriptor budget: "+n, "fd_limit", fds.limit, "fd_hard_limit", fds.hard)
+	}
+	b.log.Info("file descriptor budget", "fd_limit", fds.limit, "fd_hard_limit", fds.hard,
+		"http_connections", fds.conns, "registrations", fds.registrations,
+		"fds_per_registration", fdsPerRegistration, "reserve", fdReserve)
+	return fds
+}
+
+// access builds the tokens and the endpoint allowlist, and refuses to serve
+// open beyond loopback without --insecure.
+func (b *builder) access() (*server.Access, *server.EndpointPolicy, int) {
+	s, log := b.s, b.log
+	access, policy, err := accessOf(s, b.env)
+	if err != nil {
+		log.Error("invalid access settings", "err", err)
+		return nil, nil, 2
+	}
+	if access.Open() && !loopbackHost(s.listen) && !s.insecure {
+		log.Error("refusing to serve without authentication beyond loopback: anyone who reaches the port could register, "+
+			"unregister and read the registry; set an admin token (--admin-token-file or $CONDUCTOR_ADMIN_TOKEN), "+
+			"or pass --insecure to serve open anyway", "listen", s.listen)
+		return nil, nil, 1
+	}
+	return access, policy, 0
+}
+
+// listen binds the HTTP listener, pprof's, the RPC listener and the Dynamo
+// surface, and denies registrations their ports.
+func (b *builder) listen(a *app, policy *server.EndpointPolicy) int {
+	s, log := b.s, b.log
+	addr := net.JoinHostPort(s.listen, strconv.Itoa(s.httpPort))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Error("cannot listen", "addr", addr, "err", err)
+		return 1
+	}
+	a.ln = ln
+	b.onFailure(func() { ln.Close() })
+	policy.DenyOwn(ln.Addr().(*net.TCPAddr).Port)
+	if s.pprofAddr != "" {
+		pprofSrv, pln, err := startPprof(s.pprofAddr, log)
+		if err != nil {
+			log.Error("cannot serve pprof", "addr", s.pprofAddr, "err", err)
+			return 2
+		}
+		a.pprof = pprofSrv
+		b.onFailure(func() { pprofSrv.Close() })
+		policy.DenyOwn(pln.Addr().(*net.TCPAddr).Port)
+	}
+	if s.rpcPort != 0 {
+		raddr := net.JoinHostPort(s.listen, strconv.Itoa(s.rpcPort))
+		if a.rpcLn, err = net.Listen("tcp", raddr); err != nil {
+			log.Error("cannot listen", "addr", raddr, "err", err)
+			return 1
+		}
+		b.onFailure(func() { a.rpcLn.Close() })
+		a.rpc = rpc.New(a.httpCore)
+		policy.DenyOwn(a.rpcLn.Addr().(*net.TCPAddr).Port)
+	}
+	if a.dp, err = newDynamoPart(a, s.dynamo, b.env, s.listen, s.adminToken); err != nil {
+		log.Error("cannot start the Dynamo surface", "err", err)
+		return 1
+	}
+	if a.dp.ln != nil {
+		policy.DenyOwn(a.dp.ln.Addr().(*net.TCPAddr).Port)
+	}
+	return 0
 }
 
 // loopbackHost reports whether a --listen host is a loopback address (an IP
@@ -570,7 +618,7 @@ func loopbackHost(host string) bool {
 }
 
 // accessOf builds the token policy and the endpoint allowlist from the flags.
-func accessOf(s *settings, env func(string) (string, bool)) (*httpd.Access, *httpd.EndpointPolicy, error) {
+func accessOf(s *settings, env func(string) (string, bool)) (*server.Access, *server.EndpointPolicy, error) {
 	admin, err := secret(s.adminToken, s.adminTokenFile, "CONDUCTOR_ADMIN_TOKEN", env)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--admin-token-file: %w", err)
@@ -585,7 +633,7 @@ func accessOf(s *settings, env func(string) (string, bool)) (*httpd.Access, *htt
 		if err != nil {
 			return nil, nil, fmt.Errorf("--client-tokens-file: %w", err)
 		}
-		clients, err = httpd.ParseClientTokens(f)
+		clients, err = server.ParseClientTokens(f)
 		f.Close()
 		if err != nil {
 			return nil, nil, fmt.Errorf("--client-tokens-file %s: %w", s.clientTokens, err)
@@ -597,12 +645,12 @@ func accessOf(s *settings, env func(string) (string, bool)) (*httpd.Access, *htt
 	// The resolved admin token: peer recovery presents it to peers (which
 	// share the replica set's tokens).
 	s.adminToken = admin
-	access, err := httpd.NewAccess(httpd.AccessOptions{AdminToken: admin, QueryToken: query, ClientTokens: clients,
+	access, err := server.NewAccess(server.AccessOptions{AdminToken: admin, QueryToken: query, ClientTokens: clients,
 		ProtectMetrics: s.protectMetrics})
 	if err != nil {
 		return nil, nil, err
 	}
-	policy, err := httpd.ParseEndpointPolicy(s.allowEndpoints)
+	policy, err := server.ParseEndpointPolicy(s.allowEndpoints)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--allow-endpoints: %w", err)
 	}
@@ -672,7 +720,6 @@ func (a *app) serve(ctx context.Context) int {
 		a.dp.start(staticCtx, a)
 	}()
 
-	demo := a.startDemo(ctx)
 	code := 0
 	select {
 	case <-ctx.Done():
@@ -682,7 +729,6 @@ func (a *app) serve(ctx context.Context) int {
 		code = 1
 	}
 	cancelStatic()
-	demo.wait() // its queries need the server
 	a.dp.releaseAll()
 	sctx, cancel := context.WithTimeout(context.Background(), a.shutdownTimeout)
 	defer cancel()
@@ -704,7 +750,6 @@ func (a *app) serve(ctx context.Context) int {
 	a.stopSnapshots()
 	a.ing.Close()
 	a.np.stop(a.shutdownTimeout) // after the ingester: the relay publishes what it applied last
-	demo.close()
 	a.state.close()
 	a.log.Info("conductor stopped")
 	return code
@@ -723,7 +768,7 @@ func (a *app) registerStatic(ctx context.Context) {
 			break
 		}
 		r := e.Reg
-		if _, err := a.gate.Register(httpd.Principal{Name: configOwner, Admin: true}, r); err != nil {
+		if _, err := a.gate.Register(server.Principal{Name: configOwner, Admin: true}, r); err != nil {
 			failed++
 			a.log.Error("static service failed", "entry", e.Source, "service", r.InstanceID+"|"+r.TenantID+"|"+strconv.Itoa(int(r.DPRank)),
 				"endpoint", r.Endpoint, "err", err)

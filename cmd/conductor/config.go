@@ -10,7 +10,7 @@ import (
 	"strconv"
 
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
 // DefaultHTTPPort is the Mooncake conductor's port when no configuration names one.
@@ -167,7 +167,7 @@ func parsePort(raw json.RawMessage) (int, error) {
 }
 
 func (c *fileConfig) addEntry(source string, raw json.RawMessage, defaultInstance string) {
-	reg, err := httpd.DecodeRegistration(raw, true, httpd.DecodeOptions{IgnoreUnknown: true, DefaultInstanceID: defaultInstance})
+	reg, err := server.DecodeRegistration(raw, true, server.DecodeOptions{IgnoreUnknown: true, DefaultInstanceID: defaultInstance})
 	if err != nil {
 		c.Skipped = append(c.Skipped, skippedEntry{Source: source, Err: err})
 		return

@@ -9,7 +9,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
 func TestParseConfigRejects(t *testing.T) {
@@ -79,7 +79,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	reasons := map[string]string{}
 	for _, s := range cfg.Skipped {
-		reasons[s.Source] = httpd.ReasonOf(s.Err)
+		reasons[s.Source] = server.ReasonOf(s.Err)
 	}
 	want := map[string]string{
 		`kvevent_instance["group1"]`:     "unsupported",

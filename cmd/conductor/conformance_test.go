@@ -26,7 +26,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +71,11 @@ func startSeedProcess(t *testing.T) *seedProc {
 	t.Helper()
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "conductor")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	// go test puts the go command of the running toolchain first in PATH.
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -99,7 +102,7 @@ func startSeedProcess(t *testing.T) *seedProc {
 		go func() { done <- p.cmd.Wait() }()
 		select {
 		case <-done:
-		case <-time.After(15 * time.Second):
+		case <-time.After(waitBound):
 			_ = p.cmd.Process.Kill()
 			<-done
 		}
@@ -107,7 +110,7 @@ func startSeedProcess(t *testing.T) *seedProc {
 			t.Logf("conductor log:\n%s", p.logs.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		if st, _ := p.do(t, "GET", "/health", "", ""); st == 200 {
 			return p

@@ -12,7 +12,8 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/dynamo"
+	"github.com/seed-c7a81618/conductor/wire/dump"
 	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
@@ -26,7 +27,7 @@ import (
 //	--workers "id[:rank]=addr,..." initial Dynamo workers (dp_rank defaults to 0)
 //	--model-name, --routing-group  indexer of --workers (default "default")
 //	--peers url,...            recover from the first reachable peer's /dump at start
-//	--threads N                accepted (default 4); see httpd.DynamoOptions.Threads
+//	--threads N                accepted (default 4); see dynamo.Options.Threads
 //	--access-log FILE          one JSON line per Dynamo request; reopened on POST /reopen_logs
 //	--trace-id-header H        header copied into trace_id (default x-trace-id)
 //	--access-log-local-time    local instead of UTC timestamps
@@ -120,8 +121,8 @@ func (s *dynamoSettings) validate() error {
 }
 
 // parseWorkers parses --workers "instance_id[:dp_rank]=zmq_address,...".
-func parseWorkers(spec string, blockSize int, model, group string) ([]httpd.DynamoWorker, error) {
-	var out []httpd.DynamoWorker
+func parseWorkers(spec string, blockSize int, model, group string) ([]dynamo.Worker, error) {
+	var out []dynamo.Worker
 	if strings.TrimSpace(spec) == "" {
 		return nil, nil
 	}
@@ -132,7 +133,7 @@ func parseWorkers(spec string, blockSize int, model, group string) ([]httpd.Dyna
 			return nil, fmt.Errorf("--workers: %q: want instance_id[:dp_rank]=zmq_address", item)
 		}
 		inst, rank, hasRank := strings.Cut(id, ":")
-		w := httpd.DynamoWorker{Endpoint: addr, ModelName: model, RoutingGroup: group, BlockSize: blockSize}
+		w := dynamo.Worker{Endpoint: addr, ModelName: model, RoutingGroup: group, BlockSize: blockSize}
 		v, err := strconv.ParseUint(inst, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("--workers: %q: instance_id must be an unsigned integer", item)
@@ -177,15 +178,15 @@ func minInitialWorkers(env func(string) (string, bool)) (int, error) {
 // dynamoPart is the Dynamo half of a running app.
 type dynamoPart struct {
 	set     dynamoSettings
-	dyn     *httpd.Dynamo
+	dyn     *dynamo.Server
 	ln      net.Listener // nil when --dynamo-port is off
-	workers []httpd.DynamoWorker
+	workers []dynamo.Worker
 	peers   []string
 	token   string // admin token presented to peers ("" = none)
 	// gates held on the index: recovery and the minimum-workers gate.
 	mu       sync.Mutex
 	releases []func()
-	recovery httpd.RecoverStats
+	recovery dump.Stats
 }
 
 // newDynamoPart builds the Dynamo surface and closes the gates that start-up
@@ -203,8 +204,8 @@ func newDynamoPart(a *app, s dynamoSettings, env func(string) (string, bool), li
 	}
 	p := &dynamoPart{set: s, workers: workers, peers: splitPeers(s.peers), token: adminToken}
 	ing := a.ing
-	dyn, err := httpd.NewDynamo(a.srv, httpd.DynamoOptions{
-		Listeners:          func() []httpd.ListenerInfo { return listenerInfos(ing, a.ix.Gated()) },
+	dyn, err := dynamo.New(a.httpCore, dynamo.Options{
+		Listeners:          func() []dynamo.ListenerInfo { return listenerInfos(ing, a.ix.Gated()) },
 		AccessLog:          s.accessLog,
 		TraceIDHeader:      s.traceHeader,
 		AccessLogLocalTime: s.localTime,
@@ -250,11 +251,11 @@ func newDynamoPart(a *app, s dynamoSettings, env func(string) (string, bool), li
 // listenerInfos reports the ingester's listeners for /workers. While the
 // apply gate is closed (peer recovery, the minimum-workers gate) a connected
 // listener is still "pending", as in Dynamo: it queues but applies nothing.
-func listenerInfos(ing *ingest.Ingester, gated bool) []httpd.ListenerInfo {
+func listenerInfos(ing *ingest.Ingester, gated bool) []dynamo.ListenerInfo {
 	ls := ing.Listeners()
-	out := make([]httpd.ListenerInfo, len(ls))
+	out := make([]dynamo.ListenerInfo, len(ls))
 	for i, l := range ls {
-		out[i] = httpd.ListenerInfo{Key: l.Key, State: l.State.String(), LastError: l.LastError}
+		out[i] = dynamo.ListenerInfo{Key: l.Key, State: l.State.String(), LastError: l.LastError}
 		if l.State == ingest.ListenerActive {
 			out[i].LastError = ""
 			if gated {
@@ -285,7 +286,7 @@ func (p *dynamoPart) start(ctx context.Context, a *app) {
 		return
 	case <-time.After(p.set.joinDelay):
 	}
-	st, _, err := httpd.Recover(ctx, a.ix, p.peers, httpd.RecoverOptions{Dynamo: p.dyn, Logger: a.log, Token: p.token})
+	st, _, err := dump.Recover(ctx, a.ix, p.peers, dump.RecoverOptions{Indexers: p.dyn, Logger: a.log, Token: p.token})
 	if err != nil {
 		a.log.Error("peer recovery failed part-way; continuing with live events", "err", err)
 	}

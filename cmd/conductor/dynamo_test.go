@@ -16,7 +16,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/seed-c7a81618/conductor/bench"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/dynamo"
 )
 
 func TestParseWorkers(t *testing.T) {
@@ -24,7 +24,7 @@ func TestParseWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []httpd.DynamoWorker{
+	want := []dynamo.Worker{
 		{InstanceID: 1, Endpoint: "tcp://h:5557", ModelName: "llama", RoutingGroup: "g", BlockSize: 16},
 		{InstanceID: 2, DPRank: 1, Endpoint: "tcp://h:5558", ModelName: "llama", RoutingGroup: "g", BlockSize: 16},
 		{InstanceID: 18446744073709551615, DPRank: 3, Endpoint: "ipc:///tmp/x", ModelName: "llama", RoutingGroup: "g", BlockSize: 16},
@@ -266,7 +266,7 @@ func dynGPU(t *testing.T, addr, body string) string {
 // unsalted event (and files the salted one under its salt), and an engine
 // restart (sequence back to 0) clears the old incarnation's blocks instead of
 // discarding the new stream as stale. (Per-copy removes and reclaim:
-// httpd.TestDynamoPerCopyRemovesAndReclaim.)
+// dynamo.TestDynamoPerCopyRemovesAndReclaim.)
 func TestDynamoComplaintsOverZMQ(t *testing.T) {
 	pub, err := bench.NewPublisher(bench.PublisherOptions{})
 	if err != nil {

@@ -249,7 +249,7 @@ func expectQuery(t *testing.T, p *proc, path, ct string, body []byte, want strin
 	want = canonText(t, want)
 	var got string
 	var code int
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		var rct string
 		var b []byte

@@ -23,14 +23,14 @@ import (
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
-// The fault suite (issue #15). Each TestFault* runs a conductor process of its
+// The fault suite. Each TestFault* runs a conductor process of its
 // own (the test binary in child mode) against real ZMQ publishers on
 // loopback, injects one fault, and asserts: the process is alive, other
 // streams are unaffected while the fault lasts, the index converges to the
 // publishers' ground truth once it stops, and no goroutines, fds or threads
 // leak. `make test` runs the short form; `make test-faults` sets
-// CONDUCTOR_FAULTS=full for larger counts. README's RELIABILITY table records
-// what each holds.
+// CONDUCTOR_FAULTS=full for larger counts. docs/reliability.md states what
+// each proves.
 
 // faultScale is 1 in the short form and 10 with CONDUCTOR_FAULTS=full.
 func faultScale() int {
@@ -202,7 +202,7 @@ func (p *faultProc) agrees(engines ...*engine) (bool, string) {
 // converge waits until the index agrees with the ground truth.
 func (p *faultProc) converge(what string, engines ...*engine) {
 	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		ok, why := p.agrees(engines...)
 		if ok {
@@ -233,7 +233,7 @@ func (p *faultProc) prime(e *engine) {
 	// the publisher; the second needs a live message, so after it nothing the
 	// test publishes falls in the join window.
 	before, seen := count(), 0
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		if _, err := e.pub.Publish(bench.AppendVLLMBatch(nil, bench.EraMap, 1, 0)); err != nil {
 			p.t.Fatal(err)
@@ -280,7 +280,7 @@ func (p *faultProc) resources() resources {
 // noLeak waits for resources to come back within slack of base.
 func (p *faultProc) noLeak(base resources, slack int) {
 	p.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		r := p.resources()
 		if r.goroutines <= base.goroutines+slack && r.threads <= base.threads+slack && r.fds <= base.fds+slack {
@@ -554,7 +554,7 @@ func TestFaultBadReplay(t *testing.T) {
 			b.mu.Lock()
 			b.held = map[int]bool{}
 			b.mu.Unlock()
-			deadline := time.Now().Add(30 * time.Second)
+			deadline := time.Now().Add(waitBound)
 			for {
 				// re-store until applied: the stream may still be replaying
 				b.store(2)

@@ -14,7 +14,8 @@ import (
 // threads). The budget is planned once at start so that neither side can
 // starve the other: past its share, HTTP refuses connections (503) and
 // /register answers limit_exceeded, instead of accept or socket creation
-// failing with EMFILE (issue #9 item 2).
+// failing with EMFILE, which would stop the HTTP server
+// (TestFDExhaustionIsNotFatal).
 const (
 	fdReserve          = 64
 	fdsPerRegistration = ingest.ListenerFDs

@@ -29,7 +29,7 @@ var flagGroups = []struct {
 	title string
 	names []string
 }{
-	{"Server", []string{"config", "http-port", "rpc-port", "listen", "log-level", "log-format", "shutdown-timeout", "pprof-addr", "version", "demo"}},
+	{"Server", []string{"config", "http-port", "rpc-port", "listen", "log-level", "log-format", "shutdown-timeout", "pprof-addr", "version"}},
 	{"Access", []string{"admin-token-file", "admin-token", "query-token-file", "query-token", "client-tokens-file", "protect-metrics",
 		"allow-endpoints", "insecure"}},
 	{"Limits", []string{"max-body-bytes", "max-inflight-body-bytes", "max-connections", "max-query-tokens", "max-registrations",

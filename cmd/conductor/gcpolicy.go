@@ -9,7 +9,7 @@ import (
 	"strings"
 )
 
-// GC policy (README, "Memory and GC policy"). conductor's heap is dominated by
+// GC policy (docs/performance.md, "Query latency under ingest, memory and GC"). conductor's heap is dominated by
 // the block maps, which live as long as their blocks: a GC cycle marks all of
 // them, so its cost grows with the index while the garbage it frees (decode and
 // apply temporaries, old map tables after a resize) does not. GOGC trades RSS
@@ -21,7 +21,7 @@ import (
 // It is a soft limit: a live set above it is not an error, the GC then runs
 // continuously (capped at about half the CPU by the runtime), which costs ingest and
 // query throughput, so size it with headroom above the index's live heap
-// (about 60 B per held block, BENCHMARKS.md).
+// (about 60 B per held block).
 
 // gcPolicy is the resolved policy: what to set and where it came from.
 type gcPolicy struct {

@@ -1,40 +1,31 @@
-// Command conductor is the KV-cache indexer process: it serves the Mooncake
-// indexer HTTP API (JSON and msgpack, package httpd), the Python client's RPC
-// surface on its own port (httpd.RPCServer) and consumes KV events from
-// the registered ZMQ publishers (package wire/ingest, decoding with package
-// wire) into the prefix index (package core).
+// Command conductor is the KV-cache indexer process. It subscribes to the
+// KV-cache events of the registered inference engines (vLLM, SGLang, RFC #1527
+// standard publishers, Mooncake) over ZMQ (package wire/ingest, decoded by
+// package wire), keeps the prefix index they describe (package core), and
+// answers which engine holds how much of a prompt's prefix on which tier:
+// over the Mooncake indexer HTTP API (JSON and msgpack, package mooncake), the
+// Python client's RPC port, and optionally the Dynamo standalone-indexer
+// surface on a listener of its own (dynamo.go).
 //
-// Configuration, lowest precedence first:
+// Around that core the process keeps registrations durable and the index
+// warm across restarts in its state directory (state.go, snapshot.go; one
+// process per directory, statelock.go), plans its file descriptors between
+// connections and registrations (fdbudget.go), and can scale out over NATS
+// JetStream as a relay or a query replica (nats.go, package replica).
 //
-//  1. the configuration file: --config, else $CONDUCTOR_CONFIG_PATH (an empty
-//     value counts as unset, with a warning), else
-//     $HOME/.mooncake/conductor_config.json. A missing or unreadable file starts
-//     an empty conductor with a warning; a malformed one exits 1 with the reason.
-//     Keys: http_server_port (default 13333; 0 = ephemeral), rpc_server_port
-//     (the Python client's RPC port, default 50052; 0 = off),
-//     kvevent_instance (map name → /register entry; instance_id defaults to the
-//     name) and services (list of /register entries). Invalid entries are logged
-//     and skipped; unknown entry keys are ignored.
-//  2. the environment: CONDUCTOR_LOG_LEVEL (DEBUG | INFO | WARN | ERROR, any case;
-//     invalid → warning and INFO).
-//  3. flags: --http-port, --rpc-port, --listen (bind address of every listener,
-//     default 127.0.0.1), --log-level,
-//     --log-format (text | json), the limits (--max-body-bytes,
-//     --max-inflight-body-bytes, --max-connections, --max-query-tokens,
-//     --max-registrations; fitted into the file descriptor budget at start),
-//     --context-size-hint, --shutdown-timeout, --state-dir (durable
-//     registrations), the access flags (--admin-token[-file],
-//     --query-token[-file], --client-tokens-file, --protect-metrics,
-//     --allow-endpoints; tokens also from CONDUCTOR_ADMIN_TOKEN and
-//     CONDUCTOR_QUERY_TOKEN), --version, and --demo (the embedded engine
-//     simulator of package bench/sim publishing to this server, with a live
-//     summary on stdout; what `make run` starts; no durable state).
+// Configuration comes, lowest precedence first, from a JSON configuration
+// file, a few environment variables and flags; with none of them it serves on
+// loopback with the default ports. `conductor --help` lists every flag by
+// group, and docs/configuration.md is the reference for the file, the
+// environment and the flags.
 //
-// Static registrations start in the background after the HTTP server listens;
-// failures are logged and never block or abort startup. Logs are log/slog on
-// stderr; "HTTP server listening" carries the bound address (useful with port 0).
-// SIGINT or SIGTERM stops accepting connections, drains in-flight requests (up to
-// --shutdown-timeout) and stops the subscribers; a second signal kills at once.
+// Static registrations from the configuration file start in the background
+// after the HTTP server listens; failures are logged and never block or
+// abort startup. Logs are log/slog lines on stderr; "HTTP server listening"
+// carries the bound address (useful with port 0). SIGINT or SIGTERM stops
+// accepting connections, drains in-flight requests (up to --shutdown-timeout),
+// writes the index snapshot and stops the subscribers; a second signal ends
+// the process at once.
 package main
 
 import (

@@ -9,7 +9,8 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/dynamo"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 	"github.com/seed-c7a81618/conductor/replica"
 )
 
@@ -66,7 +67,7 @@ type natsPart struct {
 	relay *replica.Relay
 	rep   *replica.Replica
 	log   *slog.Logger
-	dyn   *httpd.Dynamo // set once the Dynamo surface exists (before start)
+	dyn   *dynamo.Server // set once the Dynamo surface exists (before start)
 }
 
 // newNATSRelay returns the relay for --nats-publish (nil without): it must
@@ -106,7 +107,7 @@ func (p *natsPart) attach(s *natsSettings, ix *core.Index) error {
 // registered: Dynamo workers' indexers exist on the replica as on the relay,
 // so the Dynamo surface answers their model and group.
 func (p *natsPart) registered(reg core.Registration) {
-	if reg.Origin != httpd.DynamoOrigin || p.dyn == nil {
+	if reg.Origin != dynamo.Origin || p.dyn == nil {
 		return
 	}
 	if err := p.dyn.AddIndexer(reg.ModelName, reg.TenantID, reg.BlockSize); err != nil {
@@ -125,7 +126,7 @@ func (p *natsPart) metrics() []*metrics.Set {
 	return out
 }
 
-// ready is httpd.Options.Ready: a replica is ready once caught up.
+// ready is server.Options.Ready: a replica is ready once caught up.
 func (p *natsPart) ready() error {
 	if p.rep == nil {
 		return nil
@@ -155,9 +156,9 @@ func (p *natsPart) stop(drain time.Duration) {
 // HTTP, RPC, Dynamo) on a query replica with 403: its registrations come from
 // the stream, and one made here would exist on this replica only.
 var errReplicaRegistration = fmt.Errorf("%w: this conductor is a NATS query replica (--nats-consume): "+
-	"register and unregister engines on the relay", httpd.ErrForbidden)
+	"register and unregister engines on the relay", server.ErrForbidden)
 
-// replicaRegistrar is a query replica's httpd.Registrar: it refuses.
+// replicaRegistrar is a query replica's server.Registrar: it refuses.
 type replicaRegistrar struct{}
 
 func (replicaRegistrar) Register(core.Registration) (bool, error) {

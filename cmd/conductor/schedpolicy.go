@@ -9,8 +9,8 @@ import (
 	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
-// Scheduling policy for ingest against queries (README, "Query latency under
-// ingest, memory and GC policy"). Each registration's listener receives,
+// Scheduling policy for ingest against queries (docs/performance.md, "Query
+// latency under ingest, memory and GC"). Each registration's listener receives,
 // decodes and applies its stream on one goroutine; flat out, it keeps a CPU
 // busy. The Go scheduler preempts a running goroutine only every ~10 ms, so on
 // a small machine a query handler that becomes ready waits for the kernel to

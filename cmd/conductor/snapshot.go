@@ -15,7 +15,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/wire/dump"
 )
 
 // Warm restarts. With --state-dir set, conductor writes an index snapshot to
@@ -36,7 +36,7 @@ import (
 // its own (TestGenerationsCrash, TestSnapshotCrashWindow). At start, after the registrations are
 // restored and before any event is applied (the index's apply gate is held),
 // the newest snapshot that verifies is restored with the same code as peer
-// recovery (httpd.RestoreDump), then the gate opens. A torn or corrupt
+// recovery (dump.Restore), then the gate opens. A torn or corrupt
 // snapshot is reported at ERROR, moved aside to FILE.corrupt-<unix time>, and
 // the previous generation is used (TestSnapshotTornFallsBack); with none left
 // the index refills from the engines' replay rings as without snapshots.
@@ -244,7 +244,7 @@ func (s *snapshotter) file() *generations {
 func (a *app) saveSnapshot(why string) {
 	start := time.Now()
 	g := a.snap.file()
-	n, err := writeSnapshotFile(g, func(w *bufio.Writer) error { return httpd.WriteDump(a.ix, w) })
+	n, err := writeSnapshotFile(g, func(w *bufio.Writer) error { return dump.Write(a.ix, w) })
 	if err != nil {
 		a.log.Error("index snapshot not written", "reason", why, "path", g.path, "err", err)
 		return
@@ -320,7 +320,7 @@ func (a *app) snapshotGate() (restore func(), ok bool) {
 		}
 		defer f.Close()
 		start := time.Now()
-		st, err := httpd.RestoreDump(a.ix, io.NewSectionReader(f, 0, info.bytes), a.dp.dyn)
+		st, err := dump.Restore(a.ix, io.NewSectionReader(f, 0, info.bytes), a.dp.dyn)
 		if err != nil {
 			a.log.Error("index snapshot restored only in part", "path", info.path, "err", err)
 		}

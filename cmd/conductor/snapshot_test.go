@@ -30,7 +30,7 @@ func stopChild(t *testing.T, c *child) {
 		if err != nil {
 			t.Fatalf("exit after SIGTERM: %v\n%s", err, tail(c.logs.String()))
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitBound):
 		t.Fatal("no exit after SIGTERM")
 	}
 }

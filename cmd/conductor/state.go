@@ -13,7 +13,8 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/dynamo"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
 // Durable registrations. Every successful /register and /unregister (of any
@@ -25,7 +26,7 @@ import (
 // previous one, and a torn or corrupt file is reported at ERROR and moved
 // aside (never overwritten, never a crash). When a write fails (disk full,
 // read-only directory) the change is undone and the request answered 500
-// state_not_saved (httpd.Gate.OnChange); queries keep working.
+// state_not_saved (server.Gate.OnChange); queries keep working.
 // Configuration-file registrations come from the file at every start and are
 // not written. DIR belongs to one process (statelock.go). Proved by the
 // TestState* tests.
@@ -183,7 +184,7 @@ func (s *stateStore) close() {
 }
 
 // registerJSON renders r as a /register JSON body (the JSON dialect's keys),
-// which httpd.DecodeRegistration reads back with the API's own rules.
+// which server.DecodeRegistration reads back with the API's own rules.
 func registerJSON(r *core.Registration) ([]byte, error) {
 	m := map[string]any{
 		"endpoint": r.Endpoint, "type": r.Type.String(), "modelname": r.ModelName,
@@ -310,11 +311,11 @@ func (a *app) restoreState() {
 	}
 	ok, failed := 0, 0
 	for _, e := range ld.entries {
-		reg, err := httpd.DecodeRegistration(e.Register, true, httpd.DecodeOptions{})
-		who := httpd.Principal{Name: e.Owner, Admin: true}
+		reg, err := server.DecodeRegistration(e.Register, true, server.DecodeOptions{})
+		who := server.Principal{Name: e.Owner, Admin: true}
 		switch {
 		case err != nil:
-		case e.Origin == httpd.DynamoOrigin && a.dp != nil && a.dp.dyn != nil:
+		case e.Origin == dynamo.Origin && a.dp != nil && a.dp.dyn != nil:
 			// back into the Dynamo registry too (its indexer and worker)
 			err = a.dp.dyn.Restore(who, reg)
 		default:

@@ -14,7 +14,7 @@ import (
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
 func sampleRegs(t *testing.T) []core.Registration {
@@ -40,7 +40,7 @@ func decodeAll(t *testing.T, entries []stateEntry) []core.Registration {
 	t.Helper()
 	var out []core.Registration
 	for _, e := range entries {
-		r, err := httpd.DecodeRegistration(e.Register, true, httpd.DecodeOptions{})
+		r, err := server.DecodeRegistration(e.Register, true, server.DecodeOptions{})
 		if err != nil {
 			t.Fatalf("%s: %v", e.Register, err)
 		}

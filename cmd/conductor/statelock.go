@@ -26,7 +26,8 @@ import (
 // pid in the file is informational (the holder's, once it has written it).
 // A directory this process cannot write (read-only, no permission) is used
 // unlocked: nothing can be written there, so nothing can be lost to a second
-// process, and writes fail as README's "Durable registrations" says.
+// process, and writes fail as docs/operations.md, "Durable registrations",
+// says.
 // Proved by TestLockStateDir and TestStateDirOneConductor.
 const stateLockFile = "lock"
 

@@ -1,0 +1,82 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestReadmePackageTable: README.md's package table names every package of
+// the module exactly once, and each row's "imports" column lists exactly the
+// module's packages it imports (`go list`), so the picture of the layout a
+// newcomer reads is the layout.
+func TestReadmePackageTable(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(goBin, "list", "-f", "{{.ImportPath}} {{join .Imports \",\"}}", "github.com/seed-c7a81618/conductor/...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	const mod = "github.com/seed-c7a81618/conductor/"
+	want := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, imports, _ := strings.Cut(line, " ")
+		var own []string
+		for _, imp := range strings.Split(imports, ",") {
+			if strings.HasPrefix(imp, mod) {
+				own = append(own, strings.TrimPrefix(imp, mod))
+			}
+		}
+		slices.Sort(own)
+		want[strings.TrimPrefix(path, mod)] = own
+	}
+
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Packages\n")
+	if !ok {
+		t.Fatal("README.md has no ## Packages section")
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	got := map[string][]string{}
+	for _, line := range strings.Split(section, "\n") {
+		cells := strings.Split(line, "|")
+		if len(cells) < 5 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`") {
+			continue
+		}
+		path := strings.Trim(strings.TrimSpace(cells[1]), "`/")
+		if _, dup := got[path]; dup {
+			t.Errorf("README.md lists %s twice", path)
+		}
+		var imports []string
+		for _, f := range strings.Split(cells[3], ",") {
+			if f = strings.Trim(strings.TrimSpace(f), "`"); f != "" && f != "—" {
+				imports = append(imports, f)
+			}
+		}
+		slices.Sort(imports)
+		got[path] = imports
+	}
+	for path, imports := range want {
+		g, ok := got[path]
+		switch {
+		case !ok:
+			t.Errorf("README.md's package table lacks %s (imports %v)", path, imports)
+		case !slices.Equal(g, imports):
+			t.Errorf("README.md says %s imports %v; it imports %v", path, g, imports)
+		}
+	}
+	for path := range got {
+		if _, ok := want[path]; !ok {
+			t.Errorf("README.md lists %s, which is not a package of the module", path)
+		}
+	}
+}

@@ -1,0 +1,204 @@
+package server
+
+import (
+	"encoding/json"
+	"math"
+	"strconv"
+	"testing"
+)
+
+// scanOne reads the value of key "v" in {"v": <lit>}.
+func scanOne(t *testing.T, r *JSONReader, scratch *[]byte, lit string) Value {
+	t.Helper()
+	r.init([]byte(`{"v":`+lit+`}`), scratch, true)
+	if _, ok := r.NextKey(); !ok {
+		t.Fatalf("%s: no key: %v", lit, r.Err())
+	}
+	v := r.Value()
+	if _, ok := r.NextKey(); ok {
+		t.Fatalf("%s: extra key", lit)
+	}
+	return v
+}
+
+func TestJSONNumbers(t *testing.T) {
+	var r JSONReader
+	var scratch []byte
+	f := func(lit string, want Value, wantErr bool) {
+		t.Helper()
+		v := scanOne(t, &r, &scratch, lit)
+		if (r.Err() != nil) != wantErr {
+			t.Fatalf("%s: err %v, want error %v", lit, r.Err(), wantErr)
+		}
+		if !wantErr && (v.Kind != want.Kind || v.Int != want.Int || v.Uint != want.Uint || v.Neg != want.Neg) {
+			t.Fatalf("%s: got %+v, want %+v", lit, v, want)
+		}
+	}
+	f("0", Value{Kind: KindInt}, false)
+	f("-0", Value{Kind: KindInt}, false)
+	f("7", Value{Kind: KindInt, Int: 7}, false)
+	f("-7", Value{Kind: KindInt, Int: -7}, false)
+	f("9223372036854775807", Value{Kind: KindInt, Int: math.MaxInt64}, false)
+	f("-9223372036854775808", Value{Kind: KindInt, Int: math.MinInt64}, false)
+	f("-9223372036854775809", Value{Kind: KindBigInt, Neg: true}, false)
+	f("9223372036854775808", Value{Kind: KindUint, Uint: 1 << 63}, false)
+	f("18446744073709551615", Value{Kind: KindUint, Uint: math.MaxUint64}, false)
+	f("18446744073709551616", Value{Kind: KindBigInt}, false)
+	f("184467440737095516150", Value{Kind: KindBigInt}, false)
+	f("1.5", Value{Kind: KindFloat}, false)
+	f("1e5", Value{Kind: KindFloat}, false)
+	f("1E+5", Value{Kind: KindFloat}, false)
+	f("-1.0e-5", Value{Kind: KindFloat}, false)
+	f("1.", Value{}, true)
+	f(".5", Value{}, true)
+	f("-", Value{}, true)
+	f("--1", Value{}, true)
+	f("+1", Value{}, true)
+	f("01", Value{}, true)
+	f("1e", Value{}, true)
+	f("0x10", Value{}, true)
+	f("NaN", Value{}, true)
+	f("Infinity", Value{}, true)
+}
+
+func TestJSONObjectSyntax(t *testing.T) {
+	var r JSONReader
+	var scratch []byte
+	for _, c := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{}`, true}, {` { } `, true}, {`{"a":1}`, true}, {`{"a":[1,{"b":[]}],"c":{"d":null}}`, true},
+		{`{"a":true,"b":false,"c":null}`, true},
+		{``, false}, {`{`, false}, {`}`, false}, {`{"a"}`, false}, {`{"a":}`, false}, {`{"a":1,}`, false},
+		{`{,"a":1}`, false}, {`{"a":1 "b":2}`, false}, {`{"a":1}x`, false}, {`{"a":tru}`, false},
+		{`{"a":[1,]}`, false}, {`{"a":{"b"}}`, false}, {`{a:1}`, false}, {`{"a":1}{}`, false},
+		{`{"a":nul}`, false}, {`{"a":[}`, false},
+	} {
+		r.init([]byte(c.body), &scratch, true)
+		for {
+			if _, ok := r.NextKey(); !ok {
+				break
+			}
+			r.Skip()
+		}
+		if (r.Err() == nil) != c.ok {
+			t.Errorf("%q: err %v, want ok=%v", c.body, r.Err(), c.ok)
+		}
+		if c.ok != json.Valid([]byte(c.body)) && c.body != `` {
+			t.Errorf("%q: encoding/json disagrees", c.body)
+		}
+	}
+}
+
+func TestJSONInt32s(t *testing.T) {
+	var r JSONReader
+	var scratch []byte
+	buf := make([]int32, 0, 4)
+	f := func(lit string, want []int32, reason string, index int) {
+		t.Helper()
+		r.init([]byte(`{"t":`+lit+`}`), &scratch, true)
+		r.NextKey()
+		got, fe := r.Int32s(&buf, "token_ids", 6)
+		r.NextKey()
+		switch {
+		case reason == "syntax":
+			if r.Err() == nil {
+				t.Fatalf("%s: no syntax error", lit)
+			}
+			return
+		case r.Err() != nil:
+			t.Fatalf("%s: %v", lit, r.Err())
+		case reason != "":
+			if fe == nil || ReasonOf(fe) != reason || fe.Index != index {
+				t.Fatalf("%s: got %v, want %s at %d", lit, fe, reason, index)
+			}
+			return
+		case fe != nil:
+			t.Fatalf("%s: %v", lit, fe)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%s: got %v, want %v", lit, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%s: got %v, want %v", lit, got, want)
+			}
+		}
+	}
+	f(`[]`, nil, "", 0)
+	f(`[ ]`, nil, "", 0)
+	f(`[1,2,3]`, []int32{1, 2, 3}, "", 0)
+	f("[ 1 ,\n2\t, 3 ]", []int32{1, 2, 3}, "", 0)
+	f(`[-2147483648,2147483647,0,-0]`, []int32{math.MinInt32, math.MaxInt32, 0, 0}, "", 0)
+	f(`[1,2,3,4,5,6]`, []int32{1, 2, 3, 4, 5, 6}, "", 0)
+	f(`[1,2,3,4,5,6,7]`, nil, "out_of_range", -1)
+	// token ids are u32 in the hashing standard: 2^31..2^32-1 are accepted
+	// and kept as their 32-bit pattern
+	f(`[2147483648,4294967295]`, []int32{math.MinInt32, -1}, "", 0)
+	f(`[0,-2147483649]`, nil, "out_of_range", 1)
+	f(`[0,0,4294967296]`, nil, "out_of_range", 2)
+	f(`[0,0,0,99999999999999999999999999]`, nil, "out_of_range", 3)
+	f(`[1.0]`, nil, "invalid_type", 0)
+	f(`[0,1e2]`, nil, "invalid_type", 1)
+	f(`[0,"1"]`, nil, "invalid_type", 1)
+	f(`[0,[1]]`, nil, "invalid_type", 1)
+	f(`[0,{}]`, nil, "invalid_type", 1)
+	f(`[true]`, nil, "invalid_type", 0)
+	f(`"x"`, nil, "invalid_type", -1)
+	f(`null`, nil, "invalid_type", -1)
+	f(`[1.5, 2]`, nil, "invalid_type", 0)
+	f(`[1,]`, nil, "syntax", 0)
+	f(`[1 2]`, nil, "syntax", 0)
+	f(`[01]`, nil, "syntax", 0)
+	f(`[1.]`, nil, "syntax", 0)
+	f(`[-]`, nil, "syntax", 0)
+	f(`[1.5, ]`, nil, "syntax", 0)
+	f(`[1`, nil, "syntax", 0)
+}
+
+// TestJSONUint64sAgreeWithStrconv: every integer literal round-trips exactly.
+func TestJSONUint64s(t *testing.T) {
+	var r JSONReader
+	var scratch []byte
+	var buf []uint64
+	lits := []string{"0", "1", "9007199254740993", "9223372036854775807", "9223372036854775808", "18446744073709551614", "18446744073709551615"}
+	body := `{"h":[` + lits[0]
+	for _, l := range lits[1:] {
+		body += "," + l
+	}
+	body += "]}"
+	r.init([]byte(body), &scratch, true)
+	r.NextKey()
+	got, fe := r.Uint64s(&buf, "seq_hashes", 100)
+	if fe != nil || r.Err() != nil || len(got) != len(lits) {
+		t.Fatalf("%v %v %v", fe, r.Err(), got)
+	}
+	for i, l := range lits {
+		want, _ := strconv.ParseUint(l, 10, 64)
+		if got[i] != want {
+			t.Fatalf("%s: got %d", l, got[i])
+		}
+	}
+	for _, c := range []struct {
+		lit    string
+		reason string
+		index  int
+	}{
+		{`[18446744073709551616]`, "out_of_range", 0},
+		{`[1,-1]`, "out_of_range", 1},
+		{`[-9223372036854775809]`, "out_of_range", 0},
+		{`[1,2,3.0]`, "invalid_type", 2},
+		{`[1e0]`, "invalid_type", 0},
+		{`["1"]`, "invalid_type", 0},
+		{`{}`, "invalid_type", -1},
+	} {
+		r.init([]byte(`{"h":`+c.lit+`}`), &scratch, true)
+		r.NextKey()
+		_, fe := r.Uint64s(&buf, "seq_hashes", 100)
+		r.NextKey()
+		if r.Err() != nil || fe == nil || ReasonOf(fe) != c.reason || fe.Index != c.index {
+			t.Fatalf("%s: %v %v", c.lit, r.Err(), fe)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package server
+
+import (
+	"sort"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
+)
+
+// Response documents the Mooncake API and the RPC share, in either syntax.
+
+// appendProfile writes P5: {strategy, algorithm, python_hash_seed, root_digest,
+// index_projection} (root_digest: 64 lowercase hex; all zeros for strategies
+// without a root).
+func appendProfile(e *Encoder, p *hash.Profile) {
+	e.MapHeader(5)
+	e.Str("strategy")
+	e.Str(p.Spec.Strategy)
+	e.Str("algorithm")
+	e.Str(p.Spec.Algorithm)
+	e.Str("python_hash_seed")
+	e.Str(p.Spec.PythonHashSeed)
+	e.Str("root_digest")
+	e.Str(p.RootHex())
+	e.Str("index_projection")
+	e.Str(p.Spec.IndexProjection)
+}
+
+// AppendServices writes the registrations as [S...]: the 11 export keys of
+// reference §1.1 (Endpoint, ReplayEndpoint, Type, ModelName, LoraName,
+// TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), plus
+// AdditionalSalt when withSalt (the HTTP /services; the Python API has exactly
+// the 11).
+func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool) {
+	e.ArrayHeader(len(svcs))
+	for i := range svcs {
+		r := &svcs[i]
+		if withSalt {
+			e.MapHeader(12)
+		} else {
+			e.MapHeader(11)
+		}
+		e.Str("Endpoint")
+		e.Str(r.Endpoint)
+		e.Str("ReplayEndpoint")
+		e.Str(r.ReplayEndpoint)
+		e.Str("Type")
+		e.Str(r.Type.String())
+		e.Str("ModelName")
+		e.Str(r.ModelName)
+		e.Str("LoraName")
+		e.Str(r.LoraName)
+		e.Str("TenantID")
+		e.Str(r.TenantID)
+		e.Str("InstanceID")
+		e.Str(r.InstanceID)
+		e.Str("BlockSize")
+		e.Int(int64(r.BlockSize))
+		e.Str("DPRank")
+		e.Int(int64(r.DPRank))
+		e.Str("CacheGroup")
+		if r.CacheGroup == nil {
+			e.Null()
+		} else {
+			e.Int(*r.CacheGroup)
+		}
+		e.Str("HashProfile")
+		appendProfile(e, &r.Profile)
+		if withSalt {
+			e.Str("AdditionalSalt")
+			e.Str(r.AdditionalSalt)
+		}
+	}
+}
+
+// AppendContexts writes [C...] of /global_view and the RPC GetGlobalView:
+// C = {model_name, lora_name, block_size, tenant_id, prefix_count,
+// hash_profile (P5), instances: {id: [ranks ascending]}}, instances by id.
+func AppendContexts(e *Encoder, cs []core.ContextView) {
+	e.ArrayHeader(len(cs))
+	var ids []string
+	for i := range cs {
+		c := &cs[i]
+		e.MapHeader(7)
+		e.Str("model_name")
+		e.Str(c.ModelName)
+		e.Str("lora_name")
+		e.Str(c.LoraName)
+		e.Str("block_size")
+		e.Int(int64(c.BlockSize))
+		e.Str("tenant_id")
+		e.Str(c.TenantID)
+		e.Str("prefix_count")
+		e.Uint(uint64(c.PrefixCount))
+		e.Str("hash_profile")
+		appendProfile(e, &c.Profile)
+		e.Str("instances")
+		ids = ids[:0]
+		for id := range c.Instances {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		e.MapHeader(len(ids))
+		for _, id := range ids {
+			ranks := c.Instances[id] // ascending
+			e.Str(id)
+			e.ArrayHeader(len(ranks))
+			for _, r := range ranks {
+				e.Int(int64(r))
+			}
+		}
+	}
+}
+
+// AppendQueryResult writes the Mooncake /query response.
+//
+// msgpack: {"instances": {id: R}} with R = {longest_matched, dp, rank_matches,
+// device, cpu_local, cpu_share, disk}.
+//
+// JSON (the seed's shape): {tenant: {id: R'}}, {} without rows, with R' =
+// {longest_matched, GPU, CPU, DISK, DP, device, cpu_local, cpu_share, disk,
+// rank_matches}. The seed's keys have the seed's meaning: GPU, CPU and DISK
+// are independent longest prefixes per medium (G1 device; G2 host =
+// cpu_local ∪ cpu_share; G3 disk), each the maximum over the instance's
+// ranks; DP[rank] is that rank's longest prefix across all media. The
+// lowercase keys, msgpack's dp (per-rank device) and rank_matches are the
+// cumulative tier boundaries.
+func AppendQueryResult(e *Encoder, tenant string, res *core.QueryResult) {
+	rows := res.Instances
+	if !e.json {
+		e.MapHeader(1)
+		e.Str("instances")
+		AppendInstanceRows(e, rows)
+		return
+	}
+	if len(rows) == 0 {
+		e.MapHeader(0)
+		return
+	}
+	e.MapHeader(1)
+	e.Str(tenant)
+	e.MapHeader(len(rows))
+	for i := range rows {
+		row := &rows[i]
+		e.Str(row.ID)
+		e.MapHeader(10)
+		e.Str("longest_matched")
+		e.Int(row.LongestMatched)
+		e.Str("GPU")
+		e.Int(row.Media[core.MediumDevice])
+		e.Str("CPU")
+		e.Int(row.Media[core.MediumHost])
+		e.Str("DISK")
+		e.Int(row.Media[core.MediumDisk])
+		e.Str("DP")
+		appendDP(e, row.Ranks, true)
+		appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
+		e.Str("rank_matches")
+		appendRankMatches(e, row.Ranks)
+	}
+}
+
+// AppendInstanceRows writes {id: {longest_matched, dp, rank_matches, device,
+// cpu_local, cpu_share, disk}}: the msgpack "instances" map and the RPC "hits".
+func AppendInstanceRows(e *Encoder, rows []core.InstanceResult) {
+	e.MapHeader(len(rows))
+	for i := range rows {
+		row := &rows[i]
+		e.Str(row.ID)
+		e.MapHeader(7)
+		e.Str("longest_matched")
+		e.Int(row.LongestMatched)
+		e.Str("dp")
+		appendDP(e, row.Ranks, false)
+		e.Str("rank_matches")
+		appendRankMatches(e, row.Ranks)
+		appendTiers(e, row.Device, row.CPULocal, row.CPUShare, row.Disk)
+	}
+}
+
+// appendDP writes the per-rank map: each rank's longest prefix across all
+// media (longest, the JSON dialect's DP) or its device boundary (msgpack dp).
+func appendDP(e *Encoder, ranks []core.RankResult, longest bool) {
+	e.MapHeader(len(ranks))
+	for i := range ranks {
+		e.DecKey(int64(ranks[i].Rank))
+		if longest {
+			e.Int(ranks[i].Disk)
+		} else {
+			e.Int(ranks[i].Device)
+		}
+	}
+}
+
+func appendRankMatches(e *Encoder, ranks []core.RankResult) {
+	e.MapHeader(len(ranks))
+	for i := range ranks {
+		rk := &ranks[i]
+		e.DecKey(int64(rk.Rank))
+		e.MapHeader(4)
+		appendTiers(e, rk.Device, rk.CPULocal, rk.CPUShare, rk.Disk)
+	}
+}
+
+// appendTiers writes the four tier entries into an open map.
+func appendTiers(e *Encoder, device, cpuLocal, cpuShare, disk int64) {
+	e.Str("device")
+	e.Int(device)
+	e.Str("cpu_local")
+	e.Int(cpuLocal)
+	e.Str("cpu_share")
+	e.Int(cpuShare)
+	e.Str("disk")
+	e.Int(disk)
+}
