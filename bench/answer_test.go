@@ -74,7 +74,7 @@ func TestLoadChecksEveryAnswer(t *testing.T) {
 		}))
 		defer srv.Close()
 		_, err := RunLoad(context.Background(), LoadOptions{Addr: srv.Listener.Addr().String(), ContentType: "application/json",
-			Body: []byte(`{}`), Connections: 2, Requests: 400, Warmup: -1, Expect: want})
+			Body: []byte(`{}`), Connections: 2, Requests: 400, Expect: want})
 		return err
 	}
 	if err := run(func(int64) []byte { return right }); err != nil {

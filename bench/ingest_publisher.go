@@ -1,5 +1,7 @@
 // Package bench is conductor's load harness: simulated KV-event publishers over
-// real ZMQ, payload builders for every dialect, and the benchmarks that drive them.
+// real ZMQ, payload builders for every dialect, the one load runner (RunLoad)
+// and HTTP/1.1 client (Conn) every query load uses, and the benchmarks that
+// drive them.
 package bench
 
 import (

@@ -1,230 +1,315 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// LoadOptions configure a closed-loop HTTP load run: Connections keep-alive
-// connections, each sending Body and waiting for the response before the next
-// request. The zero value needs only Addr and Body.
+// LoadOptions configure a load run: Connections workers, each on its own
+// keep-alive connection, closed loop (the next request when the previous
+// answer has arrived and been checked) or open loop (Rate).
+//
+// The requests are either one fixed request (Addr, Path, ContentType, Body),
+// every response checked against ExpectStatus and Expect, or what NewWorker's
+// workers send (the simulator's query mix, package bench/sim).
 type LoadOptions struct {
-	// Addr is the server's host:port.
+	// Addr is the server's host:port (fixed request).
 	Addr string
-	// Path is the request path. Default "/query".
+	// Path is the fixed request's path. Default "/query".
 	Path string
-	// ContentType of every request. Default "application/msgpack".
+	// ContentType of the fixed request. Default "application/msgpack".
 	ContentType string
-	// Body of every request.
+	// Body of the fixed request.
 	Body []byte
-	// Connections is the number of concurrent connections (one goroutine each).
-	// Default 4.
-	Connections int
-	// Requests stops the run after this many responses in total (spread over
-	// the connections); 0 means run for Duration.
-	Requests int
-	// Duration of a timed run. Default 5s (ignored when Requests > 0).
-	Duration time.Duration
-	// Warmup requests per connection, sent before measuring. Default 100;
-	// negative means none.
-	Warmup int
-	// ExpectStatus is the status every response must have. Default 200.
+	// ExpectStatus is the status every fixed-request response must have.
+	// Default 200.
 	ExpectStatus int
-	// Expect is checked against every response body (ErrLoadAnswer fails the
-	// run). Required when ExpectStatus is 200: a run that only checks the
-	// status would score a server answering 200 `{}`. A body identical to the
-	// last one its connection checked is accepted without decoding it again,
-	// so the check costs a comparison and no allocation per request
-	// (TestLoadConnZeroAllocs).
+	// Expect is checked against every fixed-request response body
+	// (ErrLoadAnswer otherwise). Required when ExpectStatus is 200: a run that
+	// only checked the status would score a server answering 200 `{}`. A body
+	// identical to the last one its connection checked is accepted without
+	// decoding it again, so the check costs a comparison and no allocation
+	// per request (TestFixedLoadZeroAllocs).
 	Expect *Expect
+	// Timeout bounds each request. Default 10s.
+	Timeout time.Duration
+
+	// NewWorker, when set, replaces the fixed request: NewWorker(w) makes
+	// worker w, which RunLoad closes at the end.
+	NewWorker func(w int) (Worker, error)
+
+	// Connections is the number of workers. Default 4.
+	Connections int
+	// Rate > 0 runs open loop at that many requests per second in total, each
+	// worker on a fixed schedule; latency is measured from the scheduled
+	// start, so a stalled server is not hidden (no coordinated omission).
+	// 0 runs closed loop.
+	Rate float64
+	// Requests stops the run after this many requests in total (spread over
+	// the workers); 0 means no count.
+	Requests int
+	// Duration bounds the run. Default 5s when Requests is 0.
+	Duration time.Duration
+	// Warmup requests per worker are sent, and must succeed, before
+	// measuring. Default none.
+	Warmup int
+	// KeepGoing counts failed requests (Errors) and wrong answers
+	// (Mismatches, errors wrapping ErrLoadAnswer) and runs on. Without it the
+	// first failure ends the run and RunLoad returns it.
+	KeepGoing bool
+	// Done, when set, is incremented after every measured request (live
+	// progress).
+	Done *atomic.Int64
 }
 
-// LoadResult summarises a load run. Latencies are per request, measured from
-// writing the request to reading the whole response.
+// Worker sends requests over its own connection; one goroutine uses it.
+type Worker interface {
+	// Do sends one request and checks the answer: an error wrapping
+	// ErrLoadAnswer means a wrong answer, any other a failed request.
+	Do() error
+	Close()
+}
+
+// LoadResult summarises a load run. Latencies are per request, from the
+// request's start (its scheduled start in open loop) to its checked answer.
 type LoadResult struct {
-	Requests      int
-	Elapsed       time.Duration
-	RPS           float64
-	P50, P90, P99 time.Duration
-	P999          time.Duration
-	Max           time.Duration
-	ResponseBytes int // of the last response
+	Requests   int64
+	Errors     int64 // failed requests (KeepGoing)
+	Mismatches int64 // wrong answers (KeepGoing)
+	Elapsed    time.Duration
+	RPS        float64
+	Latency
+	FirstError string   `json:",omitempty"`
+	Mismatch   []string `json:",omitempty"` // the first few wrong answers
+}
+
+// Latency is a latency distribution, from an HDR histogram with three
+// significant digits.
+type Latency struct {
+	Count                          int64
+	Mean, P50, P90, P99, P999, Max time.Duration
 }
 
 func (r LoadResult) String() string {
-	return fmt.Sprintf("%d requests in %v: %.0f req/s, p50 %v, p90 %v, p99 %v, max %v",
-		r.Requests, r.Elapsed.Round(time.Millisecond), r.RPS, r.P50, r.P90, r.P99, r.Max)
+	return fmt.Sprintf("%d requests in %v: %.0f req/s, p50 %v, p90 %v, p99 %v, p99.9 %v, max %v",
+		r.Requests, r.Elapsed.Round(time.Millisecond), r.RPS, r.P50, r.P90, r.P99, r.P999, r.Max)
 }
 
-// ErrLoadStatus is returned when a response has an unexpected status.
-var ErrLoadStatus = errors.New("bench: unexpected HTTP status")
+// maxKept bounds the wrong answers a run keeps.
+const maxKept = 5
 
-// RunLoad runs the load described by o against a live server. Every response
-// must have o.ExpectStatus and, for 200, the answer o.Expect describes.
+// newHist records nanoseconds from 1 ns to a minute.
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, int64(time.Minute), 3) }
+
+func latencyOf(h *hdrhistogram.Histogram) Latency {
+	q := func(p float64) time.Duration { return time.Duration(h.ValueAtQuantile(p)) }
+	return Latency{Count: h.TotalCount(), Mean: time.Duration(h.Mean()), P50: q(50), P90: q(90), P99: q(99),
+		P999: q(99.9), Max: time.Duration(h.Max())}
+}
+
+// RunLoad runs the load described by o until Requests, Duration or ctx ends
+// it. Without KeepGoing it returns the first failure.
 func RunLoad(ctx context.Context, o LoadOptions) (LoadResult, error) {
+	if o.Connections <= 0 {
+		o.Connections = 4
+	}
+	if o.Duration <= 0 && o.Requests <= 0 {
+		o.Duration = 5 * time.Second
+	}
+	newWorker := o.NewWorker
+	if newWorker == nil {
+		var err error
+		if newWorker, err = o.fixedWorkers(); err != nil {
+			return LoadResult{}, err
+		}
+	}
+	workers := make([]Worker, 0, o.Connections)
+	defer func() {
+		for _, w := range workers {
+			w.Close()
+		}
+	}()
+	for i := 0; i < o.Connections; i++ {
+		w, err := newWorker(i)
+		if err != nil {
+			return LoadResult{}, err
+		}
+		workers = append(workers, w)
+		for range o.Warmup {
+			if err := w.Do(); err != nil {
+				return LoadResult{}, err
+			}
+		}
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.Duration > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, o.Duration)
+		defer stop()
+	}
+	var (
+		issued atomic.Int64
+		mu     sync.Mutex // guards res while the workers merge into it
+		res    LoadResult
+		hist   = newHist()
+		wg     sync.WaitGroup
+		errs   = make([]error, len(workers))
+	)
+	interval := time.Duration(0)
+	if o.Rate > 0 {
+		interval = time.Duration(float64(time.Second) * float64(len(workers)) / o.Rate)
+	}
+	start := time.Now()
+	for i, w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := loop{o: &o, w: w, hist: newHist(), issued: &issued}
+			// Open loop: worker i owns slots i, i+C, i+2C, … of the schedule.
+			errs[i] = l.run(ctx, start.Add(interval*time.Duration(i)/time.Duration(len(workers))), interval)
+			if errs[i] != nil {
+				cancel()
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			hist.Merge(l.hist)
+			res.Requests, res.Errors, res.Mismatches = res.Requests+l.r.Requests, res.Errors+l.r.Errors, res.Mismatches+l.r.Mismatches
+			res.Mismatch = append(res.Mismatch, l.r.Mismatch...)
+			res.Mismatch = res.Mismatch[:min(len(res.Mismatch), maxKept)]
+			if res.FirstError == "" {
+				res.FirstError = l.r.FirstError
+			}
+		}()
+	}
+	wg.Wait()
+	res.Elapsed = time.Since(start)
+	if err := errors.Join(errs...); err != nil {
+		return res, err
+	}
+	res.Latency = latencyOf(hist)
+	if res.Elapsed > 0 {
+		res.RPS = float64(res.Requests) / res.Elapsed.Seconds()
+	}
+	return res, nil
+}
+
+// loop is one worker's measured run.
+type loop struct {
+	o      *LoadOptions
+	w      Worker
+	hist   *hdrhistogram.Histogram
+	issued *atomic.Int64
+	r      LoadResult // counts and kept failures
+}
+
+// run sends requests until ctx ends or the count is reached; with interval
+// > 0 the first is due at next and each one interval after the previous.
+// Without KeepGoing it returns the first failure.
+func (l *loop) run(ctx context.Context, next time.Time, interval time.Duration) error {
+	var timer *time.Timer
+	if interval > 0 {
+		timer = time.NewTimer(time.Hour)
+		defer timer.Stop()
+	}
+	for ctx.Err() == nil {
+		if l.o.Requests > 0 && l.issued.Add(1) > int64(l.o.Requests) {
+			return nil
+		}
+		t0 := time.Now()
+		if interval > 0 {
+			if d := next.Sub(t0); d > 0 {
+				timer.Reset(d)
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-timer.C:
+				}
+			}
+			t0, next = next, next.Add(interval)
+		}
+		err := l.w.Do()
+		_ = l.hist.RecordValue(max(1, int64(time.Since(t0))))
+		l.r.Requests++
+		if l.o.Done != nil {
+			l.o.Done.Add(1)
+		}
+		if err == nil {
+			continue
+		}
+		if !l.o.KeepGoing {
+			return err
+		}
+		if errors.Is(err, ErrLoadAnswer) {
+			l.r.Mismatches++
+			if len(l.r.Mismatch) < maxKept {
+				l.r.Mismatch = append(l.r.Mismatch, err.Error())
+			}
+			continue
+		}
+		l.r.Errors++
+		if l.r.FirstError == "" {
+			l.r.FirstError = err.Error()
+		}
+	}
+	return nil
+}
+
+// fixedWorkers checks the fixed request's options and returns its workers'
+// constructor.
+func (o *LoadOptions) fixedWorkers() (func(int) (Worker, error), error) {
 	if o.Path == "" {
 		o.Path = "/query"
 	}
 	if o.ContentType == "" {
 		o.ContentType = "application/msgpack"
 	}
-	if o.Connections <= 0 {
-		o.Connections = 4
-	}
-	if o.Duration <= 0 {
-		o.Duration = 5 * time.Second
-	}
-	if o.Warmup == 0 {
-		o.Warmup = 100
-	}
 	if o.ExpectStatus == 0 {
 		o.ExpectStatus = 200
 	}
 	if o.ExpectStatus == 200 && o.Expect == nil {
-		return LoadResult{}, errors.New("bench: RunLoad needs LoadOptions.Expect to check the answers")
+		return nil, errors.New("bench: RunLoad needs LoadOptions.Expect to check the answers")
 	}
-	req := fmt.Appendf(nil, "POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
-		o.Path, o.Addr, o.ContentType, len(o.Body))
-	req = append(req, o.Body...)
-
-	conns := make([]*loadConn, o.Connections)
-	for i := range conns {
-		c, err := net.Dial("tcp", o.Addr)
-		if err != nil {
-			return LoadResult{}, err
-		}
-		defer c.Close()
-		conns[i] = &loadConn{c: c, r: bufio.NewReaderSize(c, 64<<10), req: req, want: o.ExpectStatus,
-			ct: o.ContentType, expect: o.Expect}
-		for w := 0; w < o.Warmup; w++ {
-			if err := conns[i].do(); err != nil {
-				return LoadResult{}, err
-			}
-		}
-	}
-
-	var remaining atomic.Int64
-	remaining.Store(int64(o.Requests))
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	if o.Requests <= 0 {
-		var stop context.CancelFunc
-		ctx, stop = context.WithTimeout(ctx, o.Duration)
-		defer stop()
-	}
-	var wg sync.WaitGroup
-	errs := make([]error, len(conns))
-	start := time.Now()
-	for i, c := range conns {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c.lat = make([]time.Duration, 0, 1<<16)
-			for ctx.Err() == nil {
-				if o.Requests > 0 && remaining.Add(-1) < 0 {
-					return
-				}
-				t0 := time.Now()
-				if err := c.do(); err != nil {
-					errs[i] = err
-					cancel()
-					return
-				}
-				c.lat = append(c.lat, time.Since(t0))
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err := errors.Join(errs...); err != nil {
-		return LoadResult{}, err
-	}
-	var all []time.Duration
-	for _, c := range conns {
-		all = append(all, c.lat...)
-	}
-	slices.Sort(all)
-	res := LoadResult{Requests: len(all), Elapsed: elapsed, ResponseBytes: conns[0].lastLen}
-	if len(all) > 0 {
-		q := func(p float64) time.Duration { return all[min(len(all)-1, int(p*float64(len(all))))] }
-		res.RPS = float64(len(all)) / elapsed.Seconds()
-		res.P50, res.P90, res.P99, res.P999, res.Max = q(0.50), q(0.90), q(0.99), q(0.999), all[len(all)-1]
-	}
-	return res, nil
+	req := AppendPost(nil, o.Addr, o.Path, o.ContentType, o.Body)
+	return func(int) (Worker, error) {
+		return &fixedWorker{c: NewConn(o.Addr, o.Timeout), req: req, want: o.ExpectStatus, ct: o.ContentType, expect: o.Expect}, nil
+	}, nil
 }
 
-// loadConn is one keep-alive HTTP/1.1 connection with a minimal response
-// reader (status line, Content-Length, body) and the answer check.
-type loadConn struct {
-	c       net.Conn
-	r       *bufio.Reader
+// fixedWorker sends one prepared request and checks every response.
+type fixedWorker struct {
+	c       *Conn
 	req     []byte
 	want    int
 	ct      string
 	expect  *Expect
-	body    []byte // the last response body (reused)
 	checked []byte // the last body that passed Expect.Check
-	lat     []time.Duration
-	lastLen int
 }
 
-func (c *loadConn) do() error {
-	if _, err := c.c.Write(c.req); err != nil {
-		return err
-	}
-	line, err := c.r.ReadSlice('\n')
+func (f *fixedWorker) Close() { f.c.Close() }
+
+func (f *fixedWorker) Do() error {
+	status, body, err := f.c.RoundTrip(f.req)
 	if err != nil {
 		return err
 	}
-	if len(line) < 12 || !bytes.HasPrefix(line, []byte("HTTP/1.1 ")) {
-		return fmt.Errorf("bench: bad status line %q", line)
+	if status != f.want {
+		return fmt.Errorf("%w: %d (body %.80q)", ErrLoadStatus, status, body)
 	}
-	status, err := strconv.Atoi(string(line[9:12]))
-	if err != nil {
-		return fmt.Errorf("bench: bad status line %q", line)
-	}
-	n := -1
-	for {
-		h, err := c.r.ReadSlice('\n')
-		if err != nil {
-			return err
-		}
-		if len(h) <= 2 {
-			break
-		}
-		if k, v, ok := bytes.Cut(h, []byte(":")); ok && bytes.EqualFold(k, []byte("Content-Length")) {
-			if n, err = strconv.Atoi(string(bytes.TrimSpace(v))); err != nil {
-				return fmt.Errorf("bench: bad Content-Length %q", v)
-			}
-		}
-	}
-	if n < 0 {
-		return errors.New("bench: response without Content-Length")
-	}
-	c.body = slices.Grow(c.body[:0], n)[:n]
-	if _, err := io.ReadFull(c.r, c.body); err != nil {
-		return err
-	}
-	c.lastLen = n
-	if status != c.want {
-		return fmt.Errorf("%w: %d", ErrLoadStatus, status)
-	}
-	if c.expect == nil || c.checked != nil && bytes.Equal(c.body, c.checked) {
+	if f.expect == nil || f.checked != nil && bytes.Equal(body, f.checked) {
 		return nil
 	}
-	if err := c.expect.Check(c.ct, c.body); err != nil {
+	if err := f.expect.Check(f.ct, body); err != nil {
 		return err
 	}
-	c.checked = append(c.checked[:0], c.body...)
+	f.checked = append(f.checked[:0], body...)
 	return nil
 }

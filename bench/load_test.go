@@ -3,12 +3,14 @@ package bench
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -16,7 +18,8 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/mooncake"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
 // loadRegistrar registers straight into the index (the load run needs no ZMQ).
@@ -40,15 +43,16 @@ const (
 	loadMax    = 131072
 )
 
-// startLoadServer starts an httpd.Server over a populated index on 127.0.0.1:0.
+// startLoadServer starts a Mooncake API server over a populated index on 127.0.0.1:0.
 func startLoadServer(tb testing.TB) (addr string, prompt []int32) {
 	tb.Helper()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ix := core.New(core.Options{Logger: log})
-	s, err := httpd.New(ix, loadRegistrar{ix}, httpd.Options{Logger: log})
+	c, err := server.New(ix, loadRegistrar{ix}, server.Options{Logger: log})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	s := mooncake.New(c)
 	p, err := hash.Resolve(hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"})
 	if err != nil {
 		tb.Fatal(err)
@@ -172,9 +176,50 @@ func TestLoadSmoke(t *testing.T) {
 	}
 	// a wrong expectation surfaces as ErrLoadStatus
 	body, ct := queryBody("msgpack", prompt[:16])
-	_, err := RunLoad(context.Background(), LoadOptions{Addr: addr, Path: "/nope", ContentType: ct, Body: body, Requests: 1, Warmup: -1,
+	_, err := RunLoad(context.Background(), LoadOptions{Addr: addr, Path: "/nope", ContentType: ct, Body: body, Requests: 1,
 		Expect: expectPrompt(16)})
 	if err == nil || !strings.Contains(err.Error(), "404") {
 		t.Fatalf("err %v", err)
+	}
+}
+
+// countWorker fails every third request of the run, with a wrong answer
+// every fifth (n counts the requests of every worker).
+type countWorker struct{ n *atomic.Int64 }
+
+func (w countWorker) Do() error {
+	switch n := w.n.Add(1); {
+	case n%5 == 0:
+		return fmt.Errorf("%w: fifth", ErrLoadAnswer)
+	case n%3 == 0:
+		return errors.New("third")
+	}
+	return nil
+}
+func (countWorker) Close() {}
+
+// TestRunLoadOpenLoop: an open-loop run keeps its schedule (200 requests at
+// 2000/s take about 100ms however fast the worker is), issues exactly the
+// count, and with KeepGoing counts failures and wrong answers apart; without
+// it the first failure ends the run.
+func TestRunLoadOpenLoop(t *testing.T) {
+	var n atomic.Int64
+	o := LoadOptions{NewWorker: func(int) (Worker, error) { return countWorker{&n}, nil }, Connections: 4, Rate: 2000,
+		Requests: 200, KeepGoing: true}
+	res, err := RunLoad(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Requests != 200 || res.Count != 200 || res.Elapsed < 90*time.Millisecond {
+		t.Fatalf("%v (count %d)", res, res.Count)
+	}
+	// 40 fifths; 66 thirds, 13 of them fifths.
+	if res.Mismatches != 40 || res.Errors != 53 || res.FirstError != "third" || len(res.Mismatch) != maxKept {
+		t.Fatalf("mismatches %d (kept %d), errors %d (first %q)", res.Mismatches, len(res.Mismatch), res.Errors, res.FirstError)
+	}
+	o.KeepGoing = false
+	n.Store(0)
+	if _, err := RunLoad(context.Background(), o); err == nil || !strings.Contains(err.Error(), "third") {
+		t.Fatalf("err %v, want the first failure", err)
 	}
 }

@@ -322,13 +322,13 @@ type serverRun struct {
 func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect, conns, n int) serverRun {
 	tb.Helper()
 	if _, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
-		Connections: conns, Requests: min(n/10+conns, 500), Warmup: -1, Expect: want}); err != nil {
+		Connections: conns, Requests: min(n/10+conns, 500), Expect: want}); err != nil {
 		tb.Fatal(err)
 	}
 	m0 := s.scrape(tb)
 	c0 := s.cpu(tb)
 	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
-		Connections: conns, Requests: n, Warmup: -1, Expect: want})
+		Connections: conns, Requests: n, Expect: want})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -16,8 +16,8 @@ import (
 )
 
 // engine-b of the tail harness (tail_test.go), the flat-out publisher. By
-// default it runs in its own process, as the issue asks (publisher, conductor
-// and query client apart): the test binary re-executes itself with
+// default it runs in its own process (publisher, conductor and query client
+// apart, as in a deployment): the test binary re-executes itself with
 // tailPublisherEnv set, and TestMain hands the process to tailPublisherMain,
 // which binds the sockets, prints them as one JSON line and then obeys one
 // command per stdin line, answering each on stdout:
@@ -27,8 +27,8 @@ import (
 //
 // Anything that goes wrong is answered "err REASON" and ends the process; EOF
 // on stdin ends it too. TAIL_PUBLISHER=inproc runs the same publisher inside
-// the test process instead (where the previous sessions measured it), to see
-// what sharing the client's process costs the client's own measurement.
+// the test process instead, to see what sharing the client's process costs
+// the client's own measurement.
 
 const (
 	tailPublisherEnv = "BENCH_TAIL_PUBLISHER" // conductor's HTTP host:port; set in the child only

@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-// Query tail latency while ingest runs flat out (issue #18), the user's way:
+// Query tail latency while ingest runs flat out, the user's way:
 // conductor as a child process (startLoadChild: engine-a holds an 8k-token
 // prompt), a second publisher (engine-b) streaming fresh 64-block batches over
 // ZMQ as fast as conductor applies them (flow control keeps at most
@@ -207,7 +207,7 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 	if conns > 0 {
 		// Warm the query path before measuring.
 		if _, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
-			Connections: conns, Requests: 200, Warmup: -1, Expect: expectPrompt(8192)}); err != nil {
+			Connections: conns, Requests: 200, Expect: expectPrompt(8192)}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -223,7 +223,7 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 	if conns > 0 {
 		go func() {
 			r, err := RunLoad(ctx, LoadOptions{Addr: s.addr, ContentType: ct, Body: body, Connections: conns,
-				Duration: time.Hour, Warmup: -1, Expect: expectPrompt(8192)})
+				Duration: time.Hour, Expect: expectPrompt(8192)})
 			done <- loadOut{r, err}
 		}()
 	} else {
@@ -283,7 +283,7 @@ func BenchmarkTailUnderIngest(b *testing.B) {
 		}
 	}
 	if len(rows) > 0 {
-		// The issue's table in one place: every case that ran, as Markdown.
+		// One table of every case that ran, as Markdown.
 		fmt.Printf("\ntail under ingest (TAIL_BLOCKS=%d TAIL_STEADY_BLOCKS=%d TAIL_ARGS=%q TAIL_PUBLISHER=%q TAIL_PUBLISHER_NICE=%q)\n%s\n%s\n",
 			envInt("TAIL_BLOCKS", 2_000_000), envInt("TAIL_STEADY_BLOCKS", 2_000_000), os.Getenv("TAIL_ARGS"), os.Getenv("TAIL_PUBLISHER"), os.Getenv("TAIL_PUBLISHER_NICE"),
 			tailHeader, strings.Join(rows, "\n"))

@@ -3,8 +3,6 @@ package bench
 import (
 	"bufio"
 	"encoding/json"
-	"fmt"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -135,12 +133,8 @@ func storeTrace(tb testing.TB, s *serverProc, reqs [][]uint64) traceRun {
 func replayStored(tb testing.TB, s *serverProc, reqs [][]uint64, run *traceRun) {
 	tb.Helper()
 	var tokens []int32
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	c := NewConn(s.addr, 0)
 	defer c.Close()
-	lc := &loadConn{c: c, r: bufio.NewReaderSize(c, 64<<10), want: 200}
 	m0 := s.scrape(tb)
 	lat := make([]time.Duration, 0, len(reqs))
 	var busy time.Duration
@@ -148,11 +142,8 @@ func replayStored(tb testing.TB, s *serverProc, reqs [][]uint64, run *traceRun) 
 	for _, ids := range reqs {
 		tokens = expandIDs(tokens[:0], ids)
 		body, ct := queryBody("bin", tokens)
-		lc.req = fmt.Appendf(lc.req[:0], "POST /query HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n",
-			s.addr, ct, len(body))
-		lc.req = append(lc.req, body...)
 		t0 := time.Now()
-		if err := lc.do(); err != nil {
+		if _, err := c.Post("/query", ct, body); err != nil {
 			tb.Fatal(err)
 		}
 		d := time.Since(t0)

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/seed-c7a81618/conductor/bench"
 )
 
 // Query is one prompt in one context (tenant "default", no LoRA, no salt).
@@ -56,37 +58,37 @@ var Surfaces = []string{"msgpack", "json", "rpc", "dynamo"}
 func NewClient(surface, addr string, timeout time.Duration) (ClientFactory, error) {
 	switch surface {
 	case "msgpack":
-		return func() (Client, error) { return &mooncakeClient{h: newHTTPConn(addr, timeout)}, nil }, nil
+		return func() (Client, error) { return &mooncakeClient{h: bench.NewConn(addr, timeout)}, nil }, nil
 	case "json":
-		return func() (Client, error) { return &mooncakeClient{h: newHTTPConn(addr, timeout), json: true}, nil }, nil
+		return func() (Client, error) { return &mooncakeClient{h: bench.NewConn(addr, timeout), json: true}, nil }, nil
 	case "rpc":
-		return func() (Client, error) { return &rpcClient{h: newHTTPConn(addr, timeout)}, nil }, nil
+		return func() (Client, error) { return &rpcClient{h: bench.NewConn(addr, timeout)}, nil }, nil
 	case "dynamo":
-		return func() (Client, error) { return &dynamoClient{h: newHTTPConn(addr, timeout)}, nil }, nil
+		return func() (Client, error) { return &dynamoClient{h: bench.NewConn(addr, timeout)}, nil }, nil
 	}
 	return nil, fmt.Errorf("sim: unknown query surface %q (want %s)", surface, strings.Join(Surfaces, ", "))
 }
 
 type mooncakeClient struct {
-	h    *httpConn
+	h    *bench.Conn
 	json bool
 	body []byte
 }
 
-func (c *mooncakeClient) Close() { c.h.close() }
+func (c *mooncakeClient) Close() { c.h.Close() }
 
 func (c *mooncakeClient) Query(q *Query, a *Answer) error {
 	a.Reset()
 	if c.json {
 		c.body = appendJSONQuery(c.body[:0], q)
-		resp, err := c.h.post("/query", "application/json", c.body)
+		resp, err := c.h.Post("/query", "application/json", c.body)
 		if err != nil {
 			return err
 		}
 		return parseJSONAnswer(resp, a)
 	}
 	c.body = appendMsgpackQuery(c.body[:0], q, "model")
-	resp, err := c.h.post("/query", "application/msgpack", c.body)
+	resp, err := c.h.Post("/query", "application/msgpack", c.body)
 	if err != nil {
 		return err
 	}
@@ -95,11 +97,11 @@ func (c *mooncakeClient) Query(q *Query, a *Answer) error {
 
 // dynamoClient queries the Dynamo dialect's /query.
 type dynamoClient struct {
-	h    *httpConn
+	h    *bench.Conn
 	body []byte
 }
 
-func (c *dynamoClient) Close() { c.h.close() }
+func (c *dynamoClient) Close() { c.h.Close() }
 
 func (c *dynamoClient) Query(q *Query, a *Answer) error {
 	a.Reset()
@@ -113,7 +115,7 @@ func (c *dynamoClient) Query(q *Query, a *Answer) error {
 		c.body = strconv.AppendInt(c.body, int64(t), 10)
 	}
 	c.body = append(c.body, "]}"...)
-	resp, err := c.h.post("/query", "application/json", c.body)
+	resp, err := c.h.Post("/query", "application/json", c.body)
 	if err != nil {
 		return err
 	}
@@ -163,16 +165,16 @@ func parseDynamoAnswer(b []byte, a *Answer) error {
 
 // rpcClient queries the Python client's RPC surface.
 type rpcClient struct {
-	h    *httpConn
+	h    *bench.Conn
 	body []byte
 }
 
-func (c *rpcClient) Close() { c.h.close() }
+func (c *rpcClient) Close() { c.h.Close() }
 
 func (c *rpcClient) Query(q *Query, a *Answer) error {
 	a.Reset()
 	c.body = appendMsgpackQuery(c.body[:0], q, "model_name") // the Python argument name
-	resp, err := c.h.post("/rpc/Query", "application/msgpack", c.body)
+	resp, err := c.h.Post("/rpc/Query", "application/msgpack", c.body)
 	if err != nil {
 		return err
 	}

@@ -14,10 +14,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
-// DemoOptions configure the live demo (`conductor --demo`).
+// DemoOptions configure the live demo (`conductor-bench demo`).
 type DemoOptions struct {
 	// Addr is the indexer's HTTP address (host:port, reachable from here).
 	Addr string
@@ -120,17 +121,18 @@ func (d *Demo) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		_, _ = RunLoad(lctx, LoadOptions{Factory: factory, Concurrency: 2, Rate: d.o.QPS, Duration: 365 * 24 * time.Hour,
-			Done: &queries, Seed: d.o.Seed, Next: func(w int, rng *rand.Rand) *Query {
-				mu.Lock()
-				defer mu.Unlock()
-				g := d.groups[rng.IntN(len(d.groups))]
-				var p []int32
-				if len(recent) > 0 {
-					p = recent[rng.IntN(len(recent))]
-				}
-				return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: p}
-			}})
+		load := queryLoad{Factory: factory, Seed: d.o.Seed, Next: func(w int, rng *rand.Rand) *Query {
+			mu.Lock()
+			defer mu.Unlock()
+			g := d.groups[rng.IntN(len(d.groups))]
+			var p []int32
+			if len(recent) > 0 {
+				p = recent[rng.IntN(len(recent))]
+			}
+			return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: p}
+		}}
+		_, _ = bench.RunLoad(lctx, bench.LoadOptions{NewWorker: load.worker, Connections: 2, Rate: d.o.QPS,
+			Duration: 365 * 24 * time.Hour, KeepGoing: true, Done: &queries})
 	}()
 
 	rng := rand.New(rand.NewPCG(d.o.Seed, 0x64656d6f))

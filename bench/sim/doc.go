@@ -18,7 +18,7 @@
 // (reference mooncake-conductor.md §6.3, four-tier cumulative rules), computed
 // here independently of core's walk.
 //
-// A Cluster groups engines by context, routes a workload (a Mooncake-format
+// A Group holds the engines of one context, routes a workload (a Mooncake-format
 // trace expanded to tokens, or the built-in synthetic generator) across them
 // with a Policy (random, round-robin, or cache-aware using the indexer's own
 // answers), and quiesces: Quiesce publishes a sentinel block on every stream
@@ -26,12 +26,14 @@
 // event of that stream was applied (one stream is applied in order), so
 // answers can then be compared with Expect exactly.
 //
-// Queries go through a Client (Mooncake JSON and msgpack here; the interface
-// is what other surfaces plug into). Load runs closed or open loop with HDR
-// latency histograms and, for a local server, the server's CPU time per
-// request read from /proc/<pid>/stat.
+// Queries go through a Client (the Mooncake msgpack and JSON dialects, the
+// Python client's RPC surface, Dynamo's /query; the interface is what other
+// surfaces plug into). The query load runs on bench.RunLoad, closed or open
+// loop with HDR latency percentiles, each worker with a Client of its own;
+// for a local server Run reads the server's CPU time per phase from
+// /proc/<pid>/stat.
 //
-// Concurrency: an Engine, a Store and a Cluster's routing are driven by one
-// goroutine (the Cluster's driver); Clients are safe for concurrent use
-// through one connection per goroutine (NewClient per worker).
+// Concurrency: an Engine, a Store and a Group's routing are driven by one
+// goroutine (the Group's driver); a Client is used by one goroutine
+// (a ClientFactory makes one per worker, each with its own connection).
 package sim

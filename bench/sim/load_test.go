@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/seed-c7a81618/conductor/bench"
 )
 
 // fakeClient answers every query with one fixed row; odd-length prompts fail.
@@ -26,16 +28,15 @@ func (fakeClient) Query(q *Query, a *Answer) error {
 }
 func (fakeClient) Close() {}
 
-// TestRunLoadCountsAndChecks: a Count-bounded open-loop run issues exactly
-// Count queries, counts transport errors apart from Check mismatches, and
-// keeps at most maxKept mismatch reports.
-func TestRunLoadCountsAndChecks(t *testing.T) {
+// TestQueryLoadCountsAndChecks: a count-bounded open-loop query load issues
+// exactly the count, counts the Client's errors apart from Check's
+// mismatches, and keeps at most maxKept mismatch reports.
+func TestQueryLoadCountsAndChecks(t *testing.T) {
 	var done atomic.Int64
 	var checked atomic.Int64
-	res, err := RunLoad(context.Background(), LoadOptions{
-		Factory:     func() (Client, error) { return fakeClient{}, nil },
-		Concurrency: 3, Rate: 20000, Count: 90, Done: &done,
-		Next: func(w int, rng *rand.Rand) *Query { return &Query{Tokens: make([]int32, rng.IntN(6))} },
+	load := queryLoad{
+		Factory: func() (Client, error) { return fakeClient{}, nil },
+		Next:    func(w int, rng *rand.Rand) *Query { return &Query{Tokens: make([]int32, rng.IntN(6))} },
 		Check: func(q *Query, a *Answer) error {
 			checked.Add(1)
 			if a.Rows[0].Longest != int64(len(q.Tokens)) {
@@ -46,20 +47,22 @@ func TestRunLoadCountsAndChecks(t *testing.T) {
 			}
 			return nil
 		},
-	})
+	}
+	res, err := bench.RunLoad(context.Background(), bench.LoadOptions{NewWorker: load.worker, Connections: 3, Rate: 20000,
+		Requests: 90, KeepGoing: true, Done: &done})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Queries != 90 || done.Load() != 90 || res.Latency.Count != 90 {
-		t.Fatalf("queries %d, done %d, histogram %d; want 90", res.Queries, done.Load(), res.Latency.Count)
+	if res.Requests != 90 || done.Load() != 90 || res.Count != 90 {
+		t.Fatalf("requests %d, done %d, histogram %d; want 90", res.Requests, done.Load(), res.Count)
 	}
 	if res.Errors == 0 || res.Errors+checked.Load() != 90 || res.FirstError != "odd" {
 		t.Fatalf("errors %d + checked %d != 90 (first %q)", res.Errors, checked.Load(), res.FirstError)
 	}
-	if res.Mismatches == 0 || len(res.Mismatch) > maxKept {
-		t.Fatalf("mismatches %d, kept %d", res.Mismatches, len(res.Mismatch))
+	if res.Mismatches == 0 || len(res.Mismatch) == 0 || len(res.Mismatch) > maxKept || !strings.HasSuffix(res.Mismatch[0], "four") {
+		t.Fatalf("mismatches %d, kept %q", res.Mismatches, res.Mismatch)
 	}
-	if l := res.Latency; !(l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.MaxUs) {
+	if l := res.Latency; !(l.P50 <= l.P90 && l.P90 <= l.P99 && l.P99 <= l.P999 && l.P999 <= l.Max) {
 		t.Fatalf("percentiles out of order: %+v", l)
 	}
 }

@@ -5,19 +5,21 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/seed-c7a81618/conductor/bench"
 )
 
 // Register posts every registration to the indexer at addr (JSON /register).
 // An already existing identical registration is success.
 func Register(addr string, regs []Registration) error {
-	h := newHTTPConn(addr, 10*time.Second)
-	defer h.close()
+	h := bench.NewConn(addr, 10*time.Second)
+	defer h.Close()
 	for _, r := range regs {
 		body, err := json.Marshal(r)
 		if err != nil {
 			return err
 		}
-		if _, err := h.post("/register", "application/json", body); err != nil {
+		if _, err := h.Post("/register", "application/json", body); err != nil {
 			return fmt.Errorf("sim: register %s rank %d: %w", r.InstanceID, r.DPRank, err)
 		}
 	}
@@ -27,15 +29,15 @@ func Register(addr string, regs []Registration) error {
 // Unregister removes the registrations (JSON /unregister); errors are
 // returned joined after trying all of them.
 func Unregister(addr string, regs []Registration) error {
-	h := newHTTPConn(addr, 10*time.Second)
-	defer h.close()
+	h := bench.NewConn(addr, 10*time.Second)
+	defer h.Close()
 	var first error
 	for _, r := range regs {
 		body, _ := json.Marshal(struct {
 			InstanceID string `json:"instance_id"`
 			DPRank     int    `json:"dp_rank"`
 		}{r.InstanceID, r.DPRank})
-		if _, err := h.post("/unregister", "application/json", body); err != nil && first == nil {
+		if _, err := h.Post("/unregister", "application/json", body); err != nil && first == nil {
 			first = fmt.Errorf("sim: unregister %s rank %d: %w", r.InstanceID, r.DPRank, err)
 		}
 	}
@@ -48,8 +50,8 @@ func Unregister(addr string, regs []Registration) error {
 // must use the xxh3 profile. 201 and an identical existing worker (409 is a
 // conflict) decide.
 func RegisterDynamo(addr string, regs []Registration) error {
-	h := newHTTPConn(addr, 10*time.Second)
-	defer h.close()
+	h := bench.NewConn(addr, 10*time.Second)
+	defer h.Close()
 	for _, r := range regs {
 		id, err := strconv.ParseUint(r.InstanceID, 10, 64)
 		if err != nil {
@@ -63,7 +65,7 @@ func RegisterDynamo(addr string, regs []Registration) error {
 		if err != nil {
 			return err
 		}
-		if _, err := h.post("/register", "application/json", body); err != nil {
+		if _, err := h.Post("/register", "application/json", body); err != nil {
 			return fmt.Errorf("sim: dynamo register %s rank %d: %w", r.InstanceID, r.DPRank, err)
 		}
 	}

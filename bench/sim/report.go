@@ -7,6 +7,9 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/bench"
 )
 
 // Report is a run's result (JSON-encodable).
@@ -67,7 +70,7 @@ type IngestReport struct {
 
 // PhaseReport is one query phase.
 type PhaseReport struct {
-	LoadResult
+	bench.LoadResult
 	// ServerCPUPerQueryUs: query-only phase: server CPU / queries. Mixed
 	// phase: (server CPU − ingested blocks × the ingest-only CPU per block) /
 	// queries, an estimate of what a query costs under concurrent ingest.
@@ -160,8 +163,19 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 				cpu += " (est.)"
 			}
 		}
-		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", p.name, p.r.Queries, p.r.QPS,
-			l.P50, l.P90, l.P99, l.P999, l.MaxUs, p.r.Errors, cpu)
+		fmt.Fprintf(b, "| %s | %d | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", p.name, p.r.Requests, p.r.RPS,
+			us(l.P50), us(l.P90), us(l.P99), us(l.P999), us(l.Max), p.r.Errors, cpu)
+	}
+	if len(r.Sweep) > 0 {
+		fmt.Fprintf(b, "\nOpen-loop sweep on the quiescent index (latency from each query's scheduled start):\n\n")
+		fmt.Fprintf(b, "| target q/s | achieved q/s | p50 µs | p90 µs | p99 µs | p99.9 µs | max µs | errors | server CPU/query µs |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, p := range r.Sweep {
+			cpu := "n/a"
+			if p.ServerCPUPerQueryUs > 0 {
+				cpu = fmt.Sprintf("%.1f", p.ServerCPUPerQueryUs)
+			}
+			fmt.Fprintf(b, "| %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", p.Rate, p.QPS, p.P50, p.P90, p.P99, p.P999, p.MaxUs, p.Errors, cpu)
+		}
 	}
 	if r.Verify.Enabled {
 		fmt.Fprintf(b, "\nVerify: %d answers compared with the ground truth at %d quiescent points and in the query-only phase: %d mismatches (%.4f%% agreement).\n",
@@ -173,3 +187,6 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// us is d in microseconds, the unit of the report's latencies.
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

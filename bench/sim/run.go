@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/seed-c7a81618/conductor/bench"
 )
 
 // RunOptions configure a harness run: replay a workload through groups of
@@ -84,7 +86,13 @@ func (o *RunOptions) ensureDefaults() {
 	if o.QuiesceTimeout <= 0 {
 		o.QuiesceTimeout = 60 * time.Second
 	}
+	if o.SweepTime <= 0 {
+		o.SweepTime = 2 * time.Second
+	}
 }
+
+// maxKept bounds the mismatch reports a run keeps.
+const maxKept = 5
 
 // ErrMismatch is returned by Run when verify mode found a disagreement.
 var ErrMismatch = errors.New("sim: answers disagree with the ground truth")
@@ -120,187 +128,236 @@ func (r *recent) pick(rng *rand.Rand) []int32 {
 
 // Run executes the run described by o. It returns the report and, in verify
 // mode, ErrMismatch (wrapped) when any answer disagreed.
+//
+// Its phases: register the groups and quiesce; replay the workload (an
+// ingest-only part, then the rest under the query load); a verify point on
+// the quiescent index; the query-only phase; the sweep.
 func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	o.ensureDefaults()
 	if len(o.Groups) == 0 || o.Source == nil {
 		return nil, errors.New("sim: Run needs groups and a source")
 	}
-	qaddr := o.QueryAddr
-	if qaddr == "" {
-		qaddr = o.Addr
-	}
-	factory, err := NewClient(o.Surface, qaddr, 10*time.Second)
+	r, err := newRun(o)
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Date: time.Now().UTC().Format(time.RFC3339), Machine: ThisMachine(), Addr: o.Addr, Surface: o.Surface}
-	rep.Verify.Enabled = o.Verify
-	wallStart := time.Now()
-
-	ctl, err := factory() // the driver's own connection: routing, quiesce, verify
-	if err != nil {
+	defer r.ctl.Close()
+	if err := r.register(); err != nil {
 		return nil, err
 	}
-	defer ctl.Close()
+	defer r.startProgress()()
+	if err := r.ingest(ctx); err != nil {
+		return r.rep, err
+	}
+	if o.Verify {
+		if err := r.verifyPoint(); err != nil {
+			return r.rep, err
+		}
+	}
+	if err := r.queryOnly(ctx); err != nil {
+		return r.rep, err
+	}
+	if err := r.sweep(ctx); err != nil {
+		return r.rep, err
+	}
 	for _, g := range o.Groups {
-		register := func() error { return Register(o.Addr, g.Registrations()) }
-		if o.Surface == "dynamo" { // the Dynamo registry must know the workers
-			register = func() error { return RegisterDynamo(qaddr, g.Registrations()) }
+		r.rep.Groups = append(r.rep.Groups, g.report())
+	}
+	r.rep.WallSeconds = time.Since(r.start).Seconds()
+	if o.Verify && r.rep.Verify.Mismatches > 0 {
+		return r.rep, fmt.Errorf("%w: %d of %d", ErrMismatch, r.rep.Verify.Mismatches, r.rep.Verify.Checked)
+	}
+	return r.rep, nil
+}
+
+// run is the state of one Run, driven by Run's goroutine; the fields under
+// mu are also read by the progress goroutine.
+type run struct {
+	o       RunOptions
+	qaddr   string // the query surface's address
+	factory ClientFactory
+	ctl     Client // the driver's own connection: routing, quiesce, verify
+	rep     *Report
+	rng     *rand.Rand
+	recents []*recent // per group: prompts for the query load during ingest
+	history [][]int32 // reservoir of prompts: verification and the query-only phase
+	seen    int       // prompts offered to history
+	start   time.Time
+
+	mu       sync.Mutex // guards the progress fields below
+	phase    string
+	requests int   // replayed so far (written by the driver only)
+	blocks   int64 // published so far
+	verified VerifyReport
+}
+
+func newRun(o RunOptions) (*run, error) {
+	r := &run{o: o, qaddr: o.QueryAddr, start: time.Now(), phase: "ingest", rng: rand.New(rand.NewPCG(o.Seed, 0x72756e))}
+	if r.qaddr == "" {
+		r.qaddr = o.Addr
+	}
+	var err error
+	if r.factory, err = NewClient(o.Surface, r.qaddr, 10*time.Second); err != nil {
+		return nil, err
+	}
+	r.rep = &Report{Date: r.start.UTC().Format(time.RFC3339), Machine: ThisMachine(), Addr: o.Addr, Surface: o.Surface}
+	r.rep.Verify.Enabled = o.Verify
+	if r.ctl, err = r.factory(); err != nil {
+		return nil, err
+	}
+	r.recents = make([]*recent, len(o.Groups))
+	for i := range r.recents {
+		r.recents[i] = &recent{}
+	}
+	return r, nil
+}
+
+// register registers every group (through the Dynamo port for the dynamo
+// surface, whose registry must know the workers) and waits until the indexer
+// has subscribed to all of them.
+func (r *run) register() error {
+	for _, g := range r.o.Groups {
+		register := func() error { return Register(r.o.Addr, g.Registrations()) }
+		if r.o.Surface == "dynamo" {
+			register = func() error { return RegisterDynamo(r.qaddr, g.Registrations()) }
 		}
 		if err := register(); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	for _, g := range o.Groups {
-		if err := g.Quiesce(ctl, o.QuiesceTimeout); err != nil {
-			return nil, err
-		}
-	}
+	return r.quiesce()
+}
 
-	rng := rand.New(rand.NewPCG(o.Seed, 0x72756e))
-	recents := make([]*recent, len(o.Groups))
-	for i := range recents {
-		recents[i] = &recent{}
+// cpu is the server's CPU time so far (0 without ServerPID).
+func (r *run) cpu() time.Duration {
+	if r.o.ServerPID <= 0 {
+		return 0
 	}
-	var (
-		ingestTime time.Duration
-		requests   int
-		history    [][]int32 // prompts for quiescent verification (reservoir)
-		seen       int
-	)
-	cpu := func() time.Duration {
-		if o.ServerPID <= 0 {
-			return 0
+	d, _ := ProcCPU(r.o.ServerPID)
+	return d
+}
+
+// counts sums what the groups published.
+func (r *run) counts() (stored, removed, msgs int64) {
+	for _, g := range r.o.Groups {
+		stored += g.Stats.Stored + g.Stats.StoreStored
+		removed += g.Stats.Removed
+		msgs += g.Stats.Messages
+	}
+	return
+}
+
+func (r *run) quiesce() error {
+	for _, g := range r.o.Groups {
+		if err := g.Quiesce(r.ctl, r.o.QuiesceTimeout); err != nil {
+			return err
 		}
-		d, _ := ProcCPU(o.ServerPID)
-		return d
 	}
-	counts := func() (stored, removed, msgs int64) {
-		for _, g := range o.Groups {
-			stored += g.Stats.Stored + g.Stats.StoreStored
-			removed += g.Stats.Removed
-			msgs += g.Stats.Messages
-		}
-		return
-	}
-	quiesce := func() error {
-		for _, g := range o.Groups {
-			if err := g.Quiesce(ctl, o.QuiesceTimeout); err != nil {
+	return nil
+}
+
+// verifyPoint compares VerifySample prompts per group with the ground truth;
+// the index must be quiescent.
+func (r *run) verifyPoint() error {
+	v := &r.rep.Verify
+	v.Points++
+	var want, got Answer
+	for _, p := range verifyPrompts(r.history, r.o.VerifySample, r.rng) {
+		for _, g := range r.o.Groups {
+			if err := g.Expect(p, &want); err != nil {
 				return err
 			}
-		}
-		return nil
-	}
-	verifyPoint := func() error {
-		rep.Verify.Points++
-		var want, got Answer
-		for _, p := range verifyPrompts(history, o.VerifySample, rng) {
-			for _, g := range o.Groups {
-				if err := g.Expect(p, &want); err != nil {
-					return err
-				}
-				q := &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: p}
-				rep.Verify.Checked++
-				err := ctl.Query(q, &got)
-				d := ""
-				if err != nil {
-					d = err.Error()
-				} else {
-					d = Diff(&want, &got)
-				}
-				if d != "" {
-					rep.Verify.Mismatches++
-					if len(rep.Verify.Examples) < maxKept {
-						rep.Verify.Examples = append(rep.Verify.Examples, describe(q, d))
-					}
+			q := &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: p}
+			v.Checked++
+			d := ""
+			if err := r.ctl.Query(q, &got); err != nil {
+				d = err.Error()
+			} else {
+				d = Diff(&want, &got)
+			}
+			if d != "" {
+				v.Mismatches++
+				if len(v.Examples) < maxKept {
+					v.Examples = append(v.Examples, describe(q, d))
 				}
 			}
 		}
-		return nil
 	}
+	return nil
+}
 
-	// Progress.
-	progressDone := make(chan struct{})
-	var progressWG sync.WaitGroup
-	var progMu sync.Mutex
-	phase := "ingest"
-	var progBlocks int64
-	var progVerify VerifyReport
-	if o.Progress != nil {
-		progressWG.Add(1)
-		go func() {
-			defer progressWG.Done()
-			t := time.NewTicker(o.ProgressEvery)
-			defer t.Stop()
-			for {
-				select {
-				case <-progressDone:
-					return
-				case <-t.C:
-				}
-				progMu.Lock()
-				line := progressLine(phase, requests, o.Requests, progBlocks, progVerify, time.Since(wallStart))
-				progMu.Unlock()
-				fmt.Fprintln(o.Progress, line)
-			}
-		}()
+// startProgress prints a status line every ProgressEvery until the returned
+// function is called (nothing without Progress).
+func (r *run) startProgress() (stop func()) {
+	if r.o.Progress == nil {
+		return func() {}
 	}
-	defer func() {
-		close(progressDone)
-		progressWG.Wait()
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(r.o.ProgressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			r.mu.Lock()
+			line := progressLine(r.phase, r.requests, r.o.Requests, r.blocks, r.verified, time.Since(r.start))
+			r.mu.Unlock()
+			fmt.Fprintln(r.o.Progress, line)
+		}
 	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
 
-	// Ingest: an ingest-only part, then the mixed part with the query load.
+func (r *run) setPhase(phase string) {
+	r.mu.Lock()
+	r.phase = phase
+	r.mu.Unlock()
+}
+
+// ingest replays the workload: an ingest-only part (IngestOnly of Requests;
+// its server CPU per block is measured alone), then the rest with the query
+// load running, verifying every VerifyEvery requests. It ends on a quiescent
+// index and fills rep.Ingest and rep.Mixed.
+func (r *run) ingest(ctx context.Context) error {
+	o := &r.o
 	ingestOnly := int(float64(o.Requests) * o.IngestOnly)
 	var deadline time.Time
 	if o.Duration > 0 {
 		deadline = time.Now().Add(o.Duration)
 	}
 	var (
-		loadCancel       context.CancelFunc
-		loadDone         chan LoadResult
-		cpuMixed0        time.Duration
-		blkMixed0        int64
-		cpuIngest0       = cpu()
-		ingestOnlyBlocks int64
-		ingestOnlyCPU    time.Duration
+		mixed      *mixedLoad
+		cpu0       = r.cpu()
+		only       ingestOnlyCost
+		ingestTime time.Duration // replaying, verification pauses excluded
+		interval   time.Duration
+		err        error
 	)
-	startLoad := func() {
-		st, rm, _ := counts()
-		blkMixed0 = st + rm
-		cpuMixed0 = cpu()
-		lctx, cancel := context.WithCancel(ctx)
-		loadCancel = cancel
-		loadDone = make(chan LoadResult, 1)
-		go func() {
-			res, _ := RunLoad(lctx, LoadOptions{Factory: factory, Concurrency: o.Concurrency, Rate: o.QueryRate,
-				Duration: 24 * time.Hour, Seed: o.Seed + 1, Next: func(w int, rng *rand.Rand) *Query {
-					i := rng.IntN(len(o.Groups))
-					g := o.Groups[i]
-					p := recents[i].pick(rng)
-					return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: p}
-				}})
-			loadDone <- res
-		}()
-	}
-	interval := time.Duration(0)
 	if o.IngestRate > 0 {
 		interval = time.Duration(float64(time.Second) / o.IngestRate)
 	}
 	segStart := time.Now()
 	ingestStart, nextAt := segStart, segStart
-	var runErr error
-	for ctx.Err() == nil && (o.Requests <= 0 || requests < o.Requests) && (deadline.IsZero() || time.Now().Before(deadline)) {
-		if loadDone == nil && requests >= ingestOnly && requests > 0 {
+	for ctx.Err() == nil && (o.Requests <= 0 || r.requests < o.Requests) && (deadline.IsZero() || time.Now().Before(deadline)) {
+		if mixed == nil && r.requests >= ingestOnly && r.requests > 0 {
 			// End of the ingest-only part: quiesce so its CPU is all accounted.
-			if runErr = quiesce(); runErr != nil {
+			if err = r.quiesce(); err != nil {
 				break
 			}
 			if ingestOnly > 0 { // a duration-bounded run has no ingest-only part
-				st, rm, _ := counts()
-				ingestOnlyBlocks, ingestOnlyCPU = st+rm, cpu()-cpuIngest0
+				st, rm, _ := r.counts()
+				only = ingestOnlyCost{blocks: st + rm, cpu: r.cpu() - cpu0}
 			}
-			startLoad()
+			mixed = r.startMixed(ctx)
 		}
 		p, ok := o.Source.Next()
 		if !ok {
@@ -312,164 +369,214 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 			}
 			nextAt = nextAt.Add(interval)
 		}
-		for i, g := range o.Groups {
-			if _, err := g.Serve(p, ctl); err != nil {
-				runErr = err
-				break
-			}
-			recents[i].add(p)
-		}
-		if runErr != nil {
+		if err = r.serve(p); err != nil {
 			break
 		}
-		st, rm, _ := counts()
-		progMu.Lock()
-		requests++
-		progBlocks, progVerify = st+rm, rep.Verify
-		progMu.Unlock()
-		// Reservoir of prompts for verification.
-		seen++
-		if len(history) < 4*o.VerifySample {
-			history = append(history, p)
-		} else if j := rng.IntN(seen); j < len(history) {
-			history[j] = p
-		}
-		if o.Verify && o.VerifyEvery > 0 && requests%o.VerifyEvery == 0 {
-			if runErr = quiesce(); runErr != nil {
+		if o.Verify && o.VerifyEvery > 0 && r.requests%o.VerifyEvery == 0 {
+			if err = r.quiesce(); err != nil {
 				break
 			}
 			ingestTime += time.Since(segStart)
-			if runErr = verifyPoint(); runErr != nil {
+			if err = r.verifyPoint(); err != nil {
 				break
 			}
 			segStart = time.Now()
 		}
 	}
-	if runErr == nil {
-		runErr = quiesce()
+	if err == nil {
+		err = r.quiesce()
 	}
 	ingestTime += time.Since(segStart)
-	ingestCPU, ingestWall := cpu()-cpuIngest0, time.Since(ingestStart)
-	if loadCancel != nil {
-		cpuMixed := cpu() - cpuMixed0
-		loadCancel()
-		res := <-loadDone
-		st, rm, _ := counts()
-		rep.Mixed = PhaseReport{LoadResult: res, ServerCPUSeconds: cpuMixed.Seconds()}
-		if res.Queries > 0 && ingestOnlyBlocks > 0 && o.ServerPID > 0 {
-			perBlock := float64(ingestOnlyCPU) / float64(ingestOnlyBlocks)
-			est := float64(cpuMixed) - perBlock*float64(st+rm-blkMixed0)
-			rep.Mixed.ServerCPUPerQueryUs = max(0, est) / float64(res.Queries) / 1e3
+	ingestCPU, ingestWall := r.cpu()-cpu0, time.Since(ingestStart)
+	if mixed != nil {
+		r.stopMixed(mixed, only)
+	}
+	if err != nil {
+		return err
+	}
+	r.reportIngest(ingestTime, ingestCPU, ingestWall, only)
+	return nil
+}
+
+// serve replays one prompt into every group and keeps it for the query load
+// and verification.
+func (r *run) serve(p []int32) error {
+	for i, g := range r.o.Groups {
+		if _, err := g.Serve(p, r.ctl); err != nil {
+			return err
 		}
+		r.recents[i].add(p)
 	}
-	if runErr != nil {
-		return rep, runErr
+	st, rm, _ := r.counts()
+	r.mu.Lock()
+	r.requests++
+	r.blocks, r.verified = st+rm, r.rep.Verify
+	r.mu.Unlock()
+	// Reservoir of prompts for verification.
+	r.seen++
+	if len(r.history) < 4*r.o.VerifySample {
+		r.history = append(r.history, p)
+	} else if j := r.rng.IntN(r.seen); j < len(r.history) {
+		r.history[j] = p
 	}
-	st, rm, msgs := counts()
-	rep.Ingest = IngestReport{Requests: int64(requests), Messages: msgs, BlocksStored: st, BlocksRemoved: rm,
+	return nil
+}
+
+// ingestOnlyCost is what the ingest-only part published and the server's CPU
+// for it.
+type ingestOnlyCost struct {
+	blocks int64
+	cpu    time.Duration
+}
+
+func (r *run) reportIngest(ingestTime, ingestCPU, ingestWall time.Duration, only ingestOnlyCost) {
+	st, rm, msgs := r.counts()
+	in := &r.rep.Ingest
+	*in = IngestReport{Requests: int64(r.requests), Messages: msgs, BlocksStored: st, BlocksRemoved: rm,
 		Seconds: ingestTime.Seconds()}
-	if o.ServerPID > 0 && ingestWall > 0 {
-		rep.Ingest.ServerCPUUtilization = ingestCPU.Seconds() / ingestWall.Seconds()
+	if r.o.ServerPID > 0 && ingestWall > 0 {
+		in.ServerCPUUtilization = ingestCPU.Seconds() / ingestWall.Seconds()
 	}
 	if ingestTime > 0 {
-		rep.Ingest.BlocksPerSecond = float64(st+rm) / ingestTime.Seconds()
+		in.BlocksPerSecond = float64(st+rm) / ingestTime.Seconds()
 	}
-	if ingestOnlyBlocks > 0 && o.ServerPID > 0 {
-		rep.Ingest.ServerCPUPerBlockNs = float64(ingestOnlyCPU) / float64(ingestOnlyBlocks)
+	if only.blocks > 0 && r.o.ServerPID > 0 {
+		in.ServerCPUPerBlockNs = float64(only.cpu) / float64(only.blocks)
+	}
+}
+
+// mixedLoad is the query load running during ingest.
+type mixedLoad struct {
+	cancel  context.CancelFunc
+	done    chan bench.LoadResult
+	cpu0    time.Duration
+	blocks0 int64
+}
+
+// startMixed starts the query load over the groups' recent prompts.
+func (r *run) startMixed(ctx context.Context) *mixedLoad {
+	st, rm, _ := r.counts()
+	m := &mixedLoad{done: make(chan bench.LoadResult, 1), cpu0: r.cpu(), blocks0: st + rm}
+	lctx, cancel := context.WithCancel(ctx)
+	m.cancel = cancel
+	load := queryLoad{Factory: r.factory, Seed: r.o.Seed + 1, Next: func(w int, rng *rand.Rand) *Query {
+		i := rng.IntN(len(r.o.Groups))
+		g := r.o.Groups[i]
+		return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: r.recents[i].pick(rng)}
+	}}
+	go func() {
+		res, _ := load.run(lctx, r.o.Concurrency, r.o.QueryRate, 24*time.Hour)
+		m.done <- res
+	}()
+	return m
+}
+
+// stopMixed ends the query load and fills rep.Mixed; its server CPU per query
+// is the phase's CPU less what its ingested blocks cost at the ingest-only
+// rate.
+func (r *run) stopMixed(m *mixedLoad, only ingestOnlyCost) {
+	cpuMixed := r.cpu() - m.cpu0
+	m.cancel()
+	res := <-m.done
+	st, rm, _ := r.counts()
+	r.rep.Mixed = PhaseReport{LoadResult: res, ServerCPUSeconds: cpuMixed.Seconds()}
+	if res.Requests > 0 && only.blocks > 0 && r.o.ServerPID > 0 {
+		perBlock := float64(only.cpu) / float64(only.blocks)
+		est := float64(cpuMixed) - perBlock*float64(st+rm-m.blocks0)
+		r.rep.Mixed.ServerCPUPerQueryUs = max(0, est) / float64(res.Requests) / 1e3
+	}
+}
+
+// historyQuery is a query of a random group for a random prompt of history.
+func (r *run) historyQuery(_ int, rng *rand.Rand) *Query {
+	g := r.o.Groups[rng.IntN(len(r.o.Groups))]
+	return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: r.history[rng.IntN(len(r.history))]}
+}
+
+// queryOnly runs the query load on the quiescent index, where every answer
+// can be checked (verify mode), and fills rep.QueryOnly.
+func (r *run) queryOnly(ctx context.Context) error {
+	o := &r.o
+	if o.QueryOnly <= 0 || len(r.history) == 0 {
+		return nil
+	}
+	r.setPhase("query-only")
+	load := queryLoad{Factory: r.factory, Seed: o.Seed + 2, Next: r.historyQuery}
+	if o.Verify {
+		load.Check = r.truthCheck()
+	}
+	c0 := r.cpu()
+	res, err := load.run(ctx, o.Concurrency, o.QueryRate, o.QueryOnly)
+	if err != nil {
+		return err
+	}
+	c := r.cpu() - c0
+	r.rep.QueryOnly = PhaseReport{LoadResult: res, ServerCPUSeconds: c.Seconds()}
+	if res.Requests > 0 && o.ServerPID > 0 {
+		r.rep.QueryOnly.ServerCPUPerQueryUs = float64(c) / float64(res.Requests) / 1e3
 	}
 	if o.Verify {
-		if err := verifyPoint(); err != nil {
-			return rep, err
+		v := &r.rep.Verify
+		v.Checked += res.Requests - res.Errors
+		v.Mismatches += res.Mismatches
+		for _, m := range res.Mismatch {
+			if len(v.Examples) < maxKept {
+				v.Examples = append(v.Examples, m)
+			}
 		}
 	}
+	return nil
+}
 
-	// Query-only phase on the quiescent index: every answer can be checked.
-	if o.QueryOnly > 0 && len(history) > 0 {
-		progMu.Lock()
-		phase = "query-only"
-		progMu.Unlock()
-		qo := LoadOptions{Factory: factory, Concurrency: o.Concurrency, Rate: o.QueryRate, Duration: o.QueryOnly,
-			Seed: o.Seed + 2, Next: func(w int, rng *rand.Rand) *Query {
-				g := o.Groups[rng.IntN(len(o.Groups))]
-				return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: history[rng.IntN(len(history))]}
-			}}
-		if o.Verify {
-			want := make([]truthCache, len(o.Groups))
-			for i := range want {
-				want[i] = truthCache{g: o.Groups[i], m: map[promptID]*Answer{}}
-			}
-			var mu sync.Mutex
-			qo.Check = func(q *Query, a *Answer) error {
-				mu.Lock()
-				defer mu.Unlock()
-				for i := range want {
-					if want[i].g.cfg.Model == q.Model {
-						w, err := want[i].get(q.Tokens)
-						if err != nil {
-							return err
-						}
-						if d := Diff(w, a); d != "" {
-							return errors.New(describe(q, d))
-						}
-						return nil
-					}
+// truthCheck compares an answer with the ground truth of its group (the
+// index must stay quiescent); safe for concurrent use.
+func (r *run) truthCheck() func(q *Query, a *Answer) error {
+	want := make([]truthCache, len(r.o.Groups))
+	for i := range want {
+		want[i] = truthCache{g: r.o.Groups[i], m: map[promptID]*Answer{}}
+	}
+	var mu sync.Mutex // guards want's caches
+	return func(q *Query, a *Answer) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range want {
+			if want[i].g.cfg.Model == q.Model {
+				w, err := want[i].get(q.Tokens)
+				if err != nil {
+					return err
 				}
-				return fmt.Errorf("sim: no group for model %q", q.Model)
+				if d := Diff(w, a); d != "" {
+					return errors.New(describe(q, d))
+				}
+				return nil
 			}
 		}
-		c0 := cpu()
-		res, err := RunLoad(ctx, qo)
+		return fmt.Errorf("sim: no group for model %q", q.Model)
+	}
+}
+
+// sweep runs the open-loop query load at each SweepRates rate and fills
+// rep.Sweep.
+func (r *run) sweep(ctx context.Context) error {
+	o := &r.o
+	if len(r.history) == 0 {
+		return nil
+	}
+	for _, rate := range o.SweepRates {
+		r.setPhase(fmt.Sprintf("sweep %.0f q/s", rate))
+		c0 := r.cpu()
+		res, err := queryLoad{Factory: r.factory, Seed: o.Seed + 3, Next: r.historyQuery}.run(ctx, o.Concurrency, rate, o.SweepTime)
 		if err != nil {
-			return rep, err
+			return err
 		}
-		c := cpu() - c0
-		rep.QueryOnly = PhaseReport{LoadResult: res, ServerCPUSeconds: c.Seconds()}
-		if res.Queries > 0 && o.ServerPID > 0 {
-			rep.QueryOnly.ServerCPUPerQueryUs = float64(c) / float64(res.Queries) / 1e3
+		pt := SweepPoint{Rate: rate, QPS: res.RPS, P50: us(res.P50), P90: us(res.P90), P99: us(res.P99), P999: us(res.P999),
+			MaxUs: us(res.Max), Errors: res.Errors}
+		if c := r.cpu() - c0; res.Requests > 0 && o.ServerPID > 0 {
+			pt.ServerCPUPerQueryUs = float64(c) / float64(res.Requests) / 1e3
 		}
-		if o.Verify {
-			rep.Verify.Checked += res.Queries - res.Errors
-			rep.Verify.Mismatches += res.Mismatches
-			for _, m := range res.Mismatch {
-				if len(rep.Verify.Examples) < maxKept {
-					rep.Verify.Examples = append(rep.Verify.Examples, m)
-				}
-			}
-		}
+		r.rep.Sweep = append(r.rep.Sweep, pt)
 	}
-	if len(history) > 0 {
-		if o.SweepTime <= 0 {
-			o.SweepTime = 2 * time.Second
-		}
-		for _, rate := range o.SweepRates {
-			progMu.Lock()
-			phase = fmt.Sprintf("sweep %.0f q/s", rate)
-			progMu.Unlock()
-			c0 := cpu()
-			res, err := RunLoad(ctx, LoadOptions{Factory: factory, Concurrency: o.Concurrency, Rate: rate, Duration: o.SweepTime,
-				Seed: o.Seed + 3, Next: func(w int, rng *rand.Rand) *Query {
-					g := o.Groups[rng.IntN(len(o.Groups))]
-					return &Query{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Tokens: history[rng.IntN(len(history))]}
-				}})
-			if err != nil {
-				return rep, err
-			}
-			l := res.Latency
-			pt := SweepPoint{Rate: rate, QPS: res.QPS, P50: l.P50, P90: l.P90, P99: l.P99, P999: l.P999, MaxUs: l.MaxUs, Errors: res.Errors}
-			if c := cpu() - c0; res.Queries > 0 && o.ServerPID > 0 {
-				pt.ServerCPUPerQueryUs = float64(c) / float64(res.Queries) / 1e3
-			}
-			rep.Sweep = append(rep.Sweep, pt)
-		}
-	}
-	for _, g := range o.Groups {
-		rep.Groups = append(rep.Groups, g.report())
-	}
-	rep.WallSeconds = time.Since(wallStart).Seconds()
-	if o.Verify && rep.Verify.Mismatches > 0 {
-		return rep, fmt.Errorf("%w: %d of %d", ErrMismatch, rep.Verify.Mismatches, rep.Verify.Checked)
-	}
-	return rep, nil
+	return nil
 }
 
 // truthCache memoises Expect per prompt while the index is quiescent. A

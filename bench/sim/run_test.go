@@ -69,7 +69,7 @@ func TestRunVerifySmoke(t *testing.T) {
 	if rep.Verify.Checked < 4*24*5 || rep.Verify.Mismatches != 0 || rep.Verify.Points != 4 {
 		t.Fatalf("verify = %+v", rep.Verify)
 	}
-	if rep.Mixed.Queries == 0 || rep.Mixed.Errors != 0 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
+	if rep.Mixed.Requests == 0 || rep.Mixed.Errors != 0 || rep.QueryOnly.Requests == 0 || rep.QueryOnly.Errors != 0 {
 		t.Fatalf("query phases: mixed %+v, query-only %+v", rep.Mixed.LoadResult, rep.QueryOnly.LoadResult)
 	}
 	// The workload exercised every tier: something was evicted and offloaded.
@@ -160,7 +160,7 @@ func verifySurface(t *testing.T, addr, qaddr, surface string, cfg GroupConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Queries == 0 || rep.QueryOnly.Errors != 0 {
+	if rep.Verify.Mismatches != 0 || rep.Verify.Checked < 3*16 || rep.QueryOnly.Requests == 0 || rep.QueryOnly.Errors != 0 {
 		t.Fatalf("verify %+v, query-only %+v", rep.Verify, rep.QueryOnly.LoadResult)
 	}
 }

@@ -11,7 +11,10 @@ import (
 	"github.com/VictoriaMetrics/metrics"
 
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/httpd"
+	"github.com/seed-c7a81618/conductor/httpd/dynamo"
+	"github.com/seed-c7a81618/conductor/httpd/mooncake"
+	"github.com/seed-c7a81618/conductor/httpd/rpc"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
@@ -43,10 +46,11 @@ func startSurfaces(tb testing.TB, second string) (httpAddr, secondAddr string) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv, err := httpd.New(ix, ing, httpd.Options{Logger: log, ExtraMetrics: []*metrics.Set{ing.Metrics()}})
+	c, err := server.New(ix, ing, server.Options{Logger: log, ExtraMetrics: []*metrics.Set{ing.Metrics()}})
 	if err != nil {
 		tb.Fatal(err)
 	}
+	srv := mooncake.New(c)
 	type surface interface {
 		Serve(net.Listener) error
 		Shutdown(context.Context) error
@@ -54,9 +58,9 @@ func startSurfaces(tb testing.TB, second string) (httpAddr, secondAddr string) {
 	surfaces := []surface{srv}
 	switch second {
 	case "rpc":
-		surfaces = append(surfaces, httpd.NewRPC(srv))
+		surfaces = append(surfaces, rpc.New(c))
 	case "dynamo":
-		dyn, err := httpd.NewDynamo(srv, httpd.DynamoOptions{Logger: log})
+		dyn, err := dynamo.New(c, dynamo.Options{Logger: log})
 		if err != nil {
 			tb.Fatal(err)
 		}

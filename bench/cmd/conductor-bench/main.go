@@ -15,6 +15,10 @@
 //	conductor-bench -spawn bin/conductor -engines 8 -trace trace.jsonl -verify
 //	conductor-bench -addr 10.0.0.7:13333 -surface json -policy random -requests 2000
 //
+// `conductor-bench demo` is the live demo (`make run`, demo.go): it starts a
+// conductor binary and a small mixed fleet publishing to it, and prints a
+// summary every second until Ctrl-C.
+//
 // Exit status: 0 on success, 1 on a failed run or a ground-truth mismatch, 2
 // on bad flags.
 package main
@@ -82,6 +86,10 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("conductor-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		io.WriteString(stderr, "Usage: conductor-bench [flags]\n       conductor-bench demo [flags] [-- conductor flags]   (the live demo: conductor-bench demo -h)\n\n")
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:13333", "indexer HTTP address (host:port)")
 	fs.StringVar(&f.spawn, "spawn", "", "start this conductor binary on a free loopback port instead of using -addr (its CPU is measured)")
 	fs.StringVar(&f.spawnArgs, "spawn-args", "", "extra arguments for the spawned conductor (space-separated)")
@@ -142,6 +150,9 @@ func profileSpec(name, seed string) (hash.Spec, error) {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "demo" {
+		return runDemo(ctx, args[1:], stdout, stderr)
+	}
 	f, err := parse(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -315,32 +326,35 @@ type server struct {
 	addr      string
 	queryAddr string // the RPC or Dynamo surface, when spawned with one
 	done      chan struct{}
-	dir       string
+	dir       string // removed when the server stops ("" for none)
 }
 
-// spawn starts bin on a free loopback port with an empty configuration file and
-// waits until /health answers.
-func spawn(ctx context.Context, bin string, extra []string, surface string, stderr io.Writer) (*server, error) {
-	free := func() (int, error) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return 0, err
-		}
-		defer ln.Close()
-		return ln.Addr().(*net.TCPAddr).Port, nil
+// freePort returns a loopback port that was free a moment ago.
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
 	}
-	port, err := free()
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// spawn starts bin on a free loopback port with an empty configuration file
+// and durable state in a directory of its own, and waits until /health
+// answers.
+func spawn(ctx context.Context, bin string, extra []string, surface string, stderr io.Writer) (*server, error) {
+	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	rpcPort, dynPort := 0, 0
 	switch surface {
 	case "rpc":
-		if rpcPort, err = free(); err != nil {
+		if rpcPort, err = freePort(); err != nil {
 			return nil, err
 		}
 	case "dynamo":
-		if dynPort, err = free(); err != nil {
+		if dynPort, err = freePort(); err != nil {
 			return nil, err
 		}
 		extra = append([]string{"--dynamo-port", strconv.Itoa(dynPort)}, extra...)
@@ -355,20 +369,31 @@ func spawn(ctx context.Context, bin string, extra []string, surface string, stde
 		return nil, err
 	}
 	// RPC (or Dynamo) on a free port of its own when that surface is queried,
-	// RPC off otherwise
-	// durable state in the run's own directory.
+	// RPC off otherwise.
 	args := append([]string{"--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "WARN",
 		"--rpc-port", strconv.Itoa(rpcPort), "--state-dir", filepath.Join(dir, "state")}, extra...)
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	s := &server{cmd: cmd, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), done: make(chan struct{}), dir: dir}
+	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
 	if p := max(rpcPort, dynPort); p != 0 {
 		s.queryAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
 	}
+	if err := s.start(ctx, bin, args, stderr, stderr); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// start runs bin with args, its output to stdout and stderr, and waits until
+// s.addr answers /health. The process has a process group of its own, so a
+// terminal's Ctrl-C reaches only this harness, which then stops it in order.
+func (s *server) start(ctx context.Context, bin string, args []string, stdout, stderr io.Writer) error {
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	ownProcessGroup(cmd)
+	if err := cmd.Start(); err != nil {
+		s.removeDir()
+		return err
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
@@ -376,27 +401,28 @@ func spawn(ctx context.Context, bin string, extra []string, surface string, stde
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
-				return s, nil
+				return nil
 			}
 		}
 		select {
 		case <-s.done:
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("spawned %s exited before serving", bin)
+			s.removeDir()
+			return fmt.Errorf("%s exited before serving (%v)", bin, cmd.ProcessState)
 		case <-ctx.Done():
 			s.stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			s.stop()
-			return nil, fmt.Errorf("spawned %s did not answer /health within 15s", bin)
+			return fmt.Errorf("%s did not answer /health on %s within 15s", bin, s.addr)
 		}
 	}
 }
 
-// stop sends SIGTERM (conductor drains and exits) and kills after 10s.
-func (s *server) stop() {
+// stop sends SIGTERM (conductor drains and exits) and kills after 10s; it
+// returns the process's exit code.
+func (s *server) stop() int {
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-s.done:
@@ -404,5 +430,12 @@ func (s *server) stop() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 	}
-	os.RemoveAll(s.dir)
+	s.removeDir()
+	return s.cmd.ProcessState.ExitCode()
+}
+
+func (s *server) removeDir() {
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+	}
 }

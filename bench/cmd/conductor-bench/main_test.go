@@ -25,6 +25,9 @@ func TestBadFlags(t *testing.T) {
 	f(`-sweep: bad rate "-5"`, "-sweep", "100,-5")
 	f(`unexpected arguments`, "extra")
 	f(`flag provided but not defined`, "-nope")
+	f(`flag provided but not defined: -nope`, "demo", "-nope")
+	f(`use -http-port before --`, "demo", "--", "--http-port=8080")
+	f(`no --state-dir`, "demo", "--", "-state-dir", "/tmp/x")
 }
 
 func TestProfileSpec(t *testing.T) {
