@@ -13,8 +13,8 @@ import (
 // runtime to preempt a CPU-bound applier 10 ms later; with
 // Options.QueryPriority it also steps aside for queries in flight there
 // (stepAside). 256 updates are about 0.1–0.3 ms of work; a yield costs well
-// under a microsecond when nothing else is runnable. Measured effect:
-// BENCHMARKS.md, "Query tail latency under full ingest (issue #18)".
+// under a microsecond when nothing else is runnable. Measured effect on query
+// tail latency: BENCHMARKS.md, "Query tail latency under full ingest".
 const ApplySliceBlocks = 256
 
 // monoBase anchors applyRun's monotonic clock.

@@ -11,9 +11,8 @@ import (
 // Growth is per shard: an xsync map doubles by copying its whole table in the
 // writer that triggers it (readers keep using the old table meanwhile), so one
 // map of 10M blocks stalls its writer for seconds at a doubling, while a shard
-// holds 1/blockShards of the blocks and copies only that (issue #18: a growth
-// policy that never stalls a writer for a whole-table copy;
-// TestBlockMapGrowsPerShard). Shards are created on their first write, so a
+// holds 1/blockShards of the blocks and copies only that: no growth ever
+// stalls a writer for a whole-table copy (TestBlockMapGrowsPerShard). Shards are created on their first write, so a
 // small context costs few tables; an xsync table starts at 32 buckets (2 KiB)
 // plus its size counter, so a context with blocks in every shard holds about
 // 128–256 KiB before its first doubling. Queries pay one multiply and one

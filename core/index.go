@@ -81,7 +81,7 @@ type Options struct {
 	// own at a lower kernel priority (ingest.IngestOptions.ListenerNice): there
 	// the kernel already runs the query threads first, a spare P keeps one
 	// free for them, and a yield of a goroutine locked to its thread costs two
-	// thread hand-offs (BENCHMARKS.md, issue #18 "Session 3"). Default false.
+	// thread hand-offs. Default false.
 	ApplyNoYield bool
 	// Logger receives rare, noteworthy events (drops, gaps). Default slog.Default().
 	Logger *slog.Logger

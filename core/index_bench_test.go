@@ -15,7 +15,7 @@ import (
 // batches. "store" files fresh hashes (the index grows; it is rebuilt every 1M
 // blocks); "store+remove" keeps ~64k blocks resident by removing each batch
 // 4096 batches later and counts both kinds of block update (the mixed row: the
-// one BENCHMARKS.md's ≥ 10 M/s target was set against). "hot64k/store" and
+// apply target of ≥ 10 M block updates/s is set against it). "hot64k/store" and
 // "hot64k/remove" split that mixed workload into its halves over the same
 // 64k-key hot set, each timing one kind of update only (see benchApplyHot).
 func BenchmarkApply(b *testing.B) {

@@ -114,7 +114,8 @@ func (r *Registration) Normalize() {
 // model, LoRA, tenant, salt) is at most MaxIdentityBytes, every endpoint at
 // most MaxEndpointBytes (a 253-byte DNS name with scheme and port fits). They
 // bound what a client can make conductor keep per registration and the size
-// of every metric label derived from one (issue #9 item 5).
+// of every metric label derived from one (a registration with a 1 MB instance
+// id is refused, not stored).
 const (
 	MaxIdentityBytes = 256
 	MaxEndpointBytes = 512

@@ -149,7 +149,7 @@ func TestRFCTokenRecompute(t *testing.T) {
 	}
 }
 
-// TestRFCUnknownContextCreatesNoState (#9 item 7): events naming contexts
+// TestRFCUnknownContextCreatesNoState: events naming contexts
 // nobody registered are dropped before any stream cursor or owner exists.
 func TestRFCUnknownContextCreatesNoState(t *testing.T) {
 	ix := New(Options{})
@@ -169,7 +169,7 @@ func TestRFCUnknownContextCreatesNoState(t *testing.T) {
 	}
 }
 
-// TestRFCStreamCapBound (#9 item 7) measures the bound: a publisher naming
+// TestRFCStreamCapBound measures the bound: a publisher naming
 // 20,000 distinct streams (backends) with held out-of-order events keeps at
 // most MaxStreamsPerSubscription cursors and MaxHeldPerSubscription held
 // events, and the heap it leaves is bounded accordingly.
@@ -202,9 +202,10 @@ func TestRFCStreamCapBound(t *testing.T) {
 	}
 }
 
-// TestUnknownMediaDoNotGrowState (#9 item 7: the warned set): 10,000
-// distinct unknown media are counted and logged rate-limited, keeping no
-// per-name state.
+// TestUnknownMediaDoNotGrowState: 10,000 distinct unknown media are all
+// counted, logged as one WARN line per reason and interval (not one per
+// name), and leave no per-name state (stream cursors stay within
+// MaxStreamsPerSubscription).
 func TestUnknownMediaDoNotGrowState(t *testing.T) {
 	var buf bytes.Buffer
 	var mu sync.Mutex

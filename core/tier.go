@@ -54,9 +54,9 @@ type MediumMap map[string]Placement
 // DefaultEngineMedia is how media from engines (vLLM, SGLang, RFC #1527
 // standard publishers) are filed. A nil medium means device (vLLM before
 // PR #19737 and SGLang send none from the GPU pool). It holds every medium
-// seed 000 names for its three tiers (G1 GPU/NPU/HBM/accelerator, G2 CPU /
-// host DRAM / Mooncake pools, G3 SSD/3FS/DFS/NFS/disk) plus the engines' own
-// names (SGLang's CPU_PINNED and EXTERNAL, LMCache's cpu_tier1/2).
+// name of the three tiers (G1 GPU/NPU/HBM/accelerator, G2 CPU / host DRAM /
+// Mooncake pools, G3 SSD/3FS/DFS/NFS/disk) plus the engines' own names
+// (SGLang's CPU_PINNED and EXTERNAL, LMCache's cpu_tier1/2).
 func DefaultEngineMedia() MediumMap {
 	return MediumMap{
 		// G1: device.

@@ -5,9 +5,9 @@ import (
 	"testing"
 )
 
-// TestSeedMediaMapped (seed "Storage tiers" and #17 item 7): every medium
-// the seed names files in its tier, case-insensitively, for engines and
-// pools; unknown media are not guessed.
+// TestSeedMediaMapped: every medium of the three-tier model (DefaultEngineMedia)
+// files in its tier, case-insensitively, for engines and pools; unknown media
+// are not guessed.
 func TestSeedMediaMapped(t *testing.T) {
 	engine := map[string]Tier{
 		"gpu": TierDevice, "GPU": TierDevice, "NPU": TierDevice, "hbm": TierDevice, "accelerator": TierDevice,

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -66,11 +67,12 @@ func Backend() BackendInfo {
 	return BackendInfo{Name: be.String(), Features: cpuFeatures(), Auto: backendAuto.Load()}
 }
 
-// SetBackend forces the SHA-256 backend for chains Reset afterwards: "auto" (or "")
-// picks the measured winner for this CPU, "stdlib", "simd" and "shani" force one
-// ("shani" only where the CPU has the SHA extensions). Every
-// backend produces identical digests; tests run every vector under each. Safe for
-// concurrent use, but a Chain keeps the backend it was Reset with.
+// SetBackend sets the SHA-256 backend for chains Reset afterwards: "auto" (or
+// "") picks by this CPU's features (shani where it runs, else stdlib; see
+// pickBackend), "stdlib", "simd" and "shani" force one ("shani" only where the
+// CPU has the SHA extensions). Every backend produces identical digests; tests
+// run every vector under each. Safe for concurrent use, but a Chain keeps the
+// backend it was Reset with.
 func SetBackend(name string) error {
 	activeBackend()
 	return setBackend(name)
@@ -99,40 +101,34 @@ func setBackend(name string) error {
 	return nil
 }
 
-// autoBackend picks simd only where its SHA-NI assembly runs. Measured on the 2-core
-// AMD EPYC (SHA-NI, AVX2, AVX-512) dev machine, Go 1.26.8, -benchtime=1s:
+// autoBackend is the backend "auto" picks on this machine: pickBackend over
+// the CPU features Backend reports.
+func autoBackend() backendID { return pickBackend(runtime.GOARCH, cpuFeatures()) }
+
+// pickBackend is the auto rule, by CPU feature set (names as cpuFeatures
+// reports them):
 //
-//	BenchmarkSum256 (one message)  41 B    85 B    120 B   200 B   2100 B
-//	  stdlib (crypto/sha256)       84 ns   118 ns  165 ns  182 ns  1081 ns
-//	  simd (minio/sha256-simd)     64 ns   107 ns  141 ns  181 ns  1160 ns
-//	BenchmarkVLLMChain, ns/block   cbor B=16  cbor B=64  cbor B=512  pickle B=16
-//	  stdlib                       138        269        1578        167
-//	  simd                         125        253        1678        130
+//   - amd64 with sha_ni, ssse3 and sse4.1 (haveSHANI): shani. All three
+//     backends run the same SHA-NI compression there, and shani spends the
+//     least per message around it: it pads in the chain's scratch and hashes
+//     every block in one call with the state in registers, where the libraries
+//     set up a digest, buffer the tail through Write and pad into a copy
+//     (BenchmarkSum256, BenchmarkVLLMChain; figures in BENCHMARKS.md,
+//     "Generated tables").
+//   - anything else, AVX2 or AVX-512 without SHA-NI and arm64 included: stdlib.
+//     sha256-simd's Sum256 has assembly only for SHA-NI and the ARMv8 SHA-2
+//     instructions and runs pure Go otherwise (its AVX-512 code serves only
+//     its 16-lane Server API, which this package does not use), while
+//     crypto/sha256 keeps its AVX2 assembly, so simd is slower than stdlib on
+//     every x86 CPU without SHA-NI. On arm64 both run the SHA-2 instructions;
+//     stdlib stays the pick there until a measurement shows simd ahead.
 //
-// Both run the same SHA-NI compression loop; stdlib pays a fixed ~10-20 ns per
-// message for its FIPS-140 wrapper and digest setup, which matters for the short
-// messages of B=16 chains (vLLM's default block size) and is noise from B=64 up.
-// Without SHA-NI, sha256-simd falls back to pure Go while stdlib keeps its AVX2
-// assembly, so stdlib is chosen there. On arm64 both use the ARMv8 SHA2
-// instructions; that case is unmeasured, so the conservative stdlib is kept.
-//
-// A cgo SHA-NI routine was not written: simd already runs SHA-NI assembly, and the
-// few ns of per-message overhead left are less than a cgo call's fixed cost.
-//
-// Since then the shani backend (sha256NI, this package's own assembly) beats both
-// and is auto's pick wherever it runs. Both libraries above spend ~50 ns per
-// message outside the compression on the 2-core Xeon (Sapphire Rapids class) VM:
-// digest setup, a Write that buffers the tail, and a checkSum that pads into a
-// copy and calls the block function a second time. sha256NI instead pads the
-// message in the caller's scratch (the chain's encode buffer has the room) and
-// runs every block in one call with the state held in registers. See
-// BENCHMARKS.md "Session 3: hashing floor" for the figures.
-func autoBackend() backendID {
-	if haveSHANI {
+// simd is therefore never auto's pick; SetBackend("simd") still forces it.
+// TestPickBackend checks the rule for each feature set.
+func pickBackend(goarch string, features []string) backendID {
+	if goarch == "amd64" && slices.Contains(features, "sha_ni") &&
+		slices.Contains(features, "ssse3") && slices.Contains(features, "sse4.1") {
 		return backendSHANI
-	}
-	if runtime.GOARCH == "amd64" && cpuid.CPU.Supports(cpuid.SHA, cpuid.SSSE3, cpuid.SSE4) {
-		return backendSIMD
 	}
 	return backendStdlib
 }

@@ -7,10 +7,12 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Benchmarks behind the DESIGN.md budget (sha256_cbor chain <= 130 ns/block at B=16,
-// XXH3 chain >= 5 GB/s of token bytes) and behind autoBackend's choice. Run with
+// XXH3 chain >= 5 GB/s of token bytes) and behind pickBackend's rule. Run with
 //
 //	go test -run='^$' -bench=. -benchtime=1s -count=1 ./hash/
 //
@@ -162,8 +164,9 @@ func BenchmarkXXH3Chain(b *testing.B) {
 	}
 }
 
-// BenchmarkSum256 is the single-message measurement autoBackend is based on: the
-// message sizes of vLLM blocks (41 B at B=4, ~85-110 B at B=16, ~200 B at B=48).
+// BenchmarkSum256 is the single-message measurement pickBackend's rule rests
+// on, at the message sizes of vLLM blocks (41 B at B=4, ~85-110 B at B=16,
+// ~200 B at B=48).
 func BenchmarkSum256(b *testing.B) {
 	for _, n := range []int{41, 85, 120, 200, 2100} {
 		msg := make([]byte, n, n+sha256PadMax) // room for shani to pad in place
@@ -246,6 +249,47 @@ func BenchmarkMemoChain(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkMemoSlot: the digest table alone, no hashing. "get" probes for a
+// present key (a hit's cost); "put" stores a new key in a full table (a
+// miss's cost after the SHA-256: the bucket scan, the claim, the seven
+// atomic stores of the publication and an eviction). 1 MiB table, so both
+// measure the protocol rather than cache misses.
+func BenchmarkMemoSlot(b *testing.B) {
+	m := newMemoSeed(1<<20, 1)
+	r := rand.New(rand.NewPCG(3, 4))
+	keys := make([]xxh3.Uint128, 4096)
+	var d [32]byte
+	for i := range keys {
+		keys[i] = xxh3.Uint128{Lo: r.Uint64(), Hi: r.Uint64()}
+		m.put(keys[i], &d, 0)
+	}
+	for i := range m.slots { // fill every way, so that every put evicts
+		if m.slots[i].seq.Load() == 0 {
+			m.slots[i].seq.Store(2)
+		}
+	}
+	b.Run("get", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu0 := processCPU()
+		i := 0
+		for b.Loop() {
+			m.get(keys[i&(len(keys)-1)], &d)
+			i++
+		}
+		reportPerBlock(b, 1, cpu0)
+	})
+	b.Run("put", func(b *testing.B) {
+		b.ReportAllocs()
+		cpu0 := processCPU()
+		i := uint64(0)
+		for b.Loop() {
+			i++
+			m.put(xxh3.Uint128{Lo: i * 0x9e3779b97f4a7c15, Hi: i}, &d, uint32(i))
+		}
+		reportPerBlock(b, 1, cpu0)
+	})
 }
 
 // BenchmarkEncodeTokens: the token-array encoders alone over 32768 tokens, on

@@ -277,6 +277,49 @@ func TestTokenBytes(t *testing.T) {
 	}
 }
 
+// TestPickBackend: auto's choice for each CPU feature set, with the features
+// injected (pickBackend's rule), and on this machine.
+func TestPickBackend(t *testing.T) {
+	f := func(goarch string, features []string, want backendID) {
+		t.Helper()
+		if got := pickBackend(goarch, features); got != want {
+			t.Errorf("pickBackend(%s, %v) = %s, want %s", goarch, features, got, want)
+		}
+	}
+	// SHA-NI with the SSSE3 and SSE4.1 instructions sha256NI also uses: shani,
+	// whatever else the CPU has.
+	f("amd64", []string{"sha_ni", "ssse3", "sse4.1"}, backendSHANI)
+	f("amd64", []string{"sha_ni", "ssse3", "sse4.1", "avx2"}, backendSHANI)
+	f("amd64", []string{"sha_ni", "ssse3", "sse4.1", "avx2", "avx512f"}, backendSHANI)
+	// SHA-NI without what sha256NI also needs: stdlib.
+	f("amd64", []string{"sha_ni", "ssse3", "avx2"}, backendStdlib)
+	f("amd64", []string{"sha_ni", "sse4.1", "avx2"}, backendStdlib)
+	// AVX2 or AVX-512 without SHA-NI: stdlib (its AVX2 assembly beats
+	// sha256-simd's pure-Go fallback).
+	f("amd64", []string{"ssse3", "sse4.1", "avx2"}, backendStdlib)
+	f("amd64", []string{"ssse3", "sse4.1", "avx2", "avx512f"}, backendStdlib)
+	f("amd64", []string{"ssse3", "sse4.1"}, backendStdlib)
+	f("amd64", nil, backendStdlib)
+	// arm64, with or without the SHA-2 instructions: stdlib. The x86 names on
+	// another architecture never pick the amd64-only shani.
+	f("arm64", []string{"arm_sha2"}, backendStdlib)
+	f("arm64", nil, backendStdlib)
+	f("arm64", []string{"sha_ni", "ssse3", "sse4.1"}, backendStdlib)
+	// simd is never auto's pick.
+	for _, goarch := range []string{"amd64", "arm64", "386"} {
+		for _, fs := range [][]string{nil, {"sha_ni", "ssse3", "sse4.1", "avx2", "avx512f"}, {"avx2", "avx512f"}, {"arm_sha2"}} {
+			if pickBackend(goarch, fs) == backendSIMD {
+				t.Errorf("pickBackend(%s, %v) = simd", goarch, fs)
+			}
+		}
+	}
+	// This machine: shani exactly where sha256NI can run.
+	host := autoBackend()
+	if (host == backendSHANI) != haveSHANI {
+		t.Errorf("auto picks %s here, haveSHANI=%v (features %v)", host, haveSHANI, cpuFeatures())
+	}
+}
+
 func TestBackendSelection(t *testing.T) {
 	defer SetBackend("auto")
 	for _, be := range backends {

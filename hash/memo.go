@@ -50,19 +50,45 @@ const memoTagDomain = "conductor.hash.memo.v1\x00"
 // The table is set-associative: 2^n buckets of memoWays slots, one cache line
 // each, bucket = low bits of the key. Each slot holds the full 128-bit key and
 // the 32-byte digest as typed atomics, guarded by a per-slot sequence number
-// (a seqlock without a lock: nobody ever waits):
+// (a seqlock without a lock: nobody ever waits). seq == 0: empty; odd: a writer
+// is filling the slot; even > 0: valid. seq only grows.
 //
-//   - seq == 0: empty; odd: a writer is filling it; even > 0: valid.
-//   - put: CAS seq even→odd (on failure give up: another writer owns the slot, a
-//     memo may drop an insert), store key and digest, then store seq+2.
-//   - get: load seq (skip if 0 or odd), load key (skip if not ours), load the
-//     digest, load seq again; equal means no writer touched the slot in between,
-//     so key and digest belong together. Otherwise it reports a miss.
+// put publishes a digest in four steps:
 //
-// All loads and stores are sequentially consistent atomics, which makes the
-// protocol race-free under the Go memory model (TestMemoConcurrentExact runs it
-// under -race). Replacement is random within the bucket: an empty slot if any,
-// else the way a caller-supplied hint picks; replacing a valid entry counts as an
+//  1. Load seq; if it is odd, give up: another writer owns the slot.
+//  2. CompareAndSwap seq from even to odd. This claims the slot; on failure
+//     give up (another writer claimed it first; a memo may drop an insert).
+//  3. Store the key words, then the digest words.
+//  4. Store seq+2: the slot is valid again, now holding the new entry.
+//
+// get reads a slot in four steps:
+//
+//  1. Load seq; skip the slot if it is 0 or odd.
+//  2. Load the key words; skip the slot if they are not the key sought.
+//  3. Load the digest words.
+//  4. Load seq again: equal to step 1's value means a hit, anything else a
+//     miss (the slot was claimed meanwhile; no retry).
+//
+// get's loads and put's steps 1 and 2 are sync/atomic operations; steps 3
+// and 4 are memoFill. On amd64 memoFill is seven plain stores in one assembly
+// routine (memofill_amd64.go states why that is a correct publication there:
+// stores are ordered by the hardware and the compiler cannot move them); on
+// other architectures it is seven atomic stores (memofill_other.go), which
+// the Go memory model orders. Either way a reader whose two seq loads return
+// the same even value s saw no writer's step 2 between them (seq would have
+// moved past s and never returns), so the words it loaded are those stored
+// before the step 4 that wrote s, all of one entry: key and digest belong
+// together. A torn read is reported as a miss, never returned. Every build
+// runs the same code, -race included: TestMemoConcurrentExact and
+// TestMemoSlotProtocol check the protocol under the race detector.
+//
+// Cost: get's atomic loads are plain MOVs on amd64; put pays one LOCK
+// CMPXCHG. Atomic stores in step 3 would add a full fence (XCHG) per word,
+// about 45 ns a put on a 2-vCPU Xeon (BenchmarkMemoSlot/put), which is why
+// amd64 stores plainly.
+//
+// Replacement is random within the bucket: an empty slot if any, else the
+// way a caller-supplied hint picks; replacing a valid entry counts as an
 // eviction. The bound is exact: the table is allocated once and never grows.
 //
 // Counters (hits, misses, evictions) are batched per Chain and added once per
@@ -203,6 +229,8 @@ func (m *Memo) bucket(k xxh3.Uint128) []memoSlot {
 func (m *Memo) get(k xxh3.Uint128, dst *[32]byte) bool {
 	b := m.bucket(k)
 	for w := range b {
+		// The read steps of Memo's protocol: 1 and 2 (seq, key), 3
+		// (digest), 4 (seq again).
 		s := &b[w]
 		seq := s.seq.Load()
 		if seq == 0 || seq&1 != 0 || s.k[0].Load() != k.Lo || s.k[1].Load() != k.Hi {
@@ -210,7 +238,7 @@ func (m *Memo) get(k xxh3.Uint128, dst *[32]byte) bool {
 		}
 		d0, d1, d2, d3 := s.d[0].Load(), s.d[1].Load(), s.d[2].Load(), s.d[3].Load()
 		if s.seq.Load() != seq {
-			return false // overwritten while we read: treat as a miss
+			return false // claimed while we read: a miss
 		}
 		binary.LittleEndian.PutUint64(dst[0:], d0)
 		binary.LittleEndian.PutUint64(dst[8:], d1)
@@ -242,18 +270,15 @@ func (m *Memo) put(k xxh3.Uint128, d *[32]byte, hint uint32) (evicted bool) {
 	if victim < 0 {
 		victim = int(hint % memoWays)
 	}
+	// The publication steps of Memo's protocol: 1 and 2 claim the slot.
 	s := &b[victim]
 	seq := s.seq.Load()
 	if seq&1 != 0 || !s.seq.CompareAndSwap(seq, seq+1) {
 		return false
 	}
-	storeInSlot(&s.k[0], k.Lo)
-	storeInSlot(&s.k[1], k.Hi)
-	storeInSlot(&s.d[0], binary.LittleEndian.Uint64(d[0:]))
-	storeInSlot(&s.d[1], binary.LittleEndian.Uint64(d[8:]))
-	storeInSlot(&s.d[2], binary.LittleEndian.Uint64(d[16:]))
-	storeInSlot(&s.d[3], binary.LittleEndian.Uint64(d[24:]))
-	storeInSlot(&s.seq, seq+2) // publish: after the data in store order
+	// 3 and 4: the key, then the digest, then publish.
+	memoFill(s, k.Lo, k.Hi, binary.LittleEndian.Uint64(d[0:]), binary.LittleEndian.Uint64(d[8:]),
+		binary.LittleEndian.Uint64(d[16:]), binary.LittleEndian.Uint64(d[24:]), seq+2)
 	return seq != 0
 }
 

@@ -386,7 +386,7 @@ func TestMemoSlotIsOneCacheLine(t *testing.T) {
 // TestChainHugeBlockSize: a block size far beyond the prompt (any positive
 // int64 is a valid registration) gives one partial block under the sglang
 // strategies, hashed with scratch sized by the prompt, not by the block size
-// (which used to ask for terabytes and kill the process), memo on or off.
+// (sized by the block size, it would ask for terabytes), memo on or off.
 func TestChainHugeBlockSize(t *testing.T) {
 	tokens := testTokens(10)
 	for _, sp := range []Spec{{"sglang", "sha256_raw", "0", "first64_be"}, {"sglang_bigram", "sha256_raw", "0", "first64_be"}} {
@@ -438,5 +438,22 @@ func TestMemoRoll16(t *testing.T) {
 		if got := memoRoll(nil, m, prev, toks[:]); got != xxh3.Hash128Seed(buf, s) {
 			t.Fatal("memoRoll does not take the 16-token path consistently")
 		}
+	}
+}
+
+// TestMemoSlotLayout pins the word offsets memofill_amd64.s stores to.
+func TestMemoSlotLayout(t *testing.T) {
+	var s memoSlot
+	base := uintptr(unsafe.Pointer(&s))
+	got := []uintptr{uintptr(unsafe.Pointer(&s.seq)) - base, uintptr(unsafe.Pointer(&s.k[0])) - base,
+		uintptr(unsafe.Pointer(&s.k[1])) - base, uintptr(unsafe.Pointer(&s.d[0])) - base,
+		uintptr(unsafe.Pointer(&s.d[3])) - base, unsafe.Sizeof(s)}
+	want := []uintptr{0, 8, 16, 24, 48, memoSlotSize}
+	if !slices.Equal(got, want) {
+		t.Fatalf("memoSlot offsets (seq, k0, k1, d0, d3, size) = %v, want %v", got, want)
+	}
+	memoFill(&s, 1, 2, 3, 4, 5, 6, 8)
+	if s.seq.Load() != 8 || s.k[0].Load() != 1 || s.k[1].Load() != 2 || s.d[0].Load() != 3 || s.d[3].Load() != 6 {
+		t.Fatalf("memoFill stored %+v", &s)
 	}
 }
