@@ -6,16 +6,16 @@ FUZZTIME ?= 30s
 FUZZ_SMOKE_TIME ?= 3s
 BENCH ?= .
 BENCHTIME ?= 1s
-# `make run` starts the live demo by default; RUN_ARGS= (empty) or any flags
-# (RUN_ARGS="--config /etc/conductor.json") run a plain server instead.
-RUN_ARGS ?= --demo
 BENCH_BIN := bin/conductor-bench
 # make bench-e2e: the Mooncake conversation trace (first BENCH_E2E_LIMIT
 # records; 0 = all 12,031, about 4 minutes on 2 cores) through 8 simulated vLLM
 # engines into a spawned conductor process.
 BENCH_E2E_TRACE ?= ../shared/traces/mooncake_conversation_trace.jsonl
 BENCH_E2E_LIMIT ?= 4000
-BENCH_E2E_OUT ?= bench/results
+BENCH_E2E_OUT ?= bench/results/e2e
+BENCH_E2E_ARGS = -engines 8 -dialects vllm-map,vllm-array -trace $(BENCH_E2E_TRACE) -trace-limit $(BENCH_E2E_LIMIT) \
+	-host 32768 -disk 65536 -store 131072 -verify -verify-every 1000 -query-only 5s \
+	-sweep 1000,2000,4000,6000,8000,10000 -sweep-time 2s
 
 .PHONY: all deps build run test docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail clean
 
@@ -48,11 +48,34 @@ build: deps
 	$(GO) build -o $(BIN) ./cmd/conductor
 	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
 
-run: build
+# run: `make run` builds both binaries and starts the live demo,
+# bin/conductor-bench demo: a conductor on 127.0.0.1:13333 with no durable
+# state and simulated engines publishing to it, a summary every second
+# (docs/harness.md); Ctrl-C stops both. DEMO_ARGS adds demo flags, conductor's
+# after -- (DEMO_ARGS="-http-port 0 -- --log-level WARN"). Setting RUN_ARGS (on
+# the command line or in the environment) runs conductor as deployed instead,
+# with those flags: make run RUN_ARGS="--config /etc/conductor.json"; RUN_ARGS=
+# (empty) runs it with its defaults.
+DEMO_ARGS ?=
+run: $(if $(filter undefined,$(origin RUN_ARGS)),bench-build,build)
+ifeq ($(origin RUN_ARGS),undefined)
+	./$(BENCH_BIN) demo -conductor $(BIN) $(DEMO_ARGS)
+else
 	./$(BIN) $(RUN_ARGS)
+endif
 
 vet: deps
 	$(GO) vet ./...
+
+# staticcheck runs honnef.co/go/tools' staticcheck (its default checks, test
+# files included) over ./... at the version pinned in tools/go.mod, a module of
+# its own so that the server's go.mod does not carry it. The build needs the
+# module proxy once, then only the module cache.
+STATICCHECK := bin/staticcheck
+.PHONY: staticcheck
+staticcheck: deps
+	cd tools && $(GO) build -o ../$(STATICCHECK) honnef.co/go/tools/cmd/staticcheck
+	./$(STATICCHECK) ./...
 
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -124,26 +147,30 @@ bench-smoke: bench-build
 	./$(BENCH_BIN) -spawn $(BIN) -engines 4 -ranks 2 -requests 300 -device 512 -host 512 -disk 1024 -store 2048 -clear-every 40 \
 		-verify -verify-every 100 -verify-sample 32 -query-only 1s -concurrency 2 -quiet >/dev/null
 
-# bench-tail: query tail latency while one publisher ingests flat out (issue #18;
-# BENCHMARKS.md): prints the issue's table (query p50/p99/p999/max, ingest
-# blocks/s and server CPU per block, grow and steady, with and without queries,
-# RSS, and the handler's own p99/max). TAIL_BLOCKS / TAIL_STEADY_BLOCKS size the
-# runs (default 10M here, as in the issue); TAIL_ARGS adds conductor flags,
-# BENCH_CONDUCTOR_BIN runs a prebuilt binary, TAIL_PUBLISHER=inproc runs the
-# publisher in the test process, TAIL_PUBLISHER_NICE=N runs its process niced.
+# bench-tail: query tail latency while one publisher ingests flat out
+# (BENCHMARKS.md, "Query tail latency under full ingest"): prints one table
+# (query p50/p99/p999/max, ingest blocks/s and server CPU per block, grow and
+# steady, with and without queries, RSS, and the handler's own p99/max).
+# TAIL_BLOCKS / TAIL_STEADY_BLOCKS size the runs (default 10M); TAIL_ARGS adds
+# conductor flags, BENCH_CONDUCTOR_BIN runs a prebuilt binary,
+# TAIL_PUBLISHER=inproc runs the publisher in the test process,
+# TAIL_PUBLISHER_NICE=N runs its process niced.
 TAIL_BLOCKS ?= 10000000
 TAIL_STEADY_BLOCKS ?= 10000000
 bench-tail: deps
 	TAIL_BLOCKS=$(TAIL_BLOCKS) TAIL_STEADY_BLOCKS=$(TAIL_STEADY_BLOCKS) \
 		$(GO) test -run '^$$' -bench BenchmarkTailUnderIngest -benchtime 1x -timeout 60m ./bench/
 
+# bench-e2e: the harness in separate processes (BENCH_E2E_ARGS above). The
+# report goes to BENCH_E2E_OUT (git-ignored): e2e.json, e2e.md and the
+# latency/throughput plot e2e-latency.svg; e2e.md then replaces BENCHMARKS.md's
+# end-to-end block, with the command, machine and date (SPLICE=0 skips that).
 bench-e2e: bench-build
 	@test -r $(BENCH_E2E_TRACE) || { echo "trace $(BENCH_E2E_TRACE) not found (set BENCH_E2E_TRACE)" >&2; exit 1; }
 	@mkdir -p $(BENCH_E2E_OUT)
-	./$(BENCH_BIN) -spawn $(BIN) -engines 8 -dialects vllm-map,vllm-array -trace $(BENCH_E2E_TRACE) -trace-limit $(BENCH_E2E_LIMIT) \
-		-host 32768 -disk 65536 -store 131072 -verify -verify-every 1000 -query-only 5s \
-		-sweep 1000,2000,4000,6000,8000,10000 -sweep-time 2s \
+	./$(BENCH_BIN) -spawn $(BIN) $(BENCH_E2E_ARGS) \
 		-json $(BENCH_E2E_OUT)/e2e.json -md $(BENCH_E2E_OUT)/e2e.md -svg $(BENCH_E2E_OUT)/e2e-latency.svg
+	E2E_CMD="$(strip $(BENCH_BIN) -spawn $(BIN) $(BENCH_E2E_ARGS))" ./bench/report.sh e2e $(BENCH_E2E_OUT)/e2e.md
 
 clean:
 	rm -rf bin
