@@ -109,7 +109,7 @@ python-test: deps
 # test runs every stage even when one fails (.ci/stages), then prints one
 # summary: each stage's status and time, and the failing tests. TEST_STAGES=
 # runs some.
-TEST_STAGES ?= vet fmt-check race unit fuzz-smoke python-test bench-smoke docs-test
+TEST_STAGES ?= vet fmt-check staticcheck race unit fuzz-smoke python-test bench-smoke docs-test
 test: deps
 	@MAKE="$(MAKE)" ./.ci/stages $(TEST_STAGES)
 

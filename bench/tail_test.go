@@ -66,7 +66,6 @@ type tailMetrics struct {
 	ApplyMax               float64 // longest uninterrupted applier run, seconds (NaN: not exported)
 	RSS                    float64 // bytes
 	Gaps                   float64
-	metricsPages           int
 }
 
 func (r tailRun) String() string {

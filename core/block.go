@@ -68,17 +68,6 @@ func (b blockVal) forEach(f func(w uint64)) {
 	}
 }
 
-// words appends all owner words to dst.
-func (b blockVal) appendWords(dst []uint64) []uint64 {
-	if b.w0 != 0 {
-		dst = append(dst, b.w0)
-	}
-	if b.rest != nil {
-		dst = append(dst, b.rest.words...)
-	}
-	return dst
-}
-
 // withAdded returns b with n more copies held by (id, t), and whether that
 // created a new holding (owner word).
 func (b blockVal) withAdded(id ownerRef, t Tier, n uint32) (blockVal, bool) {

@@ -83,15 +83,6 @@ func readHashOrNil(r codec.Reader) (h uint64, ok bool, err error) {
 	return h, err == nil, err
 }
 
-// readParent reads nil (a chain root) or a hash into e.Parent.
-func readParent(r codec.Reader, e *core.Event) error {
-	h, ok, err := readHashOrNil(r)
-	if err == nil {
-		e.Parent, e.HasParent = h, ok
-	}
-	return err
-}
-
 // readHashes reads an array of hashes into e.Hashes, replacing its contents; with
 // compare it checks instead that the array equals e.Hashes (the legacy block_hashes
 // alias must repeat seq_hashes).

@@ -104,10 +104,10 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("MaxQueryTokens=%d: must be >= 0: %w", o.MaxQueryTokens, server.ErrInvalidOptions))
 	}
 	if o.Threads < 0 {
-		errs = append(errs, fmt.Errorf("Threads=%d: must be >= 0: %w", o.Threads, server.ErrInvalidOptions))
+		errs = append(errs, fmt.Errorf("Options.Threads=%d: must be >= 0: %w", o.Threads, server.ErrInvalidOptions))
 	}
 	if o.Publisher != core.PublisherVLLM && o.Publisher != core.PublisherSGLang {
-		errs = append(errs, fmt.Errorf("Publisher=%v: want vLLM or SGLang: %w", o.Publisher, server.ErrInvalidOptions))
+		errs = append(errs, fmt.Errorf("Options.Publisher=%v: want vLLM or SGLang: %w", o.Publisher, server.ErrInvalidOptions))
 	}
 	for _, p := range o.Peers {
 		if err := checkPeerURL(p); err != nil {
