@@ -12,8 +12,8 @@ import (
 // HoldPauseUntilNextCommand makes every listener of g, after handling and
 // acknowledging a Pause, wait (up to a second) until the controller has queued its
 // next command, so that the listener picks that command up in the same pass as the
-// Pause. With a Resume next, this is the interleaving that left a replay running
-// on reopened sockets without a DEALER (issue 9, item 1). Call before Register.
+// Pause. With a Resume next, this is the interleaving in which a replay must not
+// go on over reopened sockets without a DEALER. Call before Register.
 func HoldPauseUntilNextCommand(g *Ingester) {
 	g.testCmdHook = func(l *listener, op cmdOp) {
 		if op != cmdPause {

@@ -18,8 +18,8 @@ import (
 	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
-// Capacity tests (issue 9, items 8–10): registrations pending on closed loopback
-// ports, with their cost read from /proc.
+// Capacity tests: registrations pending on closed loopback ports, with their
+// cost read from /proc.
 
 // procStatus returns a numeric field of /proc/self/status (Threads, VmRSS in kB, …).
 func procStatus(t *testing.T, field string) int {

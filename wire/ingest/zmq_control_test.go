@@ -9,10 +9,10 @@ import (
 	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
-// TestZMQPauseResumeDuringReplay forces the interleaving behind issue 9 item 1:
-// a Pause and a Resume handled in one pass of the command queue while a replay
-// waits for its reply. Pause closes the DEALER, Resume reopens only the SUB, and
-// the replay used to carry on with a nil poller and crash. The yield hook holds
+// TestZMQPauseResumeDuringReplay forces this interleaving: a Pause and a
+// Resume handled in one pass of the command queue while a replay waits for its
+// reply. Pause closes the DEALER, Resume reopens only the SUB, and the replay
+// must not carry on with a nil poller. The yield hook holds
 // the listener after the Pause until the Resume is queued, so every run takes
 // that path. Afterwards the listener must still be healthy: it reconnects and
 // applies live batches.
