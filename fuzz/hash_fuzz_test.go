@@ -10,6 +10,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
@@ -20,8 +22,10 @@ import (
 //   - backend agreement: stdlib and simd SHA-256 give the same keys;
 //   - errors are the documented sentinels, identical from Reset and AppendChain.
 //
-// The vLLM targets also rebuild the chain block by block from the exported encoders
-// and crypto/sha256, and decode every encoding back (a canonical-CBOR reader, a
+// The vLLM targets (each over its SHA-256 and its XXH3-128 algorithm) also rebuild
+// the chain block by block from the exported encoders and a reference digest
+// (crypto/sha256, or zeebo/xxh3's Hash128 in canonical byte order), NONE_HASH
+// included, and decode every encoding back (a canonical-CBOR reader, a
 // pickle opcode walker with frame checks) to the tokens and extras that went in.
 // Inputs are capped (fuzzMaxTokens, fuzzMaxName) so one run stays cheap.
 
@@ -73,20 +77,31 @@ func addSeeds(f *testing.F) {
 	f.Add(le32(1, 2, 3, 4), uint8(3), "é", "é")  // pickle: shared str -> BINGET
 }
 
+// FuzzCBORChain: the canonical-CBOR algorithms, sha256_cbor and xxhash_cbor.
 func FuzzCBORChain(f *testing.F) {
 	addSeeds(f)
-	p := resolve(f, hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"})
+	profiles := []hash.Profile{
+		resolve(f, hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}),
+		resolve(f, hash.Spec{Strategy: "vllm_v1", Algorithm: "xxhash_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}),
+	}
 	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora, salt string) {
 		tokens, b, l, s := fuzzInput(raw, bs, lora, salt)
-		if keys, ok := checkChain(t, &p, tokens, b, l, s); ok {
-			checkVLLM(t, &p, tokens, b, l, s, keys, hash.AppendCBORBlock, decodeCBORBlock)
+		for i := range profiles {
+			p := &profiles[i]
+			if keys, ok := checkChain(t, p, tokens, b, l, s); ok {
+				checkVLLM(t, p, tokens, b, l, s, keys, hash.AppendCBORSeed, hash.AppendCBORBlock, decodeCBORBlock)
+			}
 		}
 	})
 }
 
+// FuzzPickleChain: the pickle algorithms, sha256 and xxhash.
 func FuzzPickleChain(f *testing.F) {
 	addSeeds(f)
-	p := resolve(f, hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256", PythonHashSeed: "random", IndexProjection: "low64_be"})
+	profiles := []hash.Profile{
+		resolve(f, hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256", PythonHashSeed: "random", IndexProjection: "low64_be"}),
+		resolve(f, hash.Spec{Strategy: "vllm_v1", Algorithm: "xxhash", PythonHashSeed: "random", IndexProjection: "low64_be"}),
+	}
 	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora, salt string) {
 		tokens, b, l, s := fuzzInput(raw, bs, lora, salt)
 		if bs >= 0xf0 && len(tokens) > 0 {
@@ -97,8 +112,11 @@ func FuzzPickleChain(f *testing.F) {
 			}
 			b = len(tokens)
 		}
-		if keys, ok := checkChain(t, &p, tokens, b, l, s); ok {
-			checkVLLM(t, &p, tokens, b, l, s, keys, hash.AppendPickleBlock, decodePickleBlock)
+		for i := range profiles {
+			p := &profiles[i]
+			if keys, ok := checkChain(t, p, tokens, b, l, s); ok {
+				checkVLLM(t, p, tokens, b, l, s, keys, hash.AppendPickleSeed, hash.AppendPickleBlock, decodePickleBlock)
+			}
 		}
 	})
 }
@@ -282,12 +300,17 @@ func expectedErr(p *hash.Profile, tokens []int32, lora, salt []byte) error {
 	return nil
 }
 
-// checkVLLM rebuilds the chain from the encoder + crypto/sha256 and decodes each
+// checkVLLM rebuilds the chain from the encoders and a reference digest
+// (crypto/sha256, or XXH3-128 in canonical byte order) and decodes each
 // encoding back to its inputs.
 func checkVLLM(t *testing.T, p *hash.Profile, tokens []int32, bs int, lora, salt []byte, keys []uint64,
-	enc func([]byte, []byte, []int32, [][]byte) []byte, dec func([]byte) (block, error)) {
+	encSeed func([]byte, string) []byte, enc func([]byte, []byte, []int32, [][]byte) []byte, dec func([]byte) (block, error)) {
 	t.Helper()
-	parent := p.RootDigest
+	digest := refDigest(p.Algorithm)
+	parent := digest(encSeed(nil, p.Spec.PythonHashSeed)) // NONE_HASH
+	if root := p.RootDigest; !bytes.Equal(parent, root[:len(parent)]) {
+		t.Fatalf("%v: root %x, want %x", p.Algorithm, root, parent)
+	}
 	var buf []byte
 	for i, k := range keys {
 		var extras [][]byte
@@ -298,18 +321,35 @@ func checkVLLM(t *testing.T, p *hash.Profile, tokens []int32, bs int, lora, salt
 			extras = append(extras, salt)
 		}
 		blk := tokens[i*bs : (i+1)*bs]
-		buf = enc(buf[:0], parent[:], blk, extras)
+		buf = enc(buf[:0], parent, blk, extras)
 		got, err := dec(buf)
 		if err != nil {
-			t.Fatalf("block %d: decode: %v\n%x", i, err, buf)
+			t.Fatalf("%v block %d: decode: %v\n%x", p.Algorithm, i, err, buf)
 		}
-		if !bytes.Equal(got.parent, parent[:]) || !equal32(got.tokens, blk) || !equalExtras(got.extras, extras) {
-			t.Fatalf("block %d: round trip %+v, want parent %x tokens %v extras %q", i, got, parent, blk, extras)
+		if !bytes.Equal(got.parent, parent) || !equal32(got.tokens, blk) || !equalExtras(got.extras, extras) {
+			t.Fatalf("%v block %d: round trip %+v, want parent %x tokens %v extras %q", p.Algorithm, i, got, parent, blk, extras)
 		}
-		parent = sha256.Sum256(buf)
-		if want := binary.BigEndian.Uint64(parent[24:]); k != want {
-			t.Fatalf("block %d: chain %d, encoder+sha256 %d", i, k, want)
+		parent = digest(buf)
+		if want := binary.BigEndian.Uint64(parent[len(parent)-8:]); k != want {
+			t.Fatalf("%v block %d: chain %d, encoder+digest %d", p.Algorithm, i, k, want)
 		}
+	}
+}
+
+// refDigest is the reference block hash of a vLLM algorithm: SHA-256, or
+// XXH3-128 as python-xxhash's xxh3_128_digest lays it out (high 64 bits,
+// then low 64 bits, big-endian; 16 bytes).
+func refDigest(a hash.Algorithm) func([]byte) []byte {
+	switch a {
+	case hash.AlgoXXHashCBOR, hash.AlgoXXHashPickle:
+		return func(b []byte) []byte {
+			h := xxh3.Hash128(b)
+			return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, h.Hi), h.Lo)
+		}
+	}
+	return func(b []byte) []byte {
+		d := sha256.Sum256(b)
+		return d[:]
 	}
 }
 
@@ -688,6 +728,8 @@ func FuzzMemoChain(f *testing.F) {
 	profiles := []hash.Spec{
 		{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"},
 		{Strategy: "vllm_v1", Algorithm: "sha256", PythonHashSeed: "00", IndexProjection: "low64_be"},
+		{Strategy: "vllm_v1", Algorithm: "xxhash_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}, // memo skipped
+		{Strategy: "vllm_v1", Algorithm: "xxhash", PythonHashSeed: "00", IndexProjection: "low64_be"},     // memo skipped
 		{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"},
 		{Strategy: "sglang_bigram", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"},
 	}

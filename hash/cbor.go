@@ -51,14 +51,21 @@ func AppendCBORSeed(dst []byte, seed string) []byte {
 // bytes past len(dst) always suffice, plus cborIntSlack (64) of room the token
 // encoder may scribble on past the output.
 func AppendCBORBlock(dst []byte, parent []byte, tokens []int32, extras [][]byte) []byte {
-	if len(parent) == 32 {
-		// Every chain block: a SHA-256 parent, written with two 16-byte moves
-		// rather than the generic head and an append's memmove call.
+	switch len(parent) {
+	case 32:
+		// Every sha256_cbor chain block: a SHA-256 parent, written with two
+		// 16-byte moves rather than the generic head and an append's memmove call.
 		n := len(dst)
 		dst = slices.Grow(dst, 35)[:n+35]
 		dst[n], dst[n+1], dst[n+2] = cborArray|3, cborBytes|24, 32
 		*(*[32]byte)(dst[n+3:]) = [32]byte(parent)
-	} else {
+	case 16:
+		// Every xxhash_cbor chain block: an XXH3-128 parent (head 0x50).
+		n := len(dst)
+		dst = slices.Grow(dst, 18)[:n+18]
+		dst[n], dst[n+1] = cborArray|3, cborBytes|16
+		*(*[16]byte)(dst[n+2:]) = [16]byte(parent)
+	default:
 		dst = append(dst, cborArray|3)
 		dst = appendCBORHead(dst, cborBytes, uint64(len(parent)))
 		dst = append(dst, parent...)

@@ -40,13 +40,13 @@ type Chain struct {
 	nExtras  int
 
 	keys     []uint64 // projected keys of blocks [0, next) when driven by At
-	parent   [32]byte // digest of block next-1 (vLLM: root digest before block 0)
+	parent   [32]byte // digest of block next-1 (vLLM: root digest before block 0); xxhash*: [:16], rest zero
 	xxLocal  uint64   // xxh3: namespace seed for local hashes
 	xxSeq    uint64   // xxh3: base seed for the sequence step
 	xxParent uint64   // xxh3: seq hash of block next-1
 	buf      []byte   // encode scratch, reused across blocks and Resets
 
-	// Digest memo (vllm_v1 and sglang only). memo survives Reset; mOn says it
+	// Digest memo (SHA-256 profiles only). memo survives Reset; mOn says it
 	// applies to the current prompt; mKey is the rolling key of block next-1
 	// (the tag before block 0); the counts are flushed to memo by FlushMemoStats.
 	memo                  *Memo
@@ -69,9 +69,10 @@ type Chain struct {
 }
 
 // SetMemo makes the chain look block digests up in m (and store the ones it
-// computes) from the next Reset on; nil turns the memo off. Only the vllm_v1 and
-// sglang strategies use it; keys and Computed are unchanged by it (a memo hit
-// still counts as a computed block).
+// computes) from the next Reset on; nil turns the memo off. Only the SHA-256
+// profiles use it (vllm_v1 sha256 and sha256_cbor, sglang; see memoServes);
+// keys and Computed are unchanged by it (a memo hit still counts as a
+// computed block).
 //
 // Switching memos first flushes the current prompt's counts (and any recent
 // prompt it offers) to the old one.
@@ -125,7 +126,9 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 			need = 4 * blockSize
 		}
 	case StrategyVLLMv1:
-		if p.Algorithm != AlgoSHA256CBOR && p.Algorithm != AlgoSHA256Pickle {
+		switch p.Algorithm {
+		case AlgoSHA256CBOR, AlgoSHA256Pickle, AlgoXXHashCBOR, AlgoXXHashPickle:
+		default:
 			return fmt.Errorf("algorithm=%v for strategy vllm_v1: %w", p.Algorithm, ErrUnsupportedAlgorithm)
 		}
 		if !utf8.Valid(lora) {
@@ -171,7 +174,7 @@ func (c *Chain) Reset(p *Profile, tokens []int32, blockSize int, lora, salt []by
 	c.strategy, c.algo, c.be = p.Strategy, p.Algorithm, activeBackend()
 	c.bs, c.blocks, c.logical = blockSize, blocks, logical
 	c.tokens, c.salt = tokens, salt
-	if blocks > 0 && c.memo != nil && p.Strategy != StrategyXXH3 {
+	if blocks > 0 && c.memo != nil && memoServes(p) {
 		c.mOn = true
 		need = max(need, 16+4*(min(blockSize, logical)+1), len(memoTagDomain)+3+32+8*4+len(p.Spec.PythonHashSeed)+len(lora)+len(salt))
 		c.buf = appendMemoTag(c.buf[:0], p, blockSize, lora, salt)
@@ -264,7 +267,7 @@ func (c *Chain) hashStep() uint64 {
 
 	case StrategyVLLMv1:
 		tok := c.tokens[i*c.bs : (i+1)*c.bs]
-		if c.mOn {
+		if c.mOn { // SHA-256 algorithms only (memoServes)
 			if c.memoGet(tok) {
 				return binary.BigEndian.Uint64(c.parent[24:])
 			}
@@ -273,9 +276,16 @@ func (c *Chain) hashStep() uint64 {
 		if i == 0 {
 			ex = c.extras[:c.nExtras0]
 		}
-		if c.algo == AlgoSHA256CBOR {
+		switch c.algo {
+		case AlgoXXHashCBOR:
+			c.buf = AppendCBORBlock(c.buf[:0], c.parent[:16], tok, ex)
+			return c.xxh128Step()
+		case AlgoXXHashPickle:
+			c.buf = AppendPickleBlock(c.buf[:0], c.parent[:16], tok, ex)
+			return c.xxh128Step()
+		case AlgoSHA256CBOR:
 			c.buf = AppendCBORBlock(c.buf[:0], c.parent[:], tok, ex)
-		} else {
+		default: // AlgoSHA256Pickle
 			c.buf = AppendPickleBlock(c.buf[:0], c.parent[:], tok, ex)
 		}
 		sum256To(c.be, &c.parent, c.buf)
@@ -314,6 +324,27 @@ func (c *Chain) hashStep() uint64 {
 		}
 		return binary.BigEndian.Uint64(c.parent[:8])
 	}
+}
+
+// xxh128Step finishes a vllm_v1 xxhash / xxhash_cbor block whose encoding is
+// in c.buf: the 16-byte XXH3-128 digest becomes the parent (c.parent[16:]
+// stays zero from the root), and its low64_be projection, the last 8 digest
+// bytes read big-endian, is the low 64 bits of the hash.
+func (c *Chain) xxh128Step() uint64 {
+	h := xxh3.Hash128(c.buf)
+	putXXH128(&c.parent, h)
+	return h.Lo
+}
+
+// memoServes reports whether a Memo serves chains under p: the SHA-256
+// profiles of vllm_v1 and sglang. xxh3 and the vllm_v1 xxhash algorithms
+// skip it. An xxhash_cbor block at B=16 costs about 36-50 ns to encode and
+// hash (BenchmarkVLLMChain); with the memo on it cost about 30 ns on a hit
+// but 170-225 ns on a miss (the table store), so the memo would pay only
+// above ~94% hits, and its entries would displace SHA-256 digests, each of
+// which saves about 100 ns.
+func memoServes(p *Profile) bool {
+	return p.Strategy != StrategyXXH3 && !p.Algorithm.xxhash()
 }
 
 // memoGet advances the rolling memo key over the next block's tokens and, on a

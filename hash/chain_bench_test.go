@@ -51,19 +51,27 @@ func reportPerBlock(b *testing.B, blocks int, cpu0 time.Duration) {
 }
 
 // BenchmarkVLLMChain: a full lazy walk (Reset + At(0..n-1)) per op, per algorithm,
-// block size and backend, with a crypto/sha256 one-shot baseline that hashes
-// pre-encoded blocks of the same sizes (the floor: hashing alone, no encoding or
+// block size and SHA-256 backend (xxhash* have one hasher, XXH3-128), with a
+// one-shot baseline that hashes pre-encoded blocks of the same sizes with
+// crypto/sha256 or xxh3.Hash128 (the floor: hashing alone, no encoding or
 // dispatch).
 func BenchmarkVLLMChain(b *testing.B) {
 	defer SetBackend("auto")
-	for _, algo := range []string{"sha256_cbor", "sha256"} {
+	for _, algo := range []string{"sha256_cbor", "sha256", "xxhash_cbor", "xxhash"} {
 		p := mustResolve(b, Spec{"vllm_v1", algo, "0", "low64_be"})
+		xx := p.Algorithm.xxhash()
+		hashers, baseline := backends, "baseline_stdlib_sum256"
+		if xx {
+			hashers, baseline = []string{"xxh3_128"}, "baseline_xxh3_hash128"
+		}
 		for _, bs := range benchBlockSizes {
 			tokens := benchTokens(benchBlocks * bs)
-			for _, be := range backends {
+			for _, be := range hashers {
 				b.Run(fmt.Sprintf("%s/B=%d/%s", algo, bs, be), func(b *testing.B) {
-					if err := SetBackend(be); err != nil {
-						b.Fatal(err)
+					if !xx {
+						if err := SetBackend(be); err != nil {
+							b.Fatal(err)
+						}
 					}
 					var c Chain
 					b.ReportAllocs()
@@ -78,27 +86,38 @@ func BenchmarkVLLMChain(b *testing.B) {
 					reportPerBlock(b, benchBlocks, cpu0)
 				})
 			}
-			b.Run(fmt.Sprintf("%s/B=%d/baseline_stdlib_sum256", algo, bs), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/B=%d/%s", algo, bs, baseline), func(b *testing.B) {
 				enc := make([][]byte, benchBlocks)
-				parent := p.RootDigest
+				parent := p.RootDigest[:p.Algorithm.DigestSize()]
 				for i := range enc {
 					blk := tokens[i*bs : (i+1)*bs]
-					if algo == "sha256_cbor" {
-						enc[i] = AppendCBORBlock(nil, parent[:], blk, nil)
+					if p.Algorithm.cbor() {
+						enc[i] = AppendCBORBlock(nil, parent, blk, nil)
 					} else {
-						enc[i] = AppendPickleBlock(nil, parent[:], blk, nil)
+						enc[i] = AppendPickleBlock(nil, parent, blk, nil)
 					}
-					parent = sha256.Sum256(enc[i])
+					if xx {
+						parent = xxh128Digest(enc[i])
+					} else {
+						parent = sha256Digest(enc[i])
+					}
 				}
 				b.ReportAllocs()
 				b.SetBytes(int64(4 * len(tokens)))
 				cpu0 := processCPU()
+				var sink uint64
 				for b.Loop() {
 					for _, e := range enc {
-						parent = sha256.Sum256(e)
+						if xx {
+							sink += xxh3.Hash128(e).Lo
+						} else {
+							d := sha256.Sum256(e)
+							sink += uint64(d[0])
+						}
 					}
 				}
 				reportPerBlock(b, benchBlocks, cpu0)
+				_ = sink
 			})
 		}
 	}
@@ -212,7 +231,7 @@ func BenchmarkEncode(b *testing.B) {
 }
 
 // BenchmarkMemoChain: a full lazy walk of a prompt under each memo-served
-// profile, without the memo, with it on a repeated prompt (every block a hit),
+// profile (and the xxhash ones, which the memo leaves alone), without the memo, with it on a repeated prompt (every block a hit),
 // with it on always-new prompts (every block a miss: the memo's overhead), and
 // with recent prompts on a repeated prompt (every block served from it).
 // memoBenchBytes sizes the benchmark memo (the production default).
@@ -220,7 +239,13 @@ var memoBenchBytes = DefaultMemoBytes
 
 func BenchmarkMemoChain(b *testing.B) {
 	const bs = 16
-	for _, sp := range []Spec{{"vllm_v1", "sha256_cbor", "0", "low64_be"}, {"sglang", "sha256_raw", "0", "first64_be"}} {
+	for _, sp := range []Spec{
+		{"vllm_v1", "sha256_cbor", "0", "low64_be"},
+		{"sglang", "sha256_raw", "0", "first64_be"},
+		// Not served (memoServes): every mode costs what "off" does.
+		{"vllm_v1", "xxhash_cbor", "0", "low64_be"},
+		{"vllm_v1", "xxhash", "0", "low64_be"},
+	} {
 		p := mustResolve(b, sp)
 		tokens := benchTokens(benchBlocks * bs)
 		for _, mode := range []string{"off", "hit", "miss", "prompt"} {

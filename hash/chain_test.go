@@ -14,6 +14,8 @@ func allProfiles(t testing.TB) []Profile {
 		mustResolve(t, Spec{"xxh3", "", "42", ""}),
 		mustResolve(t, Spec{"vllm_v1", "sha256_cbor", "0", "low64_be"}),
 		mustResolve(t, Spec{"vllm_v1", "sha256", "random", "low64_be"}),
+		mustResolve(t, Spec{"vllm_v1", "xxhash_cbor", "0", "low64_be"}),
+		mustResolve(t, Spec{"vllm_v1", "xxhash", "4294967295", "low64_be"}),
 		mustResolve(t, Spec{"sglang", "sha256_raw", "0", "first64_be"}),
 		mustResolve(t, Spec{"sglang_bigram", "sha256_raw", "0", "first64_be"}),
 	}
@@ -213,9 +215,12 @@ func TestChainErrors(t *testing.T) {
 	f(nil, testTokens(8), 4, "", "", ErrUnsupportedStrategy)
 	f(&Profile{}, testTokens(8), 4, "", "", ErrUnsupportedStrategy)
 	f(&Profile{Strategy: StrategyVLLMv1, Algorithm: AlgoSHA256Raw}, testTokens(8), 4, "", "", ErrUnsupportedAlgorithm)
+	f(&Profile{Strategy: StrategyVLLMv1, Algorithm: AlgoXXH3_64}, testTokens(8), 4, "", "", ErrUnsupportedAlgorithm)
+	xx := mustResolve(t, Spec{"vllm_v1", "xxhash", "0", "low64_be"})
+	f(&xx, testTokens(8), 4, "\xff", "", ErrInvalidUTF8)
 
 	// vLLM and xxh3 accept negative token ids (Python ints).
-	for _, p := range []Profile{def, vllm} {
+	for _, p := range []Profile{def, vllm, xx} {
 		if _, err := AppendChain(nil, &p, []int32{-1, -2, -3, -4}, 4, nil, nil); err != nil {
 			t.Errorf("%v: negative tokens rejected: %v", p.Spec, err)
 		}
@@ -235,7 +240,7 @@ func TestChainErrors(t *testing.T) {
 }
 
 func TestVLLMBlocksAndMatchedTokens(t *testing.T) {
-	for _, p := range allProfiles(t)[:4] { // xxh3 and vllm: complete blocks only
+	for _, p := range allProfiles(t)[:6] { // xxh3 and vllm: complete blocks only
 		var c Chain
 		for _, tc := range []struct{ n, bs, blocks int }{{0, 4, 0}, {3, 4, 0}, {4, 4, 1}, {7, 4, 1}, {8, 4, 2}, {40, 16, 2}} {
 			if err := c.Reset(&p, testTokens(tc.n), tc.bs, nil, nil); err != nil {

@@ -9,17 +9,25 @@
 //   - xxh3 (Algorithm xxh3_64, Projection seq64): the RFC #1527 / Dynamo standard.
 //     local_i = XXH3-64(u32le tokens of block i, namespace seed), seq_0 = local_0,
 //     seq_i = XXH3-64(le64(seq_{i-1}) || le64(local_i), base seed). Complete blocks only.
-//   - vllm_v1 (Algorithm sha256 or sha256_cbor, Projection low64_be): vLLM v1
-//     prefix caching. digest_i = SHA-256(encode((parent, tuple(tokens_i), extras_i)))
-//     where encode is CPython pickle protocol 5 ("sha256", vLLM's default) or
-//     canonical CBOR ("sha256_cbor"); the parent of block 0 is the root digest
-//     NONE_HASH = SHA-256(encode(PYTHONHASHSEED text)). Complete blocks only.
+//   - vllm_v1 (Algorithm sha256, sha256_cbor, xxhash or xxhash_cbor, Projection
+//     low64_be): vLLM v1 prefix caching (--prefix-caching-hash-algo).
+//     digest_i = H(encode((parent, tuple(tokens_i), extras_i))) where encode is
+//     CPython pickle protocol 5 ("sha256", vLLM's default, and "xxhash") or
+//     canonical CBOR ("sha256_cbor", "xxhash_cbor"), and H is SHA-256 (32-byte
+//     digests) or XXH3-128 (16-byte digests in python-xxhash's canonical order,
+//     high 64 bits then low 64 bits, big-endian). parent is the previous
+//     block's full digest; for block 0 it is the root digest
+//     NONE_HASH = H(encode(PYTHONHASHSEED text)). The key is the last 8 digest
+//     bytes, big-endian (for XXH3-128, its low 64 bits), the int vLLM publishes.
+//     Complete blocks only.
 //   - sglang (sha256_raw, first64_be): digest_i = SHA-256(digest_{i-1} || u32le
 //     tokens), final partial block included.
 //   - sglang_bigram: as sglang over the len-1 token pairs (EAGLE/MTP drafts).
 //
 // Byte layouts follow shared/reference/mooncake-conductor.md §2; every layout is
-// pinned by the upstream golden vectors in testdata/ (see testdata/README.md).
+// pinned by the upstream golden vectors in testdata/, and the xxhash algorithms
+// also by vectors derived with CPython pickle and the xxHash C library (see
+// testdata/README.md).
 //
 // # Performance contract
 //
@@ -36,9 +44,10 @@
 //
 // # Digest memo
 //
-// A Chain given a Memo (SetMemo) looks each vllm_v1 / sglang block digest up by a
-// keyed rolling XXH3-128 of the whole prefix before hashing it, and stores the
-// digests it computes. The memo is bounded, shared, lock-free and exact; see Memo
+// A Chain given a Memo (SetMemo) looks each SHA-256 block digest (vllm_v1
+// sha256 and sha256_cbor, sglang) up by a keyed rolling XXH3-128 of the whole
+// prefix before hashing it, and stores the digests it computes; xxh3 and the
+// xxhash algorithms hash a block faster than a memo miss costs and skip it. The memo is bounded, shared, lock-free and exact; see Memo
 // for the key, the table and its concurrency protocol. A memo made with
 // NewMemoWithPrompts also keeps recent prompts that came more than once: a
 // prompt sharing leading blocks with one of them gets those blocks' keys and

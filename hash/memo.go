@@ -24,9 +24,11 @@ const (
 // memoTagDomain separates memo tag inputs from anything else the seed hashes.
 const memoTagDomain = "conductor.hash.memo.v1\x00"
 
-// Memo is a bounded, shared cache of SHA-256 block digests for the vllm_v1 and
-// sglang strategies. A repeated prompt prefix then costs one XXH3-128 and a table
-// probe per block instead of an encode and a SHA-256.
+// Memo is a bounded, shared cache of SHA-256 block digests for the vllm_v1
+// (sha256, sha256_cbor) and sglang profiles. A repeated prompt prefix then
+// costs one XXH3-128 and a table probe per block instead of an encode and a
+// SHA-256. Chains under xxh3 and the vllm_v1 xxhash algorithms never use it:
+// their per-block hash is cheaper than a probe and a store (memoServes).
 //
 // # Keys
 //

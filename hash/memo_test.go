@@ -28,20 +28,26 @@ func memoProfiles(t testing.TB) []Profile {
 	}
 }
 
-// refChain is an independent, eager reference: stdlib SHA-256 over the byte
-// layouts of the package doc, built block by block with no Chain and no memo.
+// refChain is an independent, eager reference: stdlib SHA-256 (or XXH3-128 in
+// canonical order) over the byte layouts of the package doc, built block by
+// block with no Chain and no memo.
 func refChain(p *Profile, tokens []int32, bs int, lora, salt []byte) []uint64 {
 	var keys []uint64
 	switch p.Strategy {
 	case StrategyVLLMv1:
-		parent := p.RootDigest
+		enc, h := AppendCBORBlock, sha256Digest
+		switch p.Algorithm {
+		case AlgoSHA256Pickle:
+			enc = AppendPickleBlock
+		case AlgoXXHashCBOR:
+			h = xxh128Digest
+		case AlgoXXHashPickle:
+			enc, h = AppendPickleBlock, xxh128Digest
+		}
+		parent := p.RootDigest[:p.Algorithm.DigestSize()]
 		for i := 0; (i+1)*bs <= len(tokens); i++ {
-			enc := AppendCBORBlock
-			if p.Algorithm == AlgoSHA256Pickle {
-				enc = AppendPickleBlock
-			}
-			parent = sha256.Sum256(enc(nil, parent[:], tokens[i*bs:(i+1)*bs], vllmExtras(i, lora, salt)))
-			keys = append(keys, binary.BigEndian.Uint64(parent[24:]))
+			parent = h(enc(nil, parent, tokens[i*bs:(i+1)*bs], vllmExtras(i, lora, salt)))
+			keys = append(keys, binary.BigEndian.Uint64(parent[len(parent)-8:]))
 		}
 	case StrategySGLang, StrategySGLangBigram:
 		var units [][]int32 // per logical position: the tokens it hashes
@@ -98,7 +104,10 @@ type memoCase struct {
 }
 
 func randomMemoCases(t testing.TB, rng *rand.Rand, n int) []memoCase {
-	profiles := memoProfiles(t)
+	// The xxhash profiles are not served (memoServes) but share the memo.
+	profiles := append(memoProfiles(t),
+		mustResolve(t, Spec{"vllm_v1", "xxhash_cbor", "0", "low64_be"}),
+		mustResolve(t, Spec{"vllm_v1", "xxhash", "0", "low64_be"}))
 	bases := make([][]int32, 5)
 	for i := range bases {
 		bases[i] = make([]int32, 200)
@@ -158,7 +167,8 @@ func TestMemoDifferential(t *testing.T) {
 }
 
 // TestMemoRepeatIsAllHits: a repeated prompt is answered from the memo for
-// every block, with the same keys; the xxh3 strategy never touches the memo.
+// every block, with the same keys; xxh3 and the xxhash algorithms never touch
+// the memo.
 func TestMemoRepeatIsAllHits(t *testing.T) {
 	tokens := testTokens(40*16 + 7)
 	for _, p := range allProfiles(t) {
@@ -174,9 +184,9 @@ func TestMemoRepeatIsAllHits(t *testing.T) {
 		if !equalU64(first, second) {
 			t.Fatalf("%v: keys differ between cold and warm walks", p.Spec)
 		}
-		if p.Strategy == StrategyXXH3 {
+		if !memoServes(&p) {
 			if s2 != (MemoStats{Slots: s2.Slots, Bytes: s2.Bytes}) {
-				t.Fatalf("xxh3 used the memo: %+v", s2)
+				t.Fatalf("%v used the memo: %+v", p.Spec, s2)
 			}
 			continue
 		}

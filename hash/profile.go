@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Sentinel errors. Resolve wraps the first five in a *ProfileError naming the field;
@@ -35,7 +37,7 @@ type ProfileError struct {
 	Field string // one of the Field* constants
 	Value string // the rejected text, verbatim (may be invalid UTF-8)
 	Err   error  // sentinel: ErrUnsupportedStrategy, ErrUnsupportedAlgorithm, ErrUnsupportedProjection, ErrInvalidSeed or ErrEmptyField
-	Msg   string // human detail, e.g. `want "sha256" or "sha256_cbor"`
+	Msg   string // human detail, e.g. `strategy "xxh3" wants "xxh3_64"`
 }
 
 func (e *ProfileError) Error() string {
@@ -84,6 +86,8 @@ const (
 	AlgoSHA256Pickle                      // "sha256": SHA-256 of CPython pickle protocol 5 (vLLM default)
 	AlgoSHA256CBOR                        // "sha256_cbor": SHA-256 of canonical CBOR
 	AlgoSHA256Raw                         // "sha256_raw": SHA-256 of raw u32le tokens (SGLang)
+	AlgoXXHashPickle                      // "xxhash": XXH3-128 of CPython pickle protocol 5 (vLLM)
+	AlgoXXHashCBOR                        // "xxhash_cbor": XXH3-128 of canonical CBOR (vLLM)
 )
 
 func (a Algorithm) String() string {
@@ -96,9 +100,34 @@ func (a Algorithm) String() string {
 		return "sha256_cbor"
 	case AlgoSHA256Raw:
 		return "sha256_raw"
+	case AlgoXXHashPickle:
+		return "xxhash"
+	case AlgoXXHashCBOR:
+		return "xxhash_cbor"
 	}
 	return "invalid"
 }
+
+// DigestSize is the length in bytes of one block digest: 16 for the XXH3-128
+// algorithms, 32 for the SHA-256 ones (8 for xxh3_64, whose chain keeps no
+// digest beyond the 64-bit key). A vLLM block's parent is the previous digest
+// at this length, and low64_be reads its last 8 bytes.
+func (a Algorithm) DigestSize() int {
+	switch a {
+	case AlgoXXHashPickle, AlgoXXHashCBOR:
+		return 16
+	case AlgoXXH3_64:
+		return 8
+	}
+	return 32
+}
+
+// cbor reports whether a vLLM algorithm encodes blocks as canonical CBOR
+// (otherwise as pickle).
+func (a Algorithm) cbor() bool { return a == AlgoSHA256CBOR || a == AlgoXXHashCBOR }
+
+// xxhash reports whether a vLLM algorithm hashes with XXH3-128 (otherwise SHA-256).
+func (a Algorithm) xxhash() bool { return a == AlgoXXHashPickle || a == AlgoXXHashCBOR }
 
 // Projection folds a block digest to the 64-bit index key.
 type Projection uint8
@@ -145,18 +174,25 @@ type Profile struct {
 	// Spec is the canonical text: vllm_v1 keeps the seed verbatim ("0" != "00"),
 	// sglang pins the seed to "0", xxh3 renders the seed in decimal.
 	Spec Spec
-	// RootDigest is vLLM's NONE_HASH, the parent of block 0. Zero for sglang
-	// (whose sentinel is 64 x '0') and for xxh3.
+	// RootDigest is vLLM's NONE_HASH, the parent of block 0, in its first
+	// Algorithm.DigestSize() bytes (16 for xxhash*, the rest zero). Zero for
+	// sglang (whose sentinel is 64 x '0') and for xxh3.
 	RootDigest [32]byte
 	// XXH3Seed is the xxh3 strategy's base seed S (DefaultXXH3Seed unless configured).
 	XXH3Seed uint64
 }
 
-// RootHex renders RootDigest as 64 lowercase hex characters.
+// RootHex renders the root digest in lowercase hex at its length: 32
+// characters (16 bytes) for the vllm_v1 xxhash algorithms, as vLLM's NONE_HASH
+// is, and 64 otherwise (all zeros for strategies without a root).
 func (p *Profile) RootHex() string {
+	n := 32
+	if p.Strategy == StrategyVLLMv1 && p.Algorithm.xxhash() {
+		n = 16
+	}
 	var b [64]byte
-	hex.Encode(b[:], p.RootDigest[:])
-	return string(b[:])
+	hex.Encode(b[:], p.RootDigest[:n])
+	return string(b[:2*n])
 }
 
 // XXH3Seeds returns the two seeds of the xxh3 strategy for a context's LoRA and a
@@ -234,11 +270,15 @@ func Resolve(s Spec) (Profile, error) {
 			p.Algorithm = AlgoSHA256Pickle
 		case "sha256_cbor":
 			p.Algorithm = AlgoSHA256CBOR
+		case "xxhash":
+			p.Algorithm = AlgoXXHashPickle
+		case "xxhash_cbor":
+			p.Algorithm = AlgoXXHashCBOR
 		case "":
 			return Profile{}, &ProfileError{Field: FieldAlgorithm, Err: ErrEmptyField, Msg: "algorithm is required"}
 		default:
 			return Profile{}, &ProfileError{Field: FieldAlgorithm, Value: s.Algorithm, Err: ErrUnsupportedAlgorithm,
-				Msg: `strategy "vllm_v1" wants "sha256" or "sha256_cbor"`}
+				Msg: `strategy "vllm_v1" wants "sha256", "sha256_cbor", "xxhash" or "xxhash_cbor"`}
 		}
 		if err := checkProjection(s.IndexProjection, "low64_be", "vllm_v1"); err != nil {
 			return Profile{}, err
@@ -248,14 +288,7 @@ func Resolve(s Spec) (Profile, error) {
 		}
 		p.Projection = ProjLow64BE
 		p.Spec = Spec{Strategy: "vllm_v1", Algorithm: s.Algorithm, PythonHashSeed: s.PythonHashSeed, IndexProjection: "low64_be"}
-		// Resolve is not hot: one stdlib SHA-256 per registration keeps the root
-		// independent of the backend under test.
-		var enc [64]byte
-		if p.Algorithm == AlgoSHA256CBOR {
-			p.RootDigest = sha256.Sum256(AppendCBORSeed(enc[:0], s.PythonHashSeed))
-		} else {
-			p.RootDigest = sha256.Sum256(AppendPickleSeed(enc[:0], s.PythonHashSeed))
-		}
+		p.RootDigest = vllmRoot(p.Algorithm, s.PythonHashSeed)
 		return p, nil
 
 	default: // sglang, sglang_bigram
@@ -274,6 +307,26 @@ func Resolve(s Spec) (Profile, error) {
 		p.Spec = Spec{Strategy: s.Strategy, Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"}
 		return p, nil
 	}
+}
+
+// vllmRoot derives vLLM's NONE_HASH for a seed text: the algorithm's hash of
+// the encoded str, H(encode(seed)), as init_none_hash does when PYTHONHASHSEED
+// is set. Resolve is not hot: stdlib SHA-256 keeps the root independent of the
+// backend under test.
+func vllmRoot(a Algorithm, seed string) [32]byte {
+	var enc [64]byte
+	var b []byte
+	if a.cbor() {
+		b = AppendCBORSeed(enc[:0], seed)
+	} else {
+		b = AppendPickleSeed(enc[:0], seed)
+	}
+	if a.xxhash() {
+		var d [32]byte
+		putXXH128(&d, xxh3.Hash128(b))
+		return d
+	}
+	return sha256.Sum256(b)
 }
 
 func checkProjection(got, want, strategy string) error {

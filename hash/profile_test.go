@@ -21,7 +21,20 @@ func TestResolveVLLMSeeds(t *testing.T) {
 			"random":     "fa1326fc0ad784c54e10f808051a77f999f7b675b12fba49cbef92b3e1a09cb7",
 			"4294967295": "670c2eca46f5f7e11b9dce5c3bd2ff0e9e19567fd45b50c2db5cc0c9aae470d9",
 		},
+		// "0": loxilb's none_hash_xxhash_hex (vLLM 0.17.0); the rest from
+		// derived_vllm_xxhash_vectors.json (xxHash C library).
+		"xxhash_cbor": {
+			"0":  "1ebe36576dcb573f26b99533a20aaeca",
+			"00": "988a64041c9f9ff99e35e798308cac49",
+		},
+		"xxhash": {
+			"0":          "6fb31cc38bba6066183f7f2104b9c051",
+			"00":         "e6810c5b798027ca5af1a92e1be6ef11",
+			"random":     "c65c9b784048f08f9df9ee060f014076",
+			"4294967295": "5f72b99583547474687016a1e960f962",
+		},
 	}
+	wantAlgos := map[string]Algorithm{"sha256_cbor": AlgoSHA256CBOR, "sha256": AlgoSHA256Pickle, "xxhash_cbor": AlgoXXHashCBOR, "xxhash": AlgoXXHashPickle}
 	seen := map[[32]byte]string{}
 	for algo, m := range roots {
 		for seed, want := range m {
@@ -33,11 +46,7 @@ func TestResolveVLLMSeeds(t *testing.T) {
 			if p.Spec != s {
 				t.Errorf("%s %q: canonical spec %+v, want the input verbatim", algo, seed, p.Spec)
 			}
-			wantAlgo := AlgoSHA256CBOR
-			if algo == "sha256" {
-				wantAlgo = AlgoSHA256Pickle
-			}
-			if p.Strategy != StrategyVLLMv1 || p.Algorithm != wantAlgo || p.Projection != ProjLow64BE {
+			if p.Strategy != StrategyVLLMv1 || p.Algorithm != wantAlgos[algo] || p.Projection != ProjLow64BE {
 				t.Errorf("%s %q: enums %v %v %v", algo, seed, p.Strategy, p.Algorithm, p.Projection)
 			}
 			if prev, dup := seen[p.RootDigest]; dup {
@@ -92,8 +101,17 @@ func TestResolveRejects(t *testing.T) {
 	for _, s := range []string{"vllm_v2", "VLLM_V1", "vllm", "legacy", "xxh3 "} {
 		f(Spec{s, "sha256", "0", "low64_be"}, FieldStrategy, ErrUnsupportedStrategy)
 	}
-	for _, a := range []string{"md5", "sha512", "xxhash", "xxhash_cbor", "SHA256", "sha256_raw", "xxh3_64"} {
+	// The C++ conductor also refuses xxhash; conductor accepts vLLM's four
+	// algorithms (TestResolveVLLMSeeds) and nothing else.
+	for _, a := range []string{"md5", "sha512", "SHA256", "sha256_raw", "xxh3_64", "XXHASH", "xxhash_64", "xxhash_cbor ", "xxh3_128", "xxhash_msgpack"} {
 		f(Spec{"vllm_v1", a, "0", "low64_be"}, FieldAlgorithm, ErrUnsupportedAlgorithm)
+	}
+	for _, a := range []string{"xxhash", "xxhash_cbor"} {
+		f(Spec{"xxh3", a, "", ""}, FieldAlgorithm, ErrUnsupportedAlgorithm)
+		f(Spec{"sglang", a, "0", "first64_be"}, FieldAlgorithm, ErrUnsupportedAlgorithm)
+		f(Spec{"sglang_bigram", a, "0", "first64_be"}, FieldAlgorithm, ErrUnsupportedAlgorithm)
+		f(Spec{"vllm_v1", a, "0", "first64_be"}, FieldProjection, ErrUnsupportedProjection)
+		f(Spec{"vllm_v1", a, "", "low64_be"}, FieldSeed, ErrEmptyField)
 	}
 	f(Spec{"vllm_v1", "", "0", "low64_be"}, FieldAlgorithm, ErrEmptyField)
 	for _, pr := range []string{"high64_be", "first64_be", "LOW64_BE", "seq64"} {
@@ -167,11 +185,33 @@ func TestEnumStrings(t *testing.T) {
 	f(AlgoSHA256Pickle.String(), "sha256")
 	f(AlgoSHA256CBOR.String(), "sha256_cbor")
 	f(AlgoSHA256Raw.String(), "sha256_raw")
+	f(AlgoXXHashPickle.String(), "xxhash")
+	f(AlgoXXHashCBOR.String(), "xxhash_cbor")
 	f(Algorithm(0).String(), "invalid")
 	f(ProjSeq64.String(), "seq64")
 	f(ProjLow64BE.String(), "low64_be")
 	f(ProjFirst64BE.String(), "first64_be")
 	f(Projection(0).String(), "invalid")
+}
+
+// TestDigestSizeAndRootHex: digest lengths per algorithm, and RootHex renders
+// the root at that length (32 hex characters for xxhash*, as vLLM's NONE_HASH).
+func TestDigestSizeAndRootHex(t *testing.T) {
+	for a, n := range map[Algorithm]int{AlgoXXH3_64: 8, AlgoSHA256Pickle: 32, AlgoSHA256CBOR: 32, AlgoSHA256Raw: 32, AlgoXXHashPickle: 16, AlgoXXHashCBOR: 16} {
+		if a.DigestSize() != n {
+			t.Errorf("%v: DigestSize %d, want %d", a, a.DigestSize(), n)
+		}
+	}
+	for _, s := range []Spec{{"vllm_v1", "xxhash", "0", "low64_be"}, {"vllm_v1", "xxhash_cbor", "7", "low64_be"}} {
+		if p := mustResolve(t, s); len(p.RootHex()) != 32 || p.Spec != s {
+			t.Errorf("%+v: root %q, spec %+v", s, p.RootHex(), p.Spec)
+		}
+	}
+	for _, p := range []Profile{DefaultProfile(), mustResolve(t, Spec{"sglang", "sha256_raw", "0", "first64_be"})} {
+		if p.RootHex() != strings.Repeat("0", 64) {
+			t.Errorf("%v: root %q", p.Spec, p.RootHex())
+		}
+	}
 }
 
 func TestParseDigits(t *testing.T) {

@@ -2,6 +2,8 @@ package hash
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"os"
@@ -9,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
 // Loaders for the upstream vectors in testdata/ (provenance in testdata/README.md).
@@ -24,6 +28,7 @@ type vllmExpected struct {
 	ProjectedDecimal string `json:"projected_decimal"`
 	PickleHex        string `json:"pickle_hex"`
 	PickleLen        int    `json:"pickle_len"`
+	EncodedLen       int    `json:"encoded_len"` // derived xxhash vectors: bytes hashed
 }
 
 type vllmCase struct {
@@ -83,6 +88,7 @@ type vllmGolden struct {
 		PythonHashSeed   string `json:"python_hash_seed"`
 		CanonicalCBORHex string `json:"canonical_cbor_hex"`
 		PickleHex        string `json:"pickle_hex"`
+		EncodedHex       string `json:"encoded_hex"` // derived xxhash vectors
 		RootDigest       string `json:"root_digest"`
 	} `json:"seed_root_vectors"`
 	Cases []vllmCase `json:"cases"`
@@ -105,13 +111,28 @@ type loxilbFixture struct {
 type loxilbVectors struct {
 	NoneHashSeed      string          `json:"none_hash_seed"`
 	NoneHashSHA256Hex string          `json:"none_hash_sha256_hex"`
+	NoneHashXXHashHex string          `json:"none_hash_xxhash_hex"`
 	BlockSize         int             `json:"block_size"`
 	Fixtures          []loxilbFixture `json:"fixtures"`
 	Models            map[string]struct {
 		NoneHashSHA256Hex string          `json:"none_hash_sha256_hex"`
+		NoneHashXXHashHex string          `json:"none_hash_xxhash_hex"`
 		BlockSize         int             `json:"block_size"`
 		Fixtures          []loxilbFixture `json:"fixtures"`
 	} `json:"models"`
+}
+
+// xxhashDerived is derived_vllm_xxhash_vectors.json: the Mooncake golden cases
+// re-hashed under vLLM's xxhash_cbor and xxhash, and XXH3-128 at lengths
+// crossing every size class.
+type xxhashDerived struct {
+	XXHashCBOR    vllmGolden `json:"xxhash_cbor"`
+	XXHashPickle  vllmGolden `json:"xxhash"`
+	LengthPattern string     `json:"xxh3_128_pattern"`
+	Lengths       []struct {
+		Len    int    `json:"len"`
+		Digest string `json:"digest"`
+	} `json:"xxh3_128_lengths"`
 }
 
 type dynamoCase struct {
@@ -164,6 +185,12 @@ func loadPickleGolden(t testing.TB) *vllmGolden {
 	return &g
 }
 
+func loadXXHashDerived(t testing.TB) *xxhashDerived {
+	var d xxhashDerived
+	loadJSON(t, "derived_vllm_xxhash_vectors.json", &d)
+	return &d
+}
+
 func loadDynamo(t testing.TB) []dynamoCase {
 	var v struct {
 		Cases []dynamoCase `json:"cases"`
@@ -187,15 +214,6 @@ func unhex(t testing.TB, s string) []byte {
 		t.Fatalf("bad hex %q: %v", s, err)
 	}
 	return b
-}
-
-func digest32(t testing.TB, s string) [32]byte {
-	t.Helper()
-	var d [32]byte
-	if n := copy(d[:], unhex(t, s)); n != 32 {
-		t.Fatalf("digest %q has %d bytes", s, n)
-	}
-	return d
 }
 
 func parseU64(t testing.TB, s string) uint64 {
@@ -266,3 +284,16 @@ func mustResolve(t testing.TB, s Spec) Profile {
 }
 
 func hexOf(b []byte) string { return hex.EncodeToString(b) }
+
+// Block digests of the vLLM algorithms as the tests compute them, outside the
+// Chain: stdlib SHA-256, and XXH3-128 in python-xxhash's canonical byte order
+// (xxh3_128_digest: high 64 bits, then low 64 bits, big-endian).
+func sha256Digest(b []byte) []byte {
+	d := sha256.Sum256(b)
+	return d[:]
+}
+
+func xxh128Digest(b []byte) []byte {
+	h := xxh3.Hash128(b)
+	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, h.Hi), h.Lo)
+}

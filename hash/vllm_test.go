@@ -6,37 +6,47 @@ import (
 	"encoding/binary"
 	"strconv"
 	"testing"
+
+	"github.com/zeebo/xxh3"
 )
 
-// TestVLLMSeedRoots: every seed root vector of both goldens — encoder bytes equal the
-// pinned canonical_cbor_hex / pickle_hex and Resolve derives root_digest.
+// TestVLLMSeedRoots: every seed root vector of the goldens and of the derived
+// xxhash vectors — encoder bytes equal the pinned canonical_cbor_hex /
+// pickle_hex / encoded_hex and Resolve derives root_digest at its length.
 func TestVLLMSeedRoots(t *testing.T) {
+	xx := loadXXHashDerived(t)
 	forEachBackend(t, func(t *testing.T) {
 		for _, tc := range []struct {
 			file string
 			g    *vllmGolden
 			algo string
 			enc  func([]byte, string) []byte
+			h    func([]byte) []byte
 		}{
-			{"cbor", loadCBORGolden(t), "sha256_cbor", AppendCBORSeed},
-			{"pickle", loadPickleGolden(t), "sha256", AppendPickleSeed},
+			{"cbor", loadCBORGolden(t), "sha256_cbor", AppendCBORSeed, sha256Digest},
+			{"pickle", loadPickleGolden(t), "sha256", AppendPickleSeed, sha256Digest},
+			{"xxhash_cbor", &xx.XXHashCBOR, "xxhash_cbor", AppendCBORSeed, xxh128Digest},
+			{"xxhash", &xx.XXHashPickle, "xxhash", AppendPickleSeed, xxh128Digest},
 		} {
-			if len(tc.g.SeedRootVectors) == 0 {
-				t.Fatalf("%s: no seed vectors", tc.file)
+			if len(tc.g.SeedRootVectors) == 0 || tc.g.Profile.Algorithm != tc.algo {
+				t.Fatalf("%s: no seed vectors or algorithm %q", tc.file, tc.g.Profile.Algorithm)
 			}
 			buf := make([]byte, 0, 64)
 			for _, v := range tc.g.SeedRootVectors {
-				want := v.CanonicalCBORHex + v.PickleHex
+				want := v.CanonicalCBORHex + v.PickleHex + v.EncodedHex
 				buf = tc.enc(buf[:0], v.PythonHashSeed) // dst == src[:0] reuse
 				if got := hexOf(buf); got != want {
 					t.Errorf("%s seed %q: encoded %s, want %s", tc.file, v.PythonHashSeed, got, want)
 				}
-				if got := sum256(activeBackend(), buf); hexOf(got[:]) != v.RootDigest {
-					t.Errorf("%s seed %q: sha256 %x, want %s", tc.file, v.PythonHashSeed, got, v.RootDigest)
+				if got := tc.h(buf); hexOf(got) != v.RootDigest {
+					t.Errorf("%s seed %q: digest %x, want %s", tc.file, v.PythonHashSeed, got, v.RootDigest)
 				}
 				p := mustResolve(t, Spec{"vllm_v1", tc.algo, v.PythonHashSeed, "low64_be"})
 				if p.RootHex() != v.RootDigest {
 					t.Errorf("%s seed %q: Resolve root %s, want %s", tc.file, v.PythonHashSeed, p.RootHex(), v.RootDigest)
+				}
+				if n := p.Algorithm.DigestSize(); !allZero(p.RootDigest[n:]) {
+					t.Errorf("%s seed %q: root digest has bytes past its %d", tc.file, v.PythonHashSeed, n)
 				}
 			}
 			if p := mustResolve(t, tc.g.spec()); p.RootHex() != tc.g.Profile.RootDigest {
@@ -48,20 +58,54 @@ func TestVLLMSeedRoots(t *testing.T) {
 
 func TestVLLMCBORGolden(t *testing.T) {
 	g := loadCBORGolden(t)
-	forEachBackend(t, func(t *testing.T) { checkVLLMGolden(t, g, AppendCBORBlock) })
+	forEachBackend(t, func(t *testing.T) { checkVLLMGolden(t, g, AppendCBORBlock, sha256Digest) })
 }
 
 func TestVLLMPickleGolden(t *testing.T) {
 	g := loadPickleGolden(t)
-	forEachBackend(t, func(t *testing.T) { checkVLLMGolden(t, g, AppendPickleBlock) })
+	forEachBackend(t, func(t *testing.T) { checkVLLMGolden(t, g, AppendPickleBlock, sha256Digest) })
+}
+
+// TestVLLMXXHashDerived: every Mooncake golden case re-hashed under xxhash_cbor
+// and xxhash (derived_vllm_xxhash_vectors.json: CPython pickle, a CBOR encoder
+// proven on the sha256_cbor golden, the xxHash C library). The pickle and CBOR
+// bytes are the ones TestVLLMPickleGolden and TestVLLMCBORGolden prove with a
+// 16-byte parent in place of the 32-byte one; encoded_len pins their length.
+func TestVLLMXXHashDerived(t *testing.T) {
+	xx := loadXXHashDerived(t)
+	t.Run("xxhash_cbor", func(t *testing.T) { checkVLLMGolden(t, &xx.XXHashCBOR, AppendCBORBlock, xxh128Digest) })
+	t.Run("xxhash", func(t *testing.T) { checkVLLMGolden(t, &xx.XXHashPickle, AppendPickleBlock, xxh128Digest) })
+}
+
+// TestXXH128Lengths pins the XXH3-128 the chain uses (zeebo/xxh3) and its
+// canonical byte order against the xxHash C library at lengths crossing every
+// XXH3 size class (0, 1-3, 4-8, 9-16, 17-128, 129-240, stripes, blocks).
+func TestXXH128Lengths(t *testing.T) {
+	xx := loadXXHashDerived(t)
+	if xx.LengthPattern != "byte i = (i*131 + 7) mod 256" || len(xx.Lengths) < 30 {
+		t.Fatalf("pattern %q, %d lengths", xx.LengthPattern, len(xx.Lengths))
+	}
+	var d [32]byte
+	for _, v := range xx.Lengths {
+		b := make([]byte, v.Len)
+		for i := range b {
+			b[i] = byte(i*131 + 7)
+		}
+		putXXH128(&d, xxh3.Hash128(b))
+		if hexOf(d[:16]) != v.Digest || hexOf(xxh128Digest(b)) != v.Digest {
+			t.Errorf("len %d: %x, want %s", v.Len, d[:16], v.Digest)
+		}
+	}
 }
 
 // checkVLLMGolden runs every case of a golden file through the encoder (bytes and
-// digest) and through a reused Chain (keys and full parent digests).
-func checkVLLMGolden(t *testing.T, g *vllmGolden, enc func([]byte, []byte, []int32, [][]byte) []byte) {
+// digest under h) and through a reused Chain (keys and full parent digests).
+func checkVLLMGolden(t *testing.T, g *vllmGolden, enc func([]byte, []byte, []int32, [][]byte) []byte, h func([]byte) []byte) {
 	p := mustResolve(t, g.spec())
+	n := p.Algorithm.DigestSize()
 	var c Chain // one chain reused across cases
 	var buf []byte
+	checked := 0
 	for _, tc := range g.Cases {
 		tokens, lora, salt := tc.tokens(t), tc.lora(t), tc.salt()
 		if err := c.Reset(&p, tokens, tc.BlockSize, lora, salt); err != nil {
@@ -70,26 +114,26 @@ func checkVLLMGolden(t *testing.T, g *vllmGolden, enc func([]byte, []byte, []int
 		if c.Blocks() != len(tc.Expected) {
 			t.Fatalf("%s: Blocks()=%d, want %d", tc.Name, c.Blocks(), len(tc.Expected))
 		}
-		parent := p.RootDigest
+		parent := p.RootDigest[:n]
 		for i, want := range tc.Expected {
 			blk := tokens[i*tc.BlockSize : (i+1)*tc.BlockSize]
-			buf = enc(buf[:0], parent[:], blk, vllmExtras(i, lora, salt))
+			buf = enc(buf[:0], parent, blk, vllmExtras(i, lora, salt))
 			switch {
 			case want.PickleHex != "":
 				if got := hexOf(buf); got != want.PickleHex {
 					t.Errorf("%s block %d: encoded\n%s\nwant\n%s", tc.Name, i, got, want.PickleHex)
 				}
-			case want.PickleLen != 0:
-				if len(buf) != want.PickleLen {
-					t.Errorf("%s block %d: encoded %d bytes, want %d", tc.Name, i, len(buf), want.PickleLen)
+			case want.PickleLen != 0 || want.EncodedLen != 0:
+				if len(buf) != want.PickleLen+want.EncodedLen {
+					t.Errorf("%s block %d: encoded %d bytes, want %d", tc.Name, i, len(buf), want.PickleLen+want.EncodedLen)
 				}
 			}
-			d := sum256(activeBackend(), buf)
-			if hexOf(d[:]) != want.Digest {
+			d := h(buf)
+			if hexOf(d) != want.Digest || len(d) != n {
 				t.Errorf("%s block %d: digest %x, want %s", tc.Name, i, d, want.Digest)
 			}
 			key := c.At(i)
-			if c.parent != d {
+			if !bytes.Equal(c.parent[:n], d) || !allZero(c.parent[n:]) {
 				t.Errorf("%s block %d: chain digest %x, want %x", tc.Name, i, c.parent, d)
 			}
 			if key != parseU64(t, want.ProjectedDecimal) {
@@ -98,14 +142,18 @@ func checkVLLMGolden(t *testing.T, g *vllmGolden, enc func([]byte, []byte, []int
 			if got := strconv.FormatUint(key, 16); parseHexU64(t, want.ProjectedHex) != key {
 				t.Errorf("%s block %d: key %s, want %s", tc.Name, i, got, want.ProjectedHex)
 			}
-			if key != binary.BigEndian.Uint64(d[24:]) {
+			if key != binary.BigEndian.Uint64(d[n-8:]) {
 				t.Errorf("%s block %d: key is not low64_be of the digest", tc.Name, i)
 			}
 			parent = d
+			checked++
 		}
 		if tc.IncorrectLow64 != "" {
 			checkIncorrectLow64(t, &tc, &p, enc)
 		}
+	}
+	if checked == 0 {
+		t.Fatal("no blocks checked")
 	}
 }
 
@@ -131,6 +179,8 @@ func checkIncorrectLow64(t *testing.T, tc *vllmCase, p *Profile, enc func([]byte
 	}
 }
 
+func allZero(b []byte) bool { return bytes.Count(b, []byte{0}) == len(b) }
+
 func parseHexU64(t testing.TB, s string) uint64 {
 	t.Helper()
 	v, err := strconv.ParseUint(s, 16, 64)
@@ -140,62 +190,70 @@ func parseHexU64(t testing.TB, s string) uint64 {
 	return v
 }
 
-// TestVLLMAlgorithmsDiffer: identical inputs under sha256 and sha256_cbor never agree.
+// TestVLLMAlgorithmsDiffer: identical inputs under the four vLLM algorithms never agree.
 func TestVLLMAlgorithmsDiffer(t *testing.T) {
 	forEachBackend(t, func(t *testing.T) {
-		cb := mustResolve(t, Spec{"vllm_v1", "sha256_cbor", "0", "low64_be"})
-		pk := mustResolve(t, Spec{"vllm_v1", "sha256", "0", "low64_be"})
 		tokens := []int32{1, 2, 3, 4, 5, 6, 7, 8}
-		a, err := AppendChain(nil, &cb, tokens, 4, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := AppendChain(nil, &pk, tokens, 4, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := range a {
-			if a[i] == b[i] {
-				t.Errorf("block %d: both algorithms give %d", i, a[i])
+		chains := map[string][]uint64{}
+		for _, algo := range []string{"sha256_cbor", "sha256", "xxhash_cbor", "xxhash"} {
+			p := mustResolve(t, Spec{"vllm_v1", algo, "0", "low64_be"})
+			keys, err := AppendChain(nil, &p, tokens, 4, nil, nil)
+			if err != nil || len(keys) != 2 {
+				t.Fatalf("%s: %v %v", algo, keys, err)
 			}
+			for other, ok := range chains {
+				for i := range keys {
+					if keys[i] == ok[i] {
+						t.Errorf("block %d: %s and %s both give %d", i, algo, other, keys[i])
+					}
+				}
+			}
+			chains[algo] = keys
 		}
 		// The literal keys from shared/reference §3 / wire-formats doc.
-		if b[0] != 10362225831949560093 || b[1] != 12472515041799373675 {
+		if b := chains["sha256"]; b[0] != 10362225831949560093 || b[1] != 12472515041799373675 {
 			t.Errorf("pickle keys %v", b)
 		}
-		if a[0] != 2164874634404590027 || a[1] != 17270480062156288726 {
+		if a := chains["sha256_cbor"]; a[0] != 2164874634404590027 || a[1] != 17270480062156288726 {
 			t.Errorf("cbor keys %v", a)
 		}
 	})
 }
 
-// TestLoxilbVectors: the loxilb sha256_cbor fixtures (cbor_hex, digest, u64) including
-// the Qwen2.5 real-token blocks, and the two-block chains they form from NONE_HASH.
+// TestLoxilbVectors: the loxilb sha256_cbor and xxhash_cbor fixtures (cbor_hex,
+// digest, u64) including the Qwen2.5 real-token blocks from a vLLM 0.17.0
+// deployment, and the two-block chains they form from NONE_HASH.
 func TestLoxilbVectors(t *testing.T) {
 	var v loxilbVectors
 	loadJSON(t, "loxilb_vllm_kv_hash_vectors.json", &v)
-	root := mustResolve(t, Spec{"vllm_v1", "sha256_cbor", v.NoneHashSeed, "low64_be"})
-	if root.RootHex() != v.NoneHashSHA256Hex {
-		t.Fatalf("NONE_HASH %s, want %s", root.RootHex(), v.NoneHashSHA256Hex)
+	roots := map[string]Profile{
+		"sha256_cbor": mustResolve(t, Spec{"vllm_v1", "sha256_cbor", v.NoneHashSeed, "low64_be"}),
+		"xxhash_cbor": mustResolve(t, Spec{"vllm_v1", "xxhash_cbor", v.NoneHashSeed, "low64_be"}),
+	}
+	for algo, want := range map[string]string{"sha256_cbor": v.NoneHashSHA256Hex, "xxhash_cbor": v.NoneHashXXHashHex} {
+		if p := roots[algo]; p.RootHex() != want {
+			t.Fatalf("%s NONE_HASH %s, want %s", algo, p.RootHex(), want)
+		}
 	}
 	fixtures := v.Fixtures
 	qwen, ok := v.Models["Qwen/Qwen2.5-7B-Instruct"]
 	if !ok || len(qwen.Fixtures) == 0 {
 		t.Fatal("no Qwen fixtures")
 	}
-	if qwen.NoneHashSHA256Hex != root.RootHex() || qwen.BlockSize != v.BlockSize {
+	if qwen.NoneHashSHA256Hex != v.NoneHashSHA256Hex || qwen.NoneHashXXHashHex != v.NoneHashXXHashHex || qwen.BlockSize != v.BlockSize {
 		t.Fatal("Qwen fixtures use another root or block size")
 	}
 	fixtures = append(fixtures, qwen.Fixtures...)
 	forEachBackend(t, func(t *testing.T) {
-		checked := 0
+		checked := map[string]int{}
 		for _, f := range fixtures {
-			if f.HashAlgo == "xxhash_cbor" {
-				// XXH3-128 of CBOR with 16-byte digests: vLLM's xxhash_cbor is not a
-				// supported profile (Resolve rejects it), so there is nothing to check.
-				continue
-			}
-			if f.HashAlgo != "sha256_cbor" {
+			var h func([]byte) []byte
+			switch f.HashAlgo {
+			case "sha256_cbor":
+				h = sha256Digest
+			case "xxhash_cbor":
+				h = xxh128Digest
+			default:
 				t.Fatalf("%s: unexpected hash_algo %q", f.Name, f.HashAlgo)
 			}
 			parent := unhex(t, f.ParentHashHex)
@@ -203,38 +261,43 @@ func TestLoxilbVectors(t *testing.T) {
 			if f.CBORHex != "" && hexOf(enc) != f.CBORHex {
 				t.Errorf("%s: cbor %x, want %s", f.Name, enc, f.CBORHex)
 			}
-			d := sum256(activeBackend(), enc)
-			if hexOf(d[:]) != f.DigestHex {
+			if d := h(enc); hexOf(d) != f.DigestHex {
 				t.Errorf("%s: digest %x, want %s", f.Name, d, f.DigestHex)
 			}
 			want := parseU64(t, f.HashUint64.String())
 			// The same block through a Chain whose root is the fixture's parent.
-			p := Profile{Strategy: StrategyVLLMv1, Algorithm: AlgoSHA256CBOR, Projection: ProjLow64BE, RootDigest: digest32(t, f.ParentHashHex)}
+			p := roots[f.HashAlgo]
+			p.RootDigest = [32]byte{}
+			copy(p.RootDigest[:], parent)
 			keys, err := AppendChain(nil, &p, f.Tokens, v.BlockSize, nil, nil)
 			if err != nil || len(keys) != 1 || keys[0] != want {
 				t.Errorf("%s: chain keys %v (%v), want [%d]", f.Name, keys, err, want)
 			}
-			checked++
+			checked[f.HashAlgo]++
 		}
-		if checked != 6 { // 4 generic + 2 Qwen; the 4 xxhash_cbor ones are skipped
-			t.Errorf("checked %d sha256_cbor fixtures, want 6", checked)
+		if checked["sha256_cbor"] != 6 || checked["xxhash_cbor"] != 6 { // 4 generic + 2 Qwen each
+			t.Errorf("checked %v fixtures, want 6 of each", checked)
 		}
 		// block0 + block1 of each seed-rooted pair form a 2-block chain from NONE_HASH.
-		for _, pair := range [][2]string{
-			{"sha256_cbor_block0_noneHashSeed0_parent_16tokens", "sha256_cbor_block1_chained_from_block0_noneHashSeed0"},
-			{"sha256_cbor_block0_noneHashSeed0_qwen25_7b", "sha256_cbor_block1_chained_from_block0_qwen25_7b"},
+		for _, pair := range [][3]string{
+			{"sha256_cbor", "sha256_cbor_block0_noneHashSeed0_parent_16tokens", "sha256_cbor_block1_chained_from_block0_noneHashSeed0"},
+			{"sha256_cbor", "sha256_cbor_block0_noneHashSeed0_qwen25_7b", "sha256_cbor_block1_chained_from_block0_qwen25_7b"},
+			{"xxhash_cbor", "xxhash_cbor_block0_noneHashSeed0_parent_16tokens", "xxhash_cbor_block1_chained_from_block0_noneHashSeed0"},
+			{"xxhash_cbor", "xxhash_cbor_block0_noneHashSeed0_qwen25_7b", "xxhash_cbor_block1_chained_from_block0_qwen25_7b"},
 		} {
-			f0, f1 := findFixture(t, fixtures, pair[0]), findFixture(t, fixtures, pair[1])
-			if f1.ParentHashHex != f0.DigestHex {
-				t.Fatalf("%s does not chain from %s", pair[1], pair[0])
+			f0, f1 := findFixture(t, fixtures, pair[1]), findFixture(t, fixtures, pair[2])
+			root := roots[pair[0]]
+			if f0.ParentHashHex != root.RootHex() || f1.ParentHashHex != f0.DigestHex {
+				t.Fatalf("%s does not chain from NONE_HASH through %s", pair[2], pair[1])
 			}
 			tokens := append(append([]int32(nil), f0.Tokens...), f1.Tokens...)
-			keys, err := AppendChain(nil, &root, tokens, v.BlockSize, nil, nil)
-			if err != nil {
+			var c Chain
+			if err := c.Reset(&root, tokens, v.BlockSize, nil, nil); err != nil {
 				t.Fatal(err)
 			}
-			if len(keys) != 2 || keys[0] != parseU64(t, f0.HashUint64.String()) || keys[1] != parseU64(t, f1.HashUint64.String()) {
-				t.Errorf("%s chain: %v", pair[0], keys)
+			if c.Blocks() != 2 || c.At(0) != parseU64(t, f0.HashUint64.String()) || hexOf(c.parent[:root.Algorithm.DigestSize()]) != f0.DigestHex ||
+				c.At(1) != parseU64(t, f1.HashUint64.String()) || hexOf(c.parent[:root.Algorithm.DigestSize()]) != f1.DigestHex {
+				t.Errorf("%s chain: %d blocks, last digest %x", pair[1], c.Blocks(), c.parent)
 			}
 		}
 	})

@@ -84,7 +84,10 @@ func TestRegisterMsgpackValidation(t *testing.T) {
 		ec("empty seed", withProfile("python_hash_seed", ""), 400, "invalid_value", "python_hash_seed"),
 		ec("algorithm md5", withProfile("algorithm", "md5"), 400, "invalid_value", "algorithm"),
 		ec("algorithm sha512", withProfile("algorithm", "sha512"), 400, "invalid_value", "algorithm"),
-		ec("algorithm xxhash", withProfile("algorithm", "xxhash"), 400, "invalid_value", "algorithm"),
+		// The C++ conductor refuses xxhash; conductor accepts vLLM's xxhash and
+		// xxhash_cbor for vllm_v1 (TestRegisterMsgpackAccepts) and nowhere else.
+		ec("algorithm xxhash for sglang", withProfile("strategy", "sglang", "algorithm", "xxhash", "index_projection", "first64_be"), 400, "invalid_value", "algorithm"),
+		ec("algorithm xxhash_msgpack", withProfile("algorithm", "xxhash_msgpack"), 400, "invalid_value", "algorithm"),
 		ec("algorithm SHA256", withProfile("algorithm", "SHA256"), 400, "invalid_value", "algorithm"),
 		ec("strategy unknown", withProfile("strategy", "vllm_v2"), 400, "invalid_value", "strategy"),
 		ec("strategy before algorithm", withProfile("strategy", "x", "algorithm", "md5"), 400, "invalid_value", "strategy"),
@@ -192,6 +195,19 @@ func TestRegisterMsgpackAccepts(t *testing.T) {
 		{"pickle seed random", with(withProfile("algorithm", "sha256", "python_hash_seed", "random"), "instance_id", "g", "endpoint", "tcp://g:1", "modelname", "pk"),
 			func(t *testing.T, r core.Registration) {
 				if r.Profile.Spec.Algorithm != "sha256" || r.Profile.Spec.PythonHashSeed != "random" {
+					t.Fatalf("%+v", r.Profile)
+				}
+			}},
+		{"xxhash_cbor", with(withProfile("algorithm", "xxhash_cbor"), "instance_id", "h", "endpoint", "tcp://h:1", "modelname", "xc"),
+			func(t *testing.T, r core.Registration) {
+				// NONE_HASH for seed "0": loxilb's vLLM 0.17.0 vectors.
+				if r.Profile.Algorithm != hash.AlgoXXHashCBOR || r.Profile.RootHex() != "1ebe36576dcb573f26b99533a20aaeca" {
+					t.Fatalf("%+v", r.Profile)
+				}
+			}},
+		{"xxhash", with(withProfile("algorithm", "xxhash"), "instance_id", "i", "endpoint", "tcp://i:1", "modelname", "xp"),
+			func(t *testing.T, r core.Registration) {
+				if r.Profile.Algorithm != hash.AlgoXXHashPickle || r.Profile.Spec.Algorithm != "xxhash" || len(r.Profile.RootHex()) != 32 {
 					t.Fatalf("%+v", r.Profile)
 				}
 			}},

@@ -10,8 +10,8 @@ import (
 // Response documents the Mooncake API and the RPC share, in either syntax.
 
 // appendProfile writes P5: {strategy, algorithm, python_hash_seed, root_digest,
-// index_projection} (root_digest: 64 lowercase hex; all zeros for strategies
-// without a root).
+// index_projection} (root_digest: lowercase hex, 64 characters, 32 for the
+// xxhash algorithms; all zeros for strategies without a root).
 func appendProfile(e *Encoder, p *hash.Profile) {
 	e.MapHeader(5)
 	e.Str("strategy")

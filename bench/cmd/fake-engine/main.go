@@ -59,7 +59,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.tokens, "tokens", 64, "prompt length in tokens")
 	fs.IntVar(&o.base, "token-base", 0, "first token id (token i is base+i)")
 	fs.IntVar(&o.blockSize, "block-size", 16, "tokens per block")
-	fs.StringVar(&o.algorithm, "algorithm", "sha256_cbor", "vLLM hash: sha256 or sha256_cbor")
+	fs.StringVar(&o.algorithm, "algorithm", "sha256_cbor", "vLLM hash (--prefix-caching-hash-algo): sha256, sha256_cbor, xxhash or xxhash_cbor")
 	fs.StringVar(&o.seed, "seed", "0", "vLLM PYTHONHASHSEED (decimal text)")
 	fs.StringVar(&media, "media", "GPU", "comma-separated medium per block; the last repeats")
 	fs.DurationVar(&o.interval, "interval", 100*time.Millisecond, "pause between publications")
