@@ -62,8 +62,9 @@ func TestReadersZeroAllocs(t *testing.T) {
 }
 
 // TestReaderZeroAllocs: walking a document through the Reader interface, in
-// both formats, costs no allocation once the caller's buffers have grown —
-// errors included (a type error, then Skip).
+// both formats, with each format's reader and with EitherReader, costs no
+// allocation once the caller's buffers have grown — errors included (a type
+// error, then Skip).
 func TestReaderZeroAllocs(t *testing.T) {
 	js := []byte(`{"a":[1,-2,18446744073709551615,1.5,null,true],"b":{"c":"x\ty\u00e9","d":[]},` +
 		`"tokens":[` + strings.Repeat(`12345, `, 100) + `7],"hashes":[1,-1,"0x10"],"e":"plain"}`)
@@ -93,6 +94,7 @@ func TestReaderZeroAllocs(t *testing.T) {
 	u64 := make([]uint64, 0, 8)
 	var jr JSONReader
 	var mr MsgpackReader
+	var ej, em EitherReader
 	// consume reads every value of the map at r's cursor, the arrays named
 	// tokens and hashes with the array readers, everything else by kind.
 	var consume func(r Reader) error
@@ -126,7 +128,9 @@ func TestReaderZeroAllocs(t *testing.T) {
 		arena = arena[:0]
 		jr.Reset(js, &arena)
 		mr.Reset(mp)
-		for _, r := range [...]Reader{&jr, &mr} {
+		ej.ResetJSON(js, &arena)
+		em.ResetMsgpack(mp)
+		for _, r := range [...]Reader{&jr, &mr, &ej, &em} {
 			if err := consume(r); err != nil || !r.End() {
 				t.Fatal(err)
 			}

@@ -6,7 +6,8 @@
 //
 // Reader is the cursor both formats share: *JSONReader and *MsgpackReader
 // implement it, so a decoder written against it reads JSON and msgpack alike
-// (wire decodes each event dialect once over it). A Reader steps through one
+// (wire decodes each event dialect once over it, as *EitherReader, the
+// Reader of either format as one concrete type). A Reader steps through one
 // document — EnterMap/NextKey, EnterArray/Next, Str, Int64, Uint64, Float64,
 // Nil, the integer array readers Int32s and Uint64s, Value for anything,
 // Skip — with three-way results: a value, the end of a container (ok=false,

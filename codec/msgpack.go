@@ -56,9 +56,9 @@ func ReadArray(b []byte, max int) (int, []byte, error) {
 	if !IsArrayLead(b[0]) {
 		return 0, b, wrongType(b[0])
 	}
-	sz, rest, err := msgp.ReadArrayHeaderBytes(b)
-	if err != nil {
-		return 0, b, mpErr(err)
+	sz, rest, ok := containerHeader(b)
+	if !ok {
+		return 0, b, ErrTruncated
 	}
 	if uint64(sz) > uint64(max) {
 		return 0, b, ErrTooLarge
@@ -77,14 +77,34 @@ func ReadMap(b []byte) (int, []byte, error) {
 	if !IsMapLead(b[0]) {
 		return 0, b, wrongType(b[0])
 	}
-	sz, rest, err := msgp.ReadMapHeaderBytes(b)
-	if err != nil {
-		return 0, b, mpErr(err)
+	sz, rest, ok := containerHeader(b)
+	if !ok {
+		return 0, b, ErrTruncated
 	}
 	if 2*uint64(sz) > uint64(len(rest)) {
 		return 0, b, ErrTruncated
 	}
 	return int(sz), rest, nil
+}
+
+// containerHeader decodes the header of the map or array whose lead byte
+// b[0] is (fix, 16-bit or 32-bit count, as msgp.ReadArrayHeaderBytes and
+// ReadMapHeaderBytes do, without the call); ok=false: b ends inside it.
+func containerHeader(b []byte) (n uint32, rest []byte, ok bool) {
+	switch c := b[0]; c {
+	case 0xdc, 0xde:
+		if len(b) < 3 {
+			return 0, b, false
+		}
+		return uint32(binary.BigEndian.Uint16(b[1:])), b[3:], true
+	case 0xdd, 0xdf:
+		if len(b) < 5 {
+			return 0, b, false
+		}
+		return binary.BigEndian.Uint32(b[1:]), b[5:], true
+	default:
+		return uint32(c & 0x0f), b[1:], true
+	}
 }
 
 // ReadStr reads a str value without copying (the result aliases b).

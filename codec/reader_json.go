@@ -186,10 +186,9 @@ func (r *JSONReader) Int64() (int64, error) {
 	return v, nil
 }
 
-func (r *JSONReader) Uint64(mode Mode) (uint64, error) {
-	v, rest, err := jsonUint64(r.b, mode, r.arena)
-	r.b = rest
-	return v, err
+func (r *JSONReader) Uint64(mode Mode) (v uint64, err error) {
+	v, r.b, err = jsonUint64(r.b, mode, r.arena)
+	return
 }
 
 func (r *JSONReader) Float64() (float64, error) {

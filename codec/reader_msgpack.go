@@ -1,6 +1,9 @@
 package codec
 
-import "slices"
+import (
+	"encoding/binary"
+	"slices"
+)
 
 // MsgpackReader is the Reader over msgpack, on the Read* functions of this
 // package. The zero value reads an empty input; Reset starts a document.
@@ -22,7 +25,19 @@ func (r *MsgpackReader) Kind() Kind {
 	if len(r.b) == 0 {
 		return KindInvalid
 	}
-	switch c := r.b[0]; {
+	return mpKinds[r.b[0]]
+}
+
+// mpKinds is mpKind by lead byte.
+var mpKinds = func() (t [256]Kind) {
+	for c := range t {
+		t[c] = mpKind(byte(c))
+	}
+	return t
+}()
+
+func mpKind(c byte) Kind {
+	switch {
 	case IsIntLead(c):
 		return KindInt
 	case IsStrLead(c):
@@ -45,18 +60,22 @@ func (r *MsgpackReader) Kind() Kind {
 	return KindExt
 }
 
-// enter opens a container of n entries or elements, whose first is at rest.
-// outer keeps the counts of the enclosing ones. As for Skip, the depth limit
-// counts containers that hold values: an empty one may sit below MaxDepth.
-func (r *MsgpackReader) enter(n int, rest []byte) error {
+// enter opens a container of n entries or elements, whose first is at rest,
+// where err (ReadMap's, ReadArray's) is nil. outer keeps the counts of the
+// enclosing ones. As for Skip, the depth limit counts containers that hold
+// values: an empty one may sit below MaxDepth.
+func (r *MsgpackReader) enter(n int, rest []byte, err error) (int, error) {
+	if err != nil {
+		return n, err
+	}
 	if r.depth >= MaxDepth && (n != 0 || r.depth > MaxDepth) {
-		return errTooDeep
+		return n, errTooDeep
 	}
 	r.outer[r.depth] = r.left
 	r.left = uint32(n)
 	r.depth++
 	r.b = rest
-	return nil
+	return n, nil
 }
 
 // leave closes the innermost container.
@@ -65,21 +84,9 @@ func (r *MsgpackReader) leave() {
 	r.left = r.outer[r.depth]
 }
 
-func (r *MsgpackReader) EnterMap() (int, error) {
-	n, rest, err := ReadMap(r.b)
-	if err == nil {
-		err = r.enter(n, rest)
-	}
-	return n, err
-}
+func (r *MsgpackReader) EnterMap() (int, error) { return r.enter(ReadMap(r.b)) }
 
-func (r *MsgpackReader) EnterArray(max int) (int, error) {
-	n, rest, err := ReadArray(r.b, max)
-	if err == nil {
-		err = r.enter(n, rest)
-	}
-	return n, err
-}
+func (r *MsgpackReader) EnterArray(max int) (int, error) { return r.enter(ReadArray(r.b, max)) }
 
 func (r *MsgpackReader) Next() (bool, error) {
 	if r.left == 0 {
@@ -96,16 +103,58 @@ func (r *MsgpackReader) NextKey() ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	r.left--
-	// ReadStr's fixstr case again, inline: every key of every dialect is one.
-	if b := r.b; len(b) != 0 && b[0]&0xe0 == 0xa0 {
-		if n := int(b[0]&0x1f) + 1; n <= len(b) {
-			r.b = b[n:]
-			return b[1:n:n], true, nil
-		}
+	if key, ok := r.fixStr(); ok { // every key of every dialect
+		return key, true, nil
 	}
 	key, rest, err := ReadStr(r.b)
 	r.b = rest
 	return key, true, err
+}
+
+// EitherReader's fast paths (fixStr also NextKey's): each reads the common
+// case or reports false having consumed nothing.
+
+// fixStr reads a whole fixstr (ReadStr's first case).
+func (r *MsgpackReader) fixStr() ([]byte, bool) {
+	if b := r.b; len(b) != 0 && b[0]&0xe0 == 0xa0 {
+		if n := int(b[0]&0x1f) + 1; n <= len(b) {
+			r.b = b[n:]
+			return b[1:n:n], true
+		}
+	}
+	return nil, false
+}
+
+// fastUint reads a positive fixint or a whole uint64, the forms every Mode
+// takes as they are (readUint64).
+func (r *MsgpackReader) fastUint() (uint64, bool) {
+	switch b := r.b; {
+	case len(b) != 0 && b[0] <= 0x7f:
+		r.b = b[1:]
+		return uint64(b[0]), true
+	case len(b) >= 9 && b[0] == 0xcf:
+		r.b = b[9:]
+		return binary.BigEndian.Uint64(b[1:]), true
+	}
+	return 0, false
+}
+
+// skipFast skips a one-byte value (fixint, nil, bool) or a whole fixstr, as
+// Skip (mpValueHeader) would.
+func (r *MsgpackReader) skipFast() bool {
+	b := r.b
+	if len(b) == 0 {
+		return false
+	}
+	switch c := b[0]; {
+	case c <= 0x7f || c >= 0xe0 || c == Nil || c == 0xc2 || c == 0xc3:
+		r.b = b[1:]
+		return true
+	case c&0xe0 == 0xa0 && int(c&0x1f) < len(b):
+		r.b = b[1+int(c&0x1f):]
+		return true
+	}
+	return false
 }
 
 func (r *MsgpackReader) Nil() (bool, error) {
@@ -144,23 +193,29 @@ func (r *MsgpackReader) Float64() (float64, error) {
 }
 
 func (r *MsgpackReader) Int32s(dst []int32, max int, hi int64) ([]int32, int, error) {
-	return mpInts(r, dst, max, func(out []int32, p []byte) ([]byte, int, error) { return ReadInt32s(out, p, hi) })
-}
-
-func (r *MsgpackReader) Uint64s(dst []uint64, max int, mode Mode) ([]uint64, int, error) {
-	return mpInts(r, dst, max, func(out []uint64, p []byte) ([]byte, int, error) { return ReadUint64s(out, p, mode) })
-}
-
-// mpInts reads an array header and has read decode its elements into dst's
-// new tail (ReadInt32s, ReadUint64s).
-func mpInts[T int32 | uint64](r *MsgpackReader, dst []T, max int, read func([]T, []byte) ([]byte, int, error)) ([]T, int, error) {
 	n, p, err := ReadArray(r.b, max)
 	if err != nil {
 		return dst, -1, err
 	}
-	base := len(dst)
-	out := slices.Grow(dst, n)[:base+n]
-	rest, bad, err := read(out[base:], p)
+	out := slices.Grow(dst, n)[:len(dst)+n]
+	p, bad, err := ReadInt32s(out[len(dst):], p, hi)
+	return mpFilled(r, dst, out, p, bad, err)
+}
+
+func (r *MsgpackReader) Uint64s(dst []uint64, max int, mode Mode) ([]uint64, int, error) {
+	n, p, err := ReadArray(r.b, max)
+	if err != nil {
+		return dst, -1, err
+	}
+	out := slices.Grow(dst, n)[:len(dst)+n]
+	p, bad, err := ReadUint64s(out[len(dst):], p, mode)
+	return mpFilled(r, dst, out, p, bad, err)
+}
+
+// mpFilled ends an array reader: out, dst with the elements read, and the
+// cursor after the array, or on the element reader's error dst and the
+// cursor placed by failAt.
+func mpFilled[T int32 | uint64](r *MsgpackReader, dst, out []T, rest []byte, bad int, err error) ([]T, int, error) {
 	if err != nil {
 		r.failAt(err, rest)
 		return dst, bad, err

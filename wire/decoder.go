@@ -22,8 +22,7 @@ type Decoder struct {
 	// extraKeys is the entry count of the current event's extra_keys, checked against
 	// its hash count once the whole event is read (map keys come in any order).
 	extraKeys int
-	mp        codec.MsgpackReader
-	js        codec.JSONReader
+	r         codec.EitherReader
 	// arena holds unescaped JSON strings; reset per payload, so the slices handed out
 	// stay valid until the next decode.
 	arena []byte
@@ -46,8 +45,8 @@ func (d *Decoder) Decode(dialect Dialect, payload []byte, b *core.Batch) error {
 	if len(payload) == 0 {
 		return d.newError(ErrEmptyPayload)
 	}
-	r := &d.mp
-	r.Reset(payload)
+	r := &d.r
+	r.ResetMsgpack(payload)
 	var err error
 	switch dialect {
 	case DialectVLLM, DialectSGLang:
@@ -63,7 +62,7 @@ func (d *Decoder) Decode(dialect Dialect, payload []byte, b *core.Batch) error {
 }
 
 // finish turns the outcome of a payload's decode into Decode's result.
-func (d *Decoder) finish(r codec.Reader, err error) error {
+func (d *Decoder) finish(r *codec.EitherReader, err error) error {
 	if err != nil {
 		return d.newError(err)
 	}
@@ -99,7 +98,7 @@ func (d *Decoder) dropEvent(b *core.Batch, err error) {
 // engineBatch decodes vLLM's and SGLang's `[ts, events, dp_rank]`. vLLM also gets the
 // 2-element form (batches from before data_parallel_rank existed) and a map batch (a
 // fork without array_like, see the reference's §A.4 note).
-func (d *Decoder) engineBatch(r codec.Reader, b *core.Batch) error {
+func (d *Decoder) engineBatch(r *codec.EitherReader, b *core.Batch) error {
 	if r.Kind() == codec.KindMap && d.dialect == DialectVLLM {
 		return d.mapBatch(r, b, vllmBatchFields, true)
 	}
@@ -120,7 +119,7 @@ func (d *Decoder) engineBatch(r codec.Reader, b *core.Batch) error {
 // arrayBatch decodes the elements (2 or 3, checked by the caller) of a
 // `[ts, events, rank?]` batch whose array r has entered; rank names the third
 // in errors.
-func (d *Decoder) arrayBatch(r codec.Reader, b *core.Batch, rank string) error {
+func (d *Decoder) arrayBatch(r *codec.EitherReader, b *core.Batch, rank string) error {
 	for i, field := range [...]string{"ts", "events", rank} {
 		ok, err := r.Next()
 		if !ok {
@@ -146,7 +145,7 @@ func (d *Decoder) arrayBatch(r codec.Reader, b *core.Batch, rank string) error {
 // mooncakeBatch decodes the store master's `[ts, events, dp_rank]`: exactly three
 // elements; the timestamp is integer milliseconds (as the master sends) or float
 // seconds (as engines send, and as the seed says the master's format is theirs).
-func (d *Decoder) mooncakeBatch(r codec.Reader, b *core.Batch) error {
+func (d *Decoder) mooncakeBatch(r *codec.EitherReader, b *core.Batch) error {
 	n, err := r.EnterArray(math.MaxUint32)
 	if err != nil {
 		return err
@@ -159,7 +158,7 @@ func (d *Decoder) mooncakeBatch(r codec.Reader, b *core.Batch) error {
 
 // standardBatch decodes RFC #1527 events in msgpack: a `[ts, events, dp_rank?]` batch,
 // a bare array of event maps, a `{"events": [...]}` wrapper map, or one event map.
-func (d *Decoder) standardBatch(r codec.Reader, b *core.Batch) error {
+func (d *Decoder) standardBatch(r *codec.EitherReader, b *core.Batch) error {
 	switch r.Kind() {
 	case codec.KindMap:
 		if hasKey(r, "events") {
@@ -207,33 +206,27 @@ var (
 // (requireTS) or the RFC wrapper {events, ts|timestamp, dp_rank|data_parallel_rank}
 // (keys optional but events). Unknown keys are ignored; a repeated field fails the
 // batch.
-func (d *Decoder) mapBatch(r codec.Reader, b *core.Batch, t *fieldTable, requireTS bool) error {
-	w := d.walkMap(r, t, "")
-	for w.next() {
-		var err error
-		switch w.id {
+func (d *Decoder) mapBatch(r *codec.EitherReader, b *core.Batch, t *fieldTable, requireTS bool) error {
+	seen, err := d.walkMap(r, t, "", func(f uint32) error {
+		switch f {
 		case bfTS:
 			// The RFC's timestamp is integer milliseconds; msgpack publishers
 			// also get float seconds there, as engines send ts.
-			err = readBatchTS(r, b, d.field == "ts" || !d.json)
+			return readBatchTS(r, b, d.field == "ts" || !d.json)
 		case bfEvents:
-			err = d.eventList(r, b)
-		case bfRank:
-			err = readBatchRank(r, b)
+			return d.eventList(r, b)
 		}
-		if err != nil {
-			return err
-		}
-	}
-	if w.err != nil {
-		return w.err
+		return readBatchRank(r, b)
+	})
+	if err != nil {
+		return err
 	}
 	d.at(-1, "", -1)
-	if w.seen&bfEvents == 0 {
+	if seen&bfEvents == 0 {
 		d.field = "events"
 		return ErrMissingField
 	}
-	if requireTS && w.seen&bfTS == 0 {
+	if requireTS && seen&bfTS == 0 {
 		d.field = "ts"
 		return ErrMissingField
 	}
@@ -243,7 +236,7 @@ func (d *Decoder) mapBatch(r codec.Reader, b *core.Batch, t *fieldTable, require
 // readBatchTS reads the batch timestamp: engines send float64 Unix seconds, Mooncake
 // integer milliseconds (the only form without floatOK). Negative or non-finite times
 // are corrupt envelopes.
-func readBatchTS(r codec.Reader, b *core.Batch, floatOK bool) error {
+func readBatchTS(r *codec.EitherReader, b *core.Batch, floatOK bool) error {
 	if floatOK && r.Kind() == codec.KindFloat {
 		f, err := r.Float64()
 		if err != nil {
@@ -264,7 +257,7 @@ func readBatchTS(r codec.Reader, b *core.Batch, floatOK bool) error {
 }
 
 // readBatchRank reads nil or a rank in [0, 2^32-1].
-func readBatchRank(r codec.Reader, b *core.Batch) error {
+func readBatchRank(r *codec.EitherReader, b *core.Batch) error {
 	v, isNil, err := readU32OrNil(r)
 	if err != nil {
 		return err
@@ -275,7 +268,7 @@ func readBatchRank(r codec.Reader, b *core.Batch) error {
 
 // eventList reads an array of events; after it the error context is the list's
 // own (the caller's field, event -1).
-func (d *Decoder) eventList(r codec.Reader, b *core.Batch) error {
+func (d *Decoder) eventList(r *codec.EitherReader, b *core.Batch) error {
 	if _, err := r.EnterArray(math.MaxUint32); err != nil {
 		return err
 	}
@@ -302,7 +295,7 @@ func (d *Decoder) eventList(r codec.Reader, b *core.Batch) error {
 // oneEvent decodes event i. An event that fails on its own is dropped and the decoder
 // resumes after it, found by skipping its bytes from its start; if even that fails
 // the payload is cut short or garbled and the batch fails.
-func (d *Decoder) oneEvent(r codec.Reader, i int, b *core.Batch) error {
+func (d *Decoder) oneEvent(r *codec.EitherReader, i int, b *core.Batch) error {
 	d.at(i, "", -1)
 	d.extraKeys = 0
 	start := r.Mark()
@@ -332,7 +325,7 @@ func (d *Decoder) oneEvent(r codec.Reader, i int, b *core.Batch) error {
 // hasKey reports whether the map at the cursor has a top-level string key equal
 // to key, leaving the cursor where it was. Malformed maps report false and fail
 // later, in the decoder proper, with context.
-func hasKey(r codec.Reader, key string) bool {
+func hasKey(r *codec.EitherReader, key string) bool {
 	start := r.Mark()
 	defer r.Restore(start)
 	if _, err := r.EnterMap(); err != nil {

@@ -35,15 +35,16 @@
 //
 // # Memory and performance contract
 //
-// Decoding is a zero-copy read of the payload through codec.Reader, the cursor over
-// both formats: each dialect is decoded once, over the interface, and Decode runs it on
-// a codec.MsgpackReader, DecodeStandardJSON on a codec.JSONReader. Every map of every
-// dialect is walked by one loop that finds keys with one switch, so the error context
-// (event, field, element) is the same in both formats. The limits are codec's: nesting
-// deeper than codec.MaxDepth (64) is ErrTooLarge, a JSON string must be UTF-8. No
-// reflection and, once the Batch has grown to the largest batch seen, no heap
-// allocation per payload (TestDecodeZeroAllocs proves it). A field costs a call or two
-// through the interface; hash and token arrays are read by one call each.
+// Decoding is a zero-copy read of the payload through a codec.EitherReader, the
+// codec.Reader over both formats as one concrete type: each dialect is decoded once, and
+// Decode runs it in msgpack, DecodeStandardJSON in JSON. Every map of every dialect is
+// walked by one loop that finds keys with one switch, so the error context (event,
+// field, element) is the same in both formats. The limits are codec's: nesting deeper
+// than codec.MaxDepth (64) is ErrTooLarge, a JSON string must be UTF-8. No reflection
+// and, once the Batch has grown to the largest batch seen, no heap allocation per
+// payload (TestDecodeZeroAllocs proves it). In msgpack a field costs about one direct
+// call (a nil-or-value field one too: StrOrNil, Int64OrNil, Uint64OrNil); hash and
+// token arrays are read by one call each.
 //
 // Byte-slice fields of decoded events (Medium, LoraName, ObjectKey, …) alias the
 // payload and are valid until the payload buffer is reused; hashes and tokens are

@@ -12,7 +12,7 @@ import (
 // their array encoding (tag first, fields by position) and map encoding (`type` key).
 // Both encodings set fields through engineField, so a field means the same thing
 // whatever its era; only which fields must be present differs. Engines publish
-// msgpack, but the decoders read a codec.Reader like every other dialect's.
+// msgpack, but the decoders read a codec.EitherReader like every other dialect's.
 //
 // Partial pages. SGLang emits the last page of a radix node even when it is not full,
 // in one of two ways: with block_size = the page's token count (smaller than the
@@ -117,7 +117,7 @@ func (k *eventKinds) kind(tag []byte) core.EventKind {
 }
 
 // engineEvent decodes an array-era or map-era engine event.
-func (d *Decoder) engineEvent(r codec.Reader, e *core.Event) error {
+func (d *Decoder) engineEvent(r *codec.EitherReader, e *core.Event) error {
 	switch r.Kind() {
 	case codec.KindArray:
 		return d.engineArrayEvent(r, e)
@@ -130,7 +130,7 @@ func (d *Decoder) engineEvent(r codec.Reader, e *core.Event) error {
 	return ErrWrongType
 }
 
-func (d *Decoder) engineArrayEvent(r codec.Reader, e *core.Event) error {
+func (d *Decoder) engineArrayEvent(r *codec.EitherReader, e *core.Event) error {
 	n, err := r.EnterArray(math.MaxUint32)
 	if err != nil {
 		return err
@@ -198,7 +198,7 @@ func (d *Decoder) engineArrayEvent(r codec.Reader, e *core.Event) error {
 // engineMapEvent decodes a map-era engine event, or, when the map is an RFC
 // #1527 standardized event (it has an event_type key), that event, flagged
 // Standard: standardized maps are recognised whatever the registration type.
-func (d *Decoder) engineMapEvent(r codec.Reader, e *core.Event) error {
+func (d *Decoder) engineMapEvent(r *codec.EitherReader, e *core.Event) error {
 	start := r.Mark()
 	err := d.engineMap(r, e)
 	if err == nil {
@@ -217,11 +217,10 @@ func (d *Decoder) engineMapEvent(r codec.Reader, e *core.Event) error {
 // (never returned by Decode).
 var errStandardMap = errors.New("conductor: standardized event map")
 
-func (d *Decoder) engineMap(r codec.Reader, e *core.Event) error {
+func (d *Decoder) engineMap(r *codec.EitherReader, e *core.Event) error {
 	var kind core.EventKind
-	w := d.walkMap(r, engineFields, "")
-	for w.next() {
-		switch w.id {
+	seen, err := d.walkMap(r, engineFields, "", func(f uint32) error {
+		switch f {
 		case efEventType:
 			return errStandardMap
 		case efType:
@@ -232,14 +231,12 @@ func (d *Decoder) engineMap(r codec.Reader, e *core.Event) error {
 			if kind = d.engineTag(tag); kind == 0 {
 				return ErrUnknownTag
 			}
-		default:
-			if err := d.engineField(r, e, w.id); err != nil {
-				return err
-			}
+			return nil
 		}
-	}
-	if w.err != nil {
-		return w.err
+		return d.engineField(r, e, f)
+	})
+	if err != nil {
+		return err
 	}
 	var required, forbidden uint32
 	sgl := d.dialect == DialectSGLang
@@ -261,11 +258,11 @@ func (d *Decoder) engineMap(r codec.Reader, e *core.Event) error {
 		// medium and group_idx would narrow a clear's scope; they are decoded, not refused.
 		forbidden = storedOnly | efBlockHashes
 	}
-	if missing := required &^ w.seen; missing != 0 {
+	if missing := required &^ seen; missing != 0 {
 		d.field = engineFieldName(missing & -missing)
 		return ErrMissingField
 	}
-	if bad := w.seen & forbidden; bad != 0 {
+	if bad := seen & forbidden; bad != 0 {
 		d.field = engineFieldName(bad & -bad)
 		return ErrUnexpectedField
 	}
@@ -273,7 +270,7 @@ func (d *Decoder) engineMap(r codec.Reader, e *core.Event) error {
 }
 
 // engineField decodes the value of field f into e; d.field names it.
-func (d *Decoder) engineField(r codec.Reader, e *core.Event, f uint32) error {
+func (d *Decoder) engineField(r *codec.EitherReader, e *core.Event, f uint32) error {
 	switch f {
 	case efBlockHashes:
 		return d.readHashes(r, e, false)
@@ -290,11 +287,8 @@ func (d *Decoder) engineField(r codec.Reader, e *core.Event, f uint32) error {
 		}
 		return setBlockSize(e, v)
 	case efLoraID, efGroupIdx, efSlidingWindow:
-		if isNil, err := r.Nil(); isNil || err != nil {
-			return err
-		}
-		v, err := r.Int64()
-		if err != nil {
+		v, isNil, err := r.Int64OrNil()
+		if isNil || err != nil {
 			return err
 		}
 		switch f {
@@ -307,7 +301,7 @@ func (d *Decoder) engineField(r codec.Reader, e *core.Event, f uint32) error {
 		}
 		return nil
 	case efMedium, efLoraName, efSpecKind, efCacheSalt:
-		v, err := readStrOrNil(r)
+		v, err := r.StrOrNil()
 		if err == nil {
 			setStr(e, engineFieldNames.key(f), v)
 		}
@@ -325,7 +319,7 @@ func (d *Decoder) engineField(r codec.Reader, e *core.Event, f uint32) error {
 // readExtraKeys checks extra_keys' shape — nil, or one entry (nil or an array) per
 // block — without interpreting the entries: conductor never re-hashes vLLM blocks
 // from events, it only needs to know extra keys were in play.
-func (d *Decoder) readExtraKeys(r codec.Reader, e *core.Event) error {
+func (d *Decoder) readExtraKeys(r *codec.EitherReader, e *core.Event) error {
 	if isNil, err := r.Nil(); isNil || err != nil {
 		return err
 	}
@@ -362,18 +356,16 @@ func (d *Decoder) readExtraKeys(r codec.Reader, e *core.Event) error {
 var metadataFields = fieldNames{mkCacheSalt}.table(0)
 
 // readMetadata reads SGLang's BlockStoredWithMetadata map ({"cache_salt": str}).
-func (d *Decoder) readMetadata(r codec.Reader, e *core.Event) error {
+func (d *Decoder) readMetadata(r *codec.EitherReader, e *core.Event) error {
 	if isNil, err := r.Nil(); isNil || err != nil {
 		return err
 	}
-	w := d.walkMap(r, metadataFields, "metadata")
-	for w.next() {
+	_, err := d.walkMap(r, metadataFields, "metadata", func(uint32) error {
 		var err error
-		if e.CacheSalt, err = readStrOrNil(r); err != nil {
-			return err
-		}
-	}
-	return w.err
+		e.CacheSalt, err = r.StrOrNil()
+		return err
+	})
+	return err
 }
 
 // finishEngine runs the checks that need the whole event.

@@ -25,8 +25,8 @@ func (d *Decoder) DecodeStandardJSON(payload []byte, b *core.Batch) error {
 	d.dialect, d.json = DialectStandard, true
 	d.at(-1, "", -1)
 	d.arena = d.arena[:0]
-	r := &d.js
-	r.Reset(payload, &d.arena)
+	r := &d.r
+	r.ResetJSON(payload, &d.arena)
 	if r.End() {
 		return d.newError(ErrEmptyPayload)
 	}

@@ -6,7 +6,7 @@ import (
 )
 
 // RFC #1527 standardized events, as sent by the Mooncake store master and by
-// standard publishers, in msgpack or JSON: one decoder over codec.Reader.
+// standard publishers, in msgpack or JSON: one decoder over *codec.EitherReader.
 //
 // What is required is deliberately little: event_id (it orders the stream) and the
 // event type, plus, for stored/removed, something naming the blocks (seq_hashes, its
@@ -64,23 +64,18 @@ type rfcState struct {
 }
 
 // rfcEvent decodes an RFC #1527 event map, in either format.
-func (d *Decoder) rfcEvent(r codec.Reader, e *core.Event) error {
+func (d *Decoder) rfcEvent(r *codec.EitherReader, e *core.Event) error {
 	var st rfcState
-	w := d.walkMap(r, rfcFields, "")
-	for w.next() {
-		if err := d.rfcField(r, e, &st, w.id); err != nil {
-			return err
-		}
+	var err error
+	st.seen, err = d.walkMap(r, rfcFields, "", func(f uint32) error { return d.rfcField(r, e, &st, f) })
+	if err != nil {
+		return err
 	}
-	if w.err != nil {
-		return w.err
-	}
-	st.seen = w.seen
 	return d.finishRFC(e, &st)
 }
 
 // rfcField decodes the value of field f into e.
-func (d *Decoder) rfcField(r codec.Reader, e *core.Event, st *rfcState, f uint32) error {
+func (d *Decoder) rfcField(r *codec.EitherReader, e *core.Event, st *rfcState, f uint32) error {
 	var err error
 	switch f {
 	case rfEventID:
@@ -88,10 +83,10 @@ func (d *Decoder) rfcField(r codec.Reader, e *core.Event, st *rfcState, f uint32
 		e.HasEventID = err == nil
 		return err
 	case rfTimestamp:
-		if isNil, err := r.Nil(); isNil || err != nil {
-			return err
+		v, isNil, err := r.Uint64OrNil(codec.Unsigned)
+		if !isNil {
+			e.Timestamp = v
 		}
-		e.Timestamp, err = r.Uint64(codec.Unsigned)
 		return err
 	case rfEventType, rfType:
 		v, err := r.Str()
@@ -108,7 +103,7 @@ func (d *Decoder) rfcField(r codec.Reader, e *core.Event, st *rfcState, f uint32
 		}
 		return nil
 	case rfModelName, rfAdditionalSalt, rfLoraName, rfMedium, rfObjectKey, rfCacheSalt:
-		v, err := readStrOrNil(r)
+		v, err := r.StrOrNil()
 		if err == nil {
 			setStr(e, rfcFieldNames.key(f), v)
 		}

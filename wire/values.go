@@ -8,16 +8,8 @@ import (
 )
 
 // Field values shared by the dialects (strings, ranks, hashes, tokens), on a
-// codec.Reader. On error they return a sentinel and, for array elements, leave
+// codec.EitherReader. On error they return a sentinel and, for array elements, leave
 // the element index in d.index.
-
-// readStrOrNil reads nil (a nil slice) or a string ("" is a non-nil empty one).
-func readStrOrNil(r codec.Reader) ([]byte, error) {
-	if isNil, err := r.Nil(); isNil || err != nil {
-		return nil, err
-	}
-	return r.Str()
-}
 
 // setStr sets the string field of e that key names: a key means the same field
 // in every dialect.
@@ -54,13 +46,10 @@ func setBlockSize(e *core.Event, v int64) error {
 }
 
 // readU32OrNil reads nil or an integer in [0, 2^32-1] (RFC #1527 u32 fields, ranks).
-func readU32OrNil(r codec.Reader) (v uint32, isNil bool, err error) {
-	if isNil, err = r.Nil(); isNil || err != nil {
+func readU32OrNil(r *codec.EitherReader) (v uint32, isNil bool, err error) {
+	u, isNil, err := r.Uint64OrNil(codec.Unsigned)
+	if err != nil || isNil {
 		return 0, isNil, err
-	}
-	u, err := r.Uint64(codec.Unsigned)
-	if err != nil {
-		return 0, false, err
 	}
 	if u > math.MaxUint32 {
 		return 0, false, ErrOutOfRange
@@ -75,12 +64,9 @@ func readU32OrNil(r codec.Reader) (v uint32, isNil bool, err error) {
 // the same digest, so a block has one name in both of vLLM's hash modes (a bin
 // shorter than 8 bytes has no such name: ErrBadHash) — and in JSON a decimal or
 // 0x-hex string, for producers whose numbers are float64.
-func readHashOrNil(r codec.Reader) (h uint64, ok bool, err error) {
-	if isNil, err := r.Nil(); isNil || err != nil {
-		return 0, false, err
-	}
-	h, err = r.Uint64(codec.Hash)
-	return h, err == nil, err
+func readHashOrNil(r *codec.EitherReader) (h uint64, ok bool, err error) {
+	h, isNil, err := r.Uint64OrNil(codec.Hash)
+	return h, err == nil && !isNil, err
 }
 
 // readHashes reads an array of hashes into e.Hashes, replacing its contents; with
@@ -88,7 +74,7 @@ func readHashOrNil(r codec.Reader) (h uint64, ok bool, err error) {
 // alias must repeat seq_hashes).
 // A repeat of another length is ErrInconsistent, found before its elements are
 // read where the encoding states the length (msgpack).
-func (d *Decoder) readHashes(r codec.Reader, e *core.Event, compare bool) error {
+func (d *Decoder) readHashes(r *codec.EitherReader, e *core.Event, compare bool) error {
 	n := 0
 	if compare {
 		n = len(e.Hashes)
@@ -130,7 +116,7 @@ func (d *Decoder) sameHashes(want, got []uint64) error {
 // stored as the int32 bit pattern. With bigram set (SGLang) the array may instead
 // hold [a, b] pairs (EAGLE), which are flattened [a0, b0, a1, b1, …] and mark the
 // event Bigram.
-func (d *Decoder) readTokens(r codec.Reader, e *core.Event, bigram bool) error {
+func (d *Decoder) readTokens(r *codec.EitherReader, e *core.Event, bigram bool) error {
 	e.Tokens = e.Tokens[:0]
 	if isNil, err := r.Nil(); isNil || err != nil {
 		e.HasTokens = false
@@ -152,7 +138,7 @@ func (d *Decoder) readTokens(r codec.Reader, e *core.Event, bigram bool) error {
 
 // readBigrams reads the token array at the cursor when its first element is
 // itself an array (an EAGLE pair); pairs=false leaves any other array unread.
-func (d *Decoder) readBigrams(r codec.Reader, e *core.Event) (pairs bool, err error) {
+func (d *Decoder) readBigrams(r *codec.EitherReader, e *core.Event) (pairs bool, err error) {
 	start := r.Mark()
 	if _, err = r.EnterArray(MaxEventTokens); err != nil {
 		return false, err
@@ -183,7 +169,7 @@ func (d *Decoder) readBigrams(r codec.Reader, e *core.Event) (pairs bool, err er
 // readPair appends the two token ids of an [a, b] pair to ts. Any other length
 // is ErrWrongType (a shape error, not a size one), found before the elements
 // are read where the encoding states it (msgpack).
-func readPair(r codec.Reader, ts []int32) ([]int32, error) {
+func readPair(r *codec.EitherReader, ts []int32) ([]int32, error) {
 	start := r.Mark()
 	n, err := r.EnterArray(2)
 	switch {
