@@ -6,14 +6,15 @@
 //
 // Reader is the cursor both formats share: *JSONReader and *MsgpackReader
 // implement it, so a decoder written against it reads JSON and msgpack alike
-// (wire decodes each event dialect once over it, as *EitherReader, the
-// Reader of either format as one concrete type). A Reader steps through one
-// document — EnterMap/NextKey, EnterArray/Next, Str, Int64, Uint64, Float64,
-// Nil, the integer array readers Int32s and Uint64s, Value for anything,
-// Skip — with three-way results: a value, the end of a container (ok=false,
-// nil error), or an error; a type or range error consumes nothing, so a
-// caller can Skip the value and let a syntax error further on win. Mark and
-// Restore revisit a value (lookahead, resynchronising after a bad event).
+// (wire decodes each event dialect, and httpd each request body, once over
+// it, as *EitherReader, the Reader of either format as one concrete type).
+// A Reader steps through one document — EnterMap/NextKey, EnterArray/Next,
+// Str, Int64, Uint64, Float64, Nil, the integer array readers Int32s and
+// Uint64s, Value for anything, Skip — with three-way results: a value, the
+// end of a container (ok=false, nil error), or an error; a type or range
+// error consumes nothing, so a caller can Skip the value and let a syntax
+// error further on win. Mark and Restore revisit a value (lookahead,
+// resynchronising after a bad event).
 //
 // Underneath are value functions: each takes the unread input at a value's
 // first byte and returns the rest after it (JSON* for JSON, Read* and Skip for

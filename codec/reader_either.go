@@ -202,6 +202,15 @@ func (r *EitherReader) Skip() error {
 	return r.mp.Skip()
 }
 
+// PlainStr is JSONReader.PlainStr in JSON mode; in msgpack mode it reads
+// nothing (ok=false).
+func (r *EitherReader) PlainStr() (s []byte, ok bool) {
+	if r.json {
+		return r.js.PlainStr()
+	}
+	return nil, false
+}
+
 // The rest call the format's reader.
 
 func (r *EitherReader) EnterMap() (int, error) {

@@ -80,3 +80,23 @@ func TestEitherOrNil(t *testing.T) {
 		check("msgpack", d, &m)
 	}
 }
+
+// TestEitherPlainStr: in JSON mode PlainStr is JSONReader's (string, ok and
+// cursor); in msgpack mode it reads nothing.
+func TestEitherPlainStr(t *testing.T) {
+	var e EitherReader
+	var j JSONReader
+	for _, d := range []string{`"abc"`, `""`, `"a\"b"`, `"é"`, `"abc`, `7`, ``} {
+		e.ResetJSON([]byte(d), nil)
+		j.Reset([]byte(d), nil)
+		s, ok := e.PlainStr()
+		ws, wok := j.PlainStr()
+		if string(s) != string(ws) || ok != wok || e.Offset() != j.Offset() {
+			t.Errorf("%q: %q %v @%d, want %q %v @%d", d, s, ok, e.Offset(), ws, wok, j.Offset())
+		}
+	}
+	e.ResetMsgpack(enc("abc"))
+	if s, ok := e.PlainStr(); ok || s != nil || e.Offset() != 0 {
+		t.Errorf("msgpack: %q %v @%d", s, ok, e.Offset())
+	}
+}

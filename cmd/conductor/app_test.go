@@ -102,7 +102,7 @@ func httpDo(t *testing.T, method, url, ct string, body []byte) (int, string, []b
 	if ct != "" {
 		req.Header.Set("Content-Type", ct)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := boundedClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +131,10 @@ func getJSON(t *testing.T, url string) map[string]any {
 // bound only decides when a failure is declared: generous, for a loaded
 // machine running the race detector.
 const waitBound = 2 * time.Minute
+
+// boundedClient is the tests' HTTP client: a server that stops answering
+// fails the request after waitBound instead of hanging the package.
+var boundedClient = &http.Client{Timeout: waitBound}
 
 // waitFor polls cond until it holds or waitBound passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -193,7 +197,7 @@ func TestRunLifecycle(t *testing.T) {
 	case <-time.After(waitBound):
 		t.Fatal("run did not return")
 	}
-	if _, err := http.Get("http://" + addr + "/health"); err == nil {
+	if _, err := boundedClient.Get("http://" + addr + "/health"); err == nil {
 		t.Fatal("server still answers after shutdown")
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 )
@@ -46,7 +45,7 @@ func TestReplicaRefusesRegistration(t *testing.T) {
 			`"dp_rank":0,"endpoint":"tcp://127.0.0.1:5557"}`},
 		{"/unregister", `{"instance_id":"e1","tenant_id":"default","dp_rank":0}`},
 	} {
-		resp, err := http.Post(p.url(c.path), "application/json", strings.NewReader(c.body))
+		resp, err := boundedClient.Post(p.url(c.path), "application/json", strings.NewReader(c.body))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -299,7 +299,8 @@ func TestDumpOutlivesWriteTimeout(t *testing.T) {
 		defer cancel()
 		_ = s.Shutdown(ctx)
 	}()
-	resp, err := http.Get("http://" + ln.Addr().String() + "/dump")
+	// Bounded: a dump that stops moving fails here instead of hanging.
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Get("http://" + ln.Addr().String() + "/dump")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,6 +396,7 @@ func TestDynamoDumpAbandoned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_ = conn.SetDeadline(time.Now().Add(2 * time.Minute)) // a stalled server fails the read
 	if _, err := conn.Write([]byte("GET /dump HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}

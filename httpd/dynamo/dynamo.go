@@ -380,7 +380,7 @@ func (d *Server) ok(ctx *fasthttp.RequestCtx, st *server.State, status int) {
 }
 
 // jsonBody checks the Content-Type (JSON or absent) and returns a reader.
-func (d *Server) jsonBody(ctx *fasthttp.RequestCtx, st *server.State) (*server.JSONReader, bool) {
+func (d *Server) jsonBody(ctx *fasthttp.RequestCtx, st *server.State) (*server.Reader, bool) {
 	if json, rerr := server.RequestDialect(ctx, st.Body); rerr != nil || !json {
 		d.reqError(ctx, st, 415, server.NewError(server.ErrUnsupportedContentType, "",
 			"Content-Type must be application/json"))

@@ -46,7 +46,7 @@ func dynamoRollHashes(hs []uint64, seed uint64) {
 
 // parseDynamoQuery reads a /query or /query_by_hash body into st.q (strings
 // are views of the body). It returns the indexer key.
-func (d *Server) parseDynamoQuery(r *server.JSONReader, byHash bool, st *server.State) (dynKey, *server.RequestError) {
+func (d *Server) parseDynamoQuery(r *server.Reader, byHash bool, st *server.State) (dynKey, *server.RequestError) {
 	var k dynKey
 	q := &st.Q
 	*q = core.QueryRequest{ByHash: byHash}

@@ -74,7 +74,7 @@ func instanceField(v *server.Value) (uint64, *server.RequestError) {
 
 // decodeDynamoRegister reads a /register body. Unknown keys are ignored (as
 // serde does by default); the known ones are checked strictly.
-func decodeDynamoRegister(r server.Reader) (Worker, *server.RequestError) {
+func decodeDynamoRegister(r *server.Reader) (Worker, *server.RequestError) {
 	var vals [numDynReg]server.Value
 	var seen [numDynReg]bool
 	var w Worker

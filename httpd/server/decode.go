@@ -59,36 +59,6 @@ type Value struct {
 	Bytes []byte
 }
 
-// Reader walks the top-level map (msgpack) or object (JSON) of a request
-// body, key by key. Readers never allocate on valid input; slices they return
-// alias the body or the request scratch and are valid for the request.
-//
-// A Reader consumes every value it is asked about, even after the caller
-// found a field error, so that a syntax error anywhere in the body wins over
-// a field error (upstream decodes the whole msgpack object before validating
-// fields).
-type Reader interface {
-	// NextKey returns the next key; ok=false at the end of the map or after a
-	// syntax error (then Err is non-nil).
-	NextKey() (key []byte, ok bool)
-	// Value decodes (and consumes) the value after the current key.
-	Value() Value
-	// Skip consumes the value after the current key.
-	Skip()
-	// Int32s consumes a token array (or, in msgpack, a little-endian int32
-	// bin) and returns its elements. They are decoded into *buf (grown as
-	// needed) or, for an aligned bin, viewed in place. More than max
-	// elements, or a bad element, is a field error; the value is still
-	// consumed.
-	Int32s(buf *[]int32, field string, max int) ([]int32, *RequestError)
-	// Uint64s consumes an array of unsigned 64-bit integers into *buf.
-	Uint64s(buf *[]uint64, field string, max int) ([]uint64, *RequestError)
-	// Err is the sticky syntax error (reason invalid_msgpack or invalid_json).
-	Err() *RequestError
-	// Sub returns a reader over a nested map value (Value.Bytes of a KindMap).
-	Sub(raw []byte) Reader
-}
-
 // IsInt reports whether v is an integer of any range.
 func (v *Value) IsInt() bool { return v.Kind == KindInt || v.Kind == KindUint || v.Kind == KindBigInt }
 
@@ -147,7 +117,7 @@ func BlockSizeField(v *Value, field string) (int64, *RequestError) {
 // unknown or repeated key becomes the error ("unknown "/"duplicate " + what +
 // "field K") and every later value is skipped; store receives the others,
 // with seen[id] already set. A syntax error anywhere (r.Err) wins.
-func ScanFields(r Reader, what string, seen []bool, lookup func(key []byte) (id int, skip bool), store func(id int, key []byte)) *RequestError {
+func ScanFields(r *Reader, what string, seen []bool, lookup func(key []byte) (id int, skip bool), store func(id int, key []byte)) *RequestError {
 	var fe *RequestError
 	for {
 		key, ok := r.NextKey()

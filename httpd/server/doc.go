@@ -18,11 +18,11 @@
 // # Requests
 //
 // The Core also holds what the Mooncake API and the RPC share, so that
-// neither surface imports the other: the body readers (JSONReader and a
-// msgpack reader, both on package codec's readers: u64 values are exact,
-// never through float64; JSON strings must be UTF-8; nesting is at most 64
-// levels), the Dialects that select key names (msgpack: the C++
-// conductor's keys; JSON: the seed's, with aliases; RPC: the Python API's),
+// neither surface imports the other: the body reader (Reader, on package
+// codec's reader of either syntax: u64 values are exact, never through
+// float64; JSON strings must be UTF-8; nesting is at most 64 levels), the
+// Dialects that select key names (msgpack: the C++ conductor's keys; JSON:
+// the seed's, with aliases; RPC: the Python API's),
 // the query parser and runner (RunQuery), the registration decoder
 // (DecodeRegistration, which also reads the configuration and state files)
 // and the Gate calls behind /register and /unregister (Register,

@@ -92,7 +92,7 @@ func queryKey(key []byte, d Dialect, byHash bool) (int, string) {
 // then the token (hash) array. On success the request strings are views of the
 // body: st.Q is valid for the request only. In the RPC dialect token_ids may
 // also be a base64 string of little-endian int32s (base64Tokens).
-func (c *Core) parseQuery(r Reader, d Dialect, byHash bool, st *State) *RequestError {
+func (c *Core) parseQuery(r *Reader, d Dialect, byHash bool, st *State) *RequestError {
 	json := d.JSON()
 	q := &st.Q
 	// The JSON dialect reports the seed's per-medium GPU/CPU/DISK.
@@ -123,13 +123,11 @@ func (c *Core) parseQuery(r Reader, d Dialect, byHash bool, st *State) *RequestE
 		}
 		seen |= id
 		if id == qTokens {
-			if jr, ok := r.(*JSONReader); ok && d == DialectRPC && jr.peek() == '"' {
-				v, ok := jr.plainString()
-				if !ok {
-					v = r.Value()
+			if d == DialectRPC {
+				if v, ok := r.StrValue(); ok {
+					q.Tokens, fe = base64Tokens(&v, &st.b64, &st.TokBuf, name, c.opts.MaxQueryTokens)
+					continue
 				}
-				q.Tokens, fe = base64Tokens(&v, &st.b64, &st.TokBuf, name, c.opts.MaxQueryTokens)
-				continue
 			}
 			if byHash {
 				q.Hashes, fe = r.Uint64s(&st.HashBuf, name, c.opts.MaxQueryTokens)

@@ -106,16 +106,8 @@ type regSlot struct {
 // The configuration file and the state file are read with it.
 func DecodeRegistration(body []byte, json bool, opts DecodeOptions) (core.Registration, error) {
 	var scratch []byte
-	var r Reader
-	if json {
-		jr := &JSONReader{}
-		jr.init(body, &scratch, true)
-		r = jr
-	} else {
-		mr := &mpReader{}
-		mr.init(body, true)
-		r = mr
-	}
+	r := &Reader{}
+	r.reset(body, json, &scratch)
 	reg, rerr := decodeRegistration(r, DialectOf(json), opts)
 	if rerr != nil {
 		return core.Registration{}, rerr
@@ -141,7 +133,7 @@ type regFields struct {
 }
 
 // scanRegistration reads every key of a /register body into its slot.
-func scanRegistration(r Reader, d Dialect, opts DecodeOptions) (*regFields, *RequestError) {
+func scanRegistration(r *Reader, d Dialect, opts DecodeOptions) (*regFields, *RequestError) {
 	f := &regFields{json: d.JSON(), rpc: d == DialectRPC}
 	var seen [numRegKeys]bool
 	if fe := ScanFields(r, "", seen[:], func(key []byte) (int, bool) {
@@ -191,7 +183,7 @@ func (f *regFields) optional(id int) (string, *RequestError) {
 // step by step: the identity (steps 1-5), the optional strings and the
 // cache group (steps 6-9), the hash profile (step 10), the publisher type
 // and dp_rank (steps 12-13).
-func decodeRegistration(r Reader, d Dialect, opts DecodeOptions) (core.Registration, *RequestError) {
+func decodeRegistration(r *Reader, d Dialect, opts DecodeOptions) (core.Registration, *RequestError) {
 	var reg core.Registration
 	f, err := scanRegistration(r, d, opts)
 	if err != nil {
@@ -280,7 +272,7 @@ func (f *regFields) options(reg *core.Registration) (err *RequestError) {
 // profile runs step 10: hash_profile, resolved (decodeProfile); absent (or
 // JSON null) is the xxh3 default, except in the RPC dialect, which requires
 // it.
-func (f *regFields) profile(r Reader, reg *core.Registration) *RequestError {
+func (f *regFields) profile(r *Reader, reg *core.Registration) *RequestError {
 	s := &f.slots[rProfile]
 	switch {
 	case s.set && !(f.json && s.v.Kind == KindNil):
@@ -340,7 +332,7 @@ var profileKeys = [...]string{hash.FieldStrategy, hash.FieldAlgorithm, hash.Fiel
 // non-empty strings; for vllm_v1 all four are required (missing), for the other
 // strategies hash.Resolve supplies defaults where it has them. Resolution
 // failures are invalid_value naming the field hash.Resolve reports.
-func decodeProfile(r Reader) (hash.Profile, *RequestError) {
+func decodeProfile(r *Reader) (hash.Profile, *RequestError) {
 	var vals [len(profileKeys)]Value
 	var set [len(profileKeys)]bool
 	if fe := ScanFields(r, "hash_profile ", set[:], func(key []byte) (int, bool) {

@@ -26,8 +26,7 @@ type State struct {
 	// surface's); the preamble empties it.
 	Model []byte
 
-	js      JSONReader
-	mp      mpReader
+	rd      Reader
 	scratch []byte // unescaped JSON strings
 	buf     []byte // the owned buffer a streamed request body is read into
 	b64     []byte // decoded base64 token_ids (the RPC dialect)
@@ -63,8 +62,7 @@ func (c *Core) putState(st *State) {
 	st.Body = nil
 	st.Who = Principal{}
 	st.Q = core.QueryRequest{}
-	st.js = JSONReader{}
-	st.mp = mpReader{}
+	st.rd = Reader{}
 	if cap(st.scratch) > retainBytes {
 		st.scratch = nil
 	}
@@ -86,16 +84,10 @@ func (c *Core) putState(st *State) {
 
 // Reader starts the reader of the dialect's syntax (JSON or msgpack) over
 // st.Body.
-func (st *State) Reader(json bool) Reader {
-	if json {
-		return st.JSON()
-	}
-	st.mp.init(st.Body, true)
-	return &st.mp
+func (st *State) Reader(json bool) *Reader {
+	st.rd.reset(st.Body, json, &st.scratch)
+	return &st.rd
 }
 
 // JSON starts the JSON reader over st.Body.
-func (st *State) JSON() *JSONReader {
-	st.js.init(st.Body, &st.scratch, true)
-	return &st.js
-}
+func (st *State) JSON() *Reader { return st.Reader(true) }

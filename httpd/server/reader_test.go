@@ -8,9 +8,9 @@ import (
 )
 
 // scanOne reads the value of key "v" in {"v": <lit>}.
-func scanOne(t *testing.T, r *JSONReader, scratch *[]byte, lit string) Value {
+func scanOne(t *testing.T, r *Reader, scratch *[]byte, lit string) Value {
 	t.Helper()
-	r.init([]byte(`{"v":`+lit+`}`), scratch, true)
+	r.reset([]byte(`{"v":`+lit+`}`), true, scratch)
 	if _, ok := r.NextKey(); !ok {
 		t.Fatalf("%s: no key: %v", lit, r.Err())
 	}
@@ -22,7 +22,7 @@ func scanOne(t *testing.T, r *JSONReader, scratch *[]byte, lit string) Value {
 }
 
 func TestJSONNumbers(t *testing.T) {
-	var r JSONReader
+	var r Reader
 	var scratch []byte
 	f := func(lit string, want Value, wantErr bool) {
 		t.Helper()
@@ -62,7 +62,7 @@ func TestJSONNumbers(t *testing.T) {
 }
 
 func TestJSONObjectSyntax(t *testing.T) {
-	var r JSONReader
+	var r Reader
 	var scratch []byte
 	for _, c := range []struct {
 		body string
@@ -75,7 +75,7 @@ func TestJSONObjectSyntax(t *testing.T) {
 		{`{"a":[1,]}`, false}, {`{"a":{"b"}}`, false}, {`{a:1}`, false}, {`{"a":1}{}`, false},
 		{`{"a":nul}`, false}, {`{"a":[}`, false},
 	} {
-		r.init([]byte(c.body), &scratch, true)
+		r.reset([]byte(c.body), true, &scratch)
 		for {
 			if _, ok := r.NextKey(); !ok {
 				break
@@ -92,12 +92,12 @@ func TestJSONObjectSyntax(t *testing.T) {
 }
 
 func TestJSONInt32s(t *testing.T) {
-	var r JSONReader
+	var r Reader
 	var scratch []byte
 	buf := make([]int32, 0, 4)
 	f := func(lit string, want []int32, reason string, index int) {
 		t.Helper()
-		r.init([]byte(`{"t":`+lit+`}`), &scratch, true)
+		r.reset([]byte(`{"t":`+lit+`}`), true, &scratch)
 		r.NextKey()
 		got, fe := r.Int32s(&buf, "token_ids", 6)
 		r.NextKey()
@@ -159,7 +159,7 @@ func TestJSONInt32s(t *testing.T) {
 
 // TestJSONUint64sAgreeWithStrconv: every integer literal round-trips exactly.
 func TestJSONUint64s(t *testing.T) {
-	var r JSONReader
+	var r Reader
 	var scratch []byte
 	var buf []uint64
 	lits := []string{"0", "1", "9007199254740993", "9223372036854775807", "9223372036854775808", "18446744073709551614", "18446744073709551615"}
@@ -168,7 +168,7 @@ func TestJSONUint64s(t *testing.T) {
 		body += "," + l
 	}
 	body += "]}"
-	r.init([]byte(body), &scratch, true)
+	r.reset([]byte(body), true, &scratch)
 	r.NextKey()
 	got, fe := r.Uint64s(&buf, "seq_hashes", 100)
 	if fe != nil || r.Err() != nil || len(got) != len(lits) {
@@ -193,12 +193,105 @@ func TestJSONUint64s(t *testing.T) {
 		{`["1"]`, "invalid_type", 0},
 		{`{}`, "invalid_type", -1},
 	} {
-		r.init([]byte(`{"h":`+c.lit+`}`), &scratch, true)
+		r.reset([]byte(`{"h":`+c.lit+`}`), true, &scratch)
 		r.NextKey()
 		_, fe := r.Uint64s(&buf, "seq_hashes", 100)
 		r.NextKey()
 		if r.Err() != nil || fe == nil || ReasonOf(fe) != c.reason || fe.Index != c.index {
 			t.Fatalf("%s: %v %v", c.lit, r.Err(), fe)
+		}
+	}
+}
+
+func TestMPInt32s(t *testing.T) {
+	var r Reader
+	buf := make([]int32, 0, 2)
+	f := func(v any, want []int32, reason string, index int) {
+		t.Helper()
+		r.reset(mp(obj{"t", v}), false, nil)
+		r.NextKey()
+		got, fe := r.Int32s(&buf, "token_ids", 6)
+		r.NextKey()
+		switch {
+		case reason == "syntax":
+			if r.Err() == nil {
+				t.Fatalf("%v: no syntax error", v)
+			}
+			return
+		case r.Err() != nil:
+			t.Fatalf("%v: %v", v, r.Err())
+		case reason != "":
+			if fe == nil || ReasonOf(fe) != reason || fe.Index != index {
+				t.Fatalf("%v: got %v, want %s at %d", v, fe, reason, index)
+			}
+			return
+		case fe != nil:
+			t.Fatalf("%v: %v", v, fe)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("%v: got %v want %v", v, got, want)
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%v: got %v want %v", v, got, want)
+			}
+		}
+	}
+	f([]int32{}, nil, "", 0)
+	f([]int32{1, -1, 300, -300, 70000, -70000}, []int32{1, -1, 300, -300, 70000, -70000}, "", 0)
+	f([]any{int64(math.MinInt32), uint64(math.MaxInt32)}, []int32{math.MinInt32, math.MaxInt32}, "", 0)
+	f(leBin(5, -5, math.MaxInt32), []int32{5, -5, math.MaxInt32}, "", 0)
+	f([]byte{}, nil, "", 0)
+	f([]byte{0xff, 0xff, 0xff, 0xff}, []int32{-1}, "", 0)
+	f(make([]byte, 7), nil, "invalid_value", -1)
+	f(make([]byte, 28), nil, "out_of_range", -1)
+	f(make([]int32, 7), nil, "out_of_range", -1)
+	f([]any{1, int64(math.MaxInt32) + 1}, nil, "out_of_range", 1)
+	f([]any{uint64(math.MaxUint64)}, nil, "out_of_range", 0)
+	f([]any{1, 2, 1.0}, nil, "invalid_type", 2)
+	f([]any{"1"}, nil, "invalid_type", 0)
+	f("x", nil, "invalid_type", -1)
+	f(nil, nil, "invalid_type", -1)
+	f(mpRaw{0x92, 0x01}, nil, "syntax", 0)             // count beyond the bytes
+	f(mpRaw{0x92, 0x01, 0xcd, 0x01}, nil, "syntax", 0) // truncated element
+	f(mpRaw{0xc4, 0x08, 0x01}, nil, "syntax", 0)       // truncated bin
+	f(mpRaw{0x92, 0xa1, 0x78, 0xc1}, nil, "syntax", 0) // bad element after a type error
+}
+
+func TestMPUint64s(t *testing.T) {
+	var r Reader
+	var buf []uint64
+	in := []any{0, 1, int64(math.MaxInt64), uint64(math.MaxUint64), uint64(1 << 63)}
+	r.reset(mp(obj{"h", in}), false, nil)
+	r.NextKey()
+	got, fe := r.Uint64s(&buf, "seq_hashes", 10)
+	if fe != nil || r.Err() != nil || len(got) != 5 || got[3] != math.MaxUint64 || got[4] != 1<<63 || got[2] != math.MaxInt64 {
+		t.Fatalf("%v %v %v", fe, r.Err(), got)
+	}
+}
+
+func TestMPReaderBody(t *testing.T) {
+	var r Reader
+	for _, c := range []struct {
+		body []byte
+		msg  string
+	}{
+		{nil, msgInvalidMsgpack},
+		{mp([]any{}), msgNotAMap},
+		{[]byte{0x81}, msgInvalidMsgpack},
+		{mp(obj{1, 2}), msgKeysNotStrings},
+		{[]byte{0x81, 0xc1}, msgInvalidMsgpack},
+		{append(mp(obj{}), 0), "trailing bytes after the msgpack map"},
+	} {
+		r.reset(c.body, false, nil)
+		for {
+			if _, ok := r.NextKey(); !ok {
+				break
+			}
+			r.Skip()
+		}
+		if r.Err() == nil || r.Err().Msg != c.msg {
+			t.Fatalf("%x: %v, want %q", c.body, r.Err(), c.msg)
 		}
 	}
 }

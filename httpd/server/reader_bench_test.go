@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/tinylib/msgp/msgp"
 	"github.com/valyala/fastjson"
 )
 
@@ -23,14 +24,14 @@ func BenchmarkJSONTokens(b *testing.B) {
 
 func benchJSONTokens(b *testing.B, body []byte, n int) {
 	b.Run("jsonscan", func(b *testing.B) {
-		var r JSONReader
+		var r Reader
 		var scratch []byte
 		buf := make([]int32, 0, n)
 		var toks []int32
 		b.SetBytes(int64(len(body)))
 		b.ReportAllocs()
 		for i := 0; i < b.N; i++ {
-			r.init(body, &scratch, true)
+			r.reset(body, true, &scratch)
 			toks = toks[:0]
 			for {
 				k, ok := r.NextKey()
@@ -91,4 +92,34 @@ func benchJSONTokens(b *testing.B, body []byte, n int) {
 			}
 		}
 	})
+}
+
+// BenchmarkDecodeInt32Array decodes 131072 token ids in the encodings clients
+// use: tinylib/msgp (signed int16/int32 forms) and Python msgpack (unsigned).
+func BenchmarkDecodeInt32Array(b *testing.B) {
+	tokens := seqTokens(131072, 1000)
+	signed := mp(tokens)
+	unsigned := msgp.AppendArrayHeader(nil, uint32(len(tokens)))
+	for _, t := range tokens {
+		unsigned = msgp.AppendUint32(unsigned, uint32(t))
+	}
+	for _, c := range []struct {
+		name string
+		body []byte
+	}{{"msgp_signed", signed}, {"python_unsigned", unsigned}} {
+		b.Run(c.name, func(b *testing.B) {
+			var r Reader
+			buf := make([]int32, 0, len(tokens))
+			body := mp(obj{"t", mpRaw(c.body)})
+			b.SetBytes(int64(len(body)))
+			b.ReportAllocs()
+			for i := 0; i < b.N; i++ {
+				r.reset(body, false, nil)
+				r.NextKey()
+				if _, fe := r.Int32s(&buf, "token_ids", 1<<20); fe != nil || r.Err() != nil {
+					b.Fatal(fe, r.Err())
+				}
+			}
+		})
+	}
 }
