@@ -23,7 +23,7 @@ func BenchmarkJSONTokens(b *testing.B) {
 }
 
 func benchJSONTokens(b *testing.B, body []byte, n int) {
-	b.Run("jsonscan", func(b *testing.B) {
+	b.Run("reader", func(b *testing.B) {
 		var r Reader
 		var scratch []byte
 		buf := make([]int32, 0, n)
