@@ -281,6 +281,85 @@ func AppendMooncakeBatch(dst []byte, tsMillis uint64, dp int, events ...Mooncake
 	return msgp.AppendInt(dst, dp)
 }
 
+// StandardEvent is one RFC #1527 standardized event, as a standard
+// publisher sends it: a map with event_type, keyed blocks (seq_hashes) and,
+// for stored, the tokens they hash (token_ids) and the parent (parent_hash).
+type StandardEvent struct {
+	EventID   uint64
+	Type      string // "stored", "removed" or "cleared"
+	SeqHashes []uint64
+	Parent    uint64
+	HasParent bool
+	Tokens    []int32 // stored only
+	ModelName string  // "" encodes nil (the registration's model applies)
+	BlockSize int     // 0 encodes nil
+	Medium    string  // "" encodes nil
+	DPRank    int     // negative encodes nil
+}
+
+// AppendStandardBatch appends a standard publisher's batch [ts_ms, events,
+// dp_rank] (negative dp: nil). Each event carries event_id, timestamp,
+// event_type, model_name, block_size, medium and dp_rank; stored and removed
+// add seq_hashes; stored adds parent_hash, token_ids and base_block_idx (nil).
+func AppendStandardBatch(dst []byte, tsMillis uint64, dp int, events ...StandardEvent) []byte {
+	dst = msgp.AppendArrayHeader(dst, 3)
+	dst = msgp.AppendUint64(dst, tsMillis)
+	dst = msgp.AppendArrayHeader(dst, uint32(len(events)))
+	optInt := func(dst []byte, v int, nilIf bool) []byte {
+		if nilIf {
+			return msgp.AppendNil(dst)
+		}
+		return msgp.AppendInt(dst, v)
+	}
+	for i := range events {
+		e := &events[i]
+		n := uint32(7)
+		switch e.Type {
+		case "stored":
+			n += 4
+		case "removed":
+			n++
+		}
+		dst = msgp.AppendMapHeader(dst, n)
+		dst = msgp.AppendString(dst, "event_id")
+		dst = msgp.AppendUint64(dst, e.EventID)
+		dst = msgp.AppendString(dst, "timestamp")
+		dst = msgp.AppendUint64(dst, tsMillis)
+		dst = msgp.AppendString(dst, "event_type")
+		dst = msgp.AppendString(dst, e.Type)
+		dst = msgp.AppendString(dst, "model_name")
+		dst = appendOptString(dst, e.ModelName)
+		dst = msgp.AppendString(dst, "block_size")
+		dst = optInt(dst, e.BlockSize, e.BlockSize == 0)
+		dst = msgp.AppendString(dst, "medium")
+		dst = appendOptString(dst, e.Medium)
+		dst = msgp.AppendString(dst, "dp_rank")
+		dst = optInt(dst, e.DPRank, e.DPRank < 0)
+		if e.Type == "cleared" {
+			continue
+		}
+		dst = msgp.AppendString(dst, "seq_hashes")
+		dst = msgp.AppendArrayHeader(dst, uint32(len(e.SeqHashes)))
+		for _, h := range e.SeqHashes {
+			dst = msgp.AppendUint64(dst, h)
+		}
+		if e.Type != "stored" {
+			continue
+		}
+		dst = msgp.AppendString(dst, "parent_hash")
+		if e.HasParent {
+			dst = msgp.AppendUint64(dst, e.Parent)
+		} else {
+			dst = msgp.AppendNil(dst)
+		}
+		dst = msgp.AppendString(dst, "token_ids")
+		dst = appendTokens(dst, e.Tokens)
+		dst = msgp.AppendString(dst, "base_block_idx")
+		dst = msgp.AppendNil(dst)
+	}
+	return optInt(dst, dp, dp < 0)
+}
+
 // StoredTemplate is a vLLM map-era batch holding one BlockStored of a fixed number
 // of root blocks and, optionally, one BlockRemoved of as many blocks (the
 // evictions that keep a full GPU cache at its size). Hashes are encoded

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -78,5 +79,47 @@ func TestReadmePackageTable(t *testing.T) {
 		if _, ok := want[path]; !ok {
 			t.Errorf("README.md lists %s, which is not a package of the module", path)
 		}
+	}
+}
+
+// TestReadmeDocsMap: README.md's documentation table links every page of
+// docs/ exactly once, and every page it links exists, so a new page cannot
+// be left out of the map a newcomer starts from.
+func TestReadmeDocsMap(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "\n## Documentation\n")
+	if !ok {
+		t.Fatal("README.md has no ## Documentation section")
+	}
+	if i := strings.Index(section, "\n## "); i >= 0 {
+		section = section[:i]
+	}
+	linked := map[string]int{}
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| [") {
+			continue
+		}
+		_, rest, _ := strings.Cut(line, "](")
+		target, _, _ := strings.Cut(rest, ")")
+		if strings.HasPrefix(target, "docs/") {
+			linked[target]++
+		}
+	}
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("docs/*.md: %v %v", pages, err)
+	}
+	for _, p := range pages {
+		name := "docs/" + filepath.Base(p)
+		if linked[name] != 1 {
+			t.Errorf("README.md's documentation table links %s %d times, want once", name, linked[name])
+		}
+		delete(linked, name)
+	}
+	for name := range linked {
+		t.Errorf("README.md's documentation table links %s, which does not exist", name)
 	}
 }

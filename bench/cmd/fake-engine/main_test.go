@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -12,6 +13,10 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/wire"
 )
 
 // TestPayloads: one BlockStored event per run of blocks on one medium (the
@@ -21,9 +26,13 @@ func TestPayloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	batches, blocks, err := payloads(o)
-	if err != nil || blocks != 4 || len(batches) != 2 {
-		t.Fatalf("blocks %d batches %d err %v", blocks, len(batches), err)
+	p, err := newPrompt(&o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batches := o.payloads(p, 0)
+	if len(p.keys) != 4 || len(batches) != 2 {
+		t.Fatalf("blocks %d batches %d", len(p.keys), len(batches))
 	}
 	var prevLast any
 	for i, b := range batches {
@@ -47,6 +56,122 @@ func TestPayloads(t *testing.T) {
 			t.Fatalf("event %d parent %v, want %v", i, parent, prevLast)
 		}
 		prevLast = hashes[1]
+	}
+}
+
+// TestDialects: every dialect's batches decode with conductor's own decoder
+// for the publisher type they are registered as, and carry the keys of the
+// dialect's hash profile (the ones a query under that profile computes), the
+// prompt's tokens and parents, rank and LoRA; standard and mooncake
+// publishers number their events consecutively across publications.
+func TestDialects(t *testing.T) {
+	f := func(args []string, wd wire.Dialect, spec hash.Spec, lora, salt string, wantIDs bool) {
+		t.Helper()
+		o, err := parse(append([]string{"-tokens", "72", "-block-size", "16", "-batch", "2", "-dp", "1"}, args...), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prof, err := hash.Resolve(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := hash.AppendChain(nil, &prof, promptTokens(72), 16, []byte(lora), []byte(salt))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = want[:4] // complete blocks only
+		p, err := newPrompt(&o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dec wire.Decoder
+		var b core.Batch
+		var nextID uint64 = 1
+		for pub := range 2 {
+			var keys []uint64
+			for i, payload := range o.payloads(p, pub) {
+				if err := dec.Decode(wd, payload, &b); err != nil || b.Skipped != 0 {
+					t.Fatalf("%v: batch %d: %v (skipped %d: %v)", args, i, err, b.Skipped, b.Errors)
+				}
+				if !b.HasDPRank || b.DPRank != 1 {
+					t.Fatalf("%v: batch rank %v %d", args, b.HasDPRank, b.DPRank)
+				}
+				for _, ev := range b.Events {
+					if ev.Kind != core.EventStored {
+						t.Fatalf("%v: event kind %v", args, ev.Kind)
+					}
+					// The master knows no parents (nil): one event is one object.
+					if wd != wire.DialectMooncake && (ev.HasParent != (len(keys) > 0) || (ev.HasParent && ev.Parent != keys[len(keys)-1])) {
+						t.Fatalf("%v: parent %v %d after %v", args, ev.HasParent, ev.Parent, keys)
+					}
+					if wd != wire.DialectMooncake && (len(ev.Tokens) != 16*len(ev.Hashes) || ev.Tokens[0] != int32(16*len(keys))) {
+						t.Fatalf("%v: tokens %v for %d blocks after %d", args, ev.Tokens, len(ev.Hashes), len(keys))
+					}
+					if string(ev.LoraName) != lora {
+						t.Fatalf("%v: lora_name %q", args, ev.LoraName)
+					}
+					if wantIDs {
+						if !ev.HasEventID || ev.EventID != nextID {
+							t.Fatalf("%v: publication %d event id %d, want %d", args, pub, ev.EventID, nextID)
+						}
+						nextID++
+					}
+					keys = append(keys, ev.Hashes...)
+				}
+			}
+			if !slices.Equal(keys, want) {
+				t.Fatalf("%v: keys %v, want %v", args, keys, want)
+			}
+		}
+	}
+	vllm := hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}
+	sglang := hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", IndexProjection: "first64_be"}
+	xxh3 := hash.Spec{Strategy: "xxh3"}
+	f(nil, wire.DialectVLLM, vllm, "", "", false)
+	f([]string{"-dialect", "vllm-map", "-algorithm", "xxhash", "-seed", "42"}, wire.DialectVLLM,
+		hash.Spec{Strategy: "vllm_v1", Algorithm: "xxhash", PythonHashSeed: "42", IndexProjection: "low64_be"}, "", "", false)
+	f([]string{"-dialect", "vllm-map", "-algorithm", "xxhash_cbor", "-lora", "adapter-A", "-salt", "s"}, wire.DialectVLLM,
+		hash.Spec{Strategy: "vllm_v1", Algorithm: "xxhash_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"}, "adapter-A", "s", false)
+	f([]string{"-dialect", "sglang-array"}, wire.DialectSGLang, sglang, "", "", false)
+	f([]string{"-dialect", "sglang-map"}, wire.DialectSGLang, sglang, "", "", false)
+	f([]string{"-dialect", "standard"}, wire.DialectStandard, xxh3, "", "", true)
+	f([]string{"-dialect", "mooncake"}, wire.DialectMooncake, vllm, "", "", true)
+	f([]string{"-dialect", "mooncake", "-strategy", "sglang"}, wire.DialectMooncake, sglang, "", "", true)
+}
+
+func promptTokens(n int) []int32 {
+	out := make([]int32, n)
+	for i := range out {
+		out[i] = int32(i)
+	}
+	return out
+}
+
+// TestParseDialectDefaults: a mooncake master binds no replay socket unless
+// asked and files blocks as cpu; a dialect takes only its own hash strategy
+// (mooncake also sglang and xxh3); -lora and -salt are vLLM's.
+func TestParseDialectDefaults(t *testing.T) {
+	o, err := parse([]string{"-dialect", "mooncake"}, &bytes.Buffer{})
+	if err != nil || o.replay != "" || !slices.Equal(o.media, []string{"cpu"}) || o.strategy != "vllm_v1" {
+		t.Fatalf("mooncake defaults %+v %v", o, err)
+	}
+	if o, err = parse([]string{"-dialect", "mooncake", "-replay", "tcp://127.0.0.1:*"}, &bytes.Buffer{}); err != nil || o.replay == "" {
+		t.Fatalf("mooncake with -replay %+v %v", o, err)
+	}
+	if o, err = parse(nil, &bytes.Buffer{}); err != nil || o.dialect != vllmArray || o.replay == "" || !slices.Equal(o.media, []string{"GPU"}) {
+		t.Fatalf("defaults %+v %v", o, err)
+	}
+	for _, args := range [][]string{
+		{"-dialect", "trtllm"},
+		{"-dialect", "vllm-map", "-strategy", "sglang"},
+		{"-dialect", "standard", "-strategy", "vllm_v1"},
+		{"-dialect", "mooncake", "-strategy", "sglang_bigram"},
+		{"-dialect", "sglang-map", "-lora", "a"},
+		{"-dialect", "standard", "-salt", "s"},
+	} {
+		if _, err := parse(args, &bytes.Buffer{}); err == nil {
+			t.Errorf("%v accepted", args)
+		}
 	}
 }
 
