@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tinylib/msgp/msgp"
-
 	"github.com/seed-c7a81618/conductor/bench"
 )
 
@@ -103,6 +101,7 @@ type encoder struct {
 	rank      int
 	eventIDs  [numTiers]uint64 // Standard: RFC event ids, one stream per medium
 	any       []any
+	std       []bench.StandardEvent
 }
 
 func (e *encoder) append(dst []byte, evs []event) []byte {
@@ -141,58 +140,19 @@ func (e *encoder) append(dst []byte, evs []event) []byte {
 // salt, LoRA, tenant, backend, medium, rank), so each medium has its own ids.
 func (e *encoder) appendRFC(dst []byte, now time.Time, evs []event) []byte {
 	media := e.d.media()
-	ms := uint64(now.UnixMilli())
-	dst = msgp.AppendArrayHeader(dst, 3)
-	dst = msgp.AppendUint64(dst, ms)
-	dst = msgp.AppendArrayHeader(dst, uint32(len(evs)))
+	e.std = e.std[:0]
 	for i := range evs {
 		ev := &evs[i]
-		n := uint32(7)
-		switch ev.kind {
-		case evStored:
-			n += 4
-		case evRemoved:
-			n++
-		}
-		dst = msgp.AppendMapHeader(dst, n)
 		e.eventIDs[ev.tier]++
-		dst = msgp.AppendString(dst, "event_id")
-		dst = msgp.AppendUint64(dst, e.eventIDs[ev.tier])
-		dst = msgp.AppendString(dst, "timestamp")
-		dst = msgp.AppendUint64(dst, ms)
-		dst = msgp.AppendString(dst, "event_type")
-		dst = msgp.AppendString(dst, [...]string{"", "stored", "removed", "cleared"}[ev.kind])
-		dst = msgp.AppendString(dst, "model_name")
-		dst = msgp.AppendString(dst, e.model)
-		dst = msgp.AppendString(dst, "block_size")
-		dst = msgp.AppendInt(dst, e.blockSize)
-		dst = msgp.AppendString(dst, "medium")
-		dst = msgp.AppendString(dst, media[ev.tier])
-		dst = msgp.AppendString(dst, "dp_rank")
-		dst = msgp.AppendInt(dst, e.rank)
-		if ev.kind == evCleared {
-			continue
-		}
-		dst = msgp.AppendString(dst, "seq_hashes")
-		dst = msgp.AppendArrayHeader(dst, uint32(len(ev.hashes)))
-		for _, h := range ev.hashes {
-			dst = msgp.AppendUint64(dst, h)
+		se := bench.StandardEvent{EventID: e.eventIDs[ev.tier], Type: [...]string{"", "stored", "removed", "cleared"}[ev.kind],
+			ModelName: e.model, BlockSize: e.blockSize, Medium: media[ev.tier], DPRank: e.rank}
+		if ev.kind != evCleared {
+			se.SeqHashes = ev.hashes
 		}
 		if ev.kind == evStored {
-			dst = msgp.AppendString(dst, "parent_hash")
-			if ev.hasPar {
-				dst = msgp.AppendUint64(dst, ev.parent)
-			} else {
-				dst = msgp.AppendNil(dst)
-			}
-			dst = msgp.AppendString(dst, "token_ids")
-			dst = msgp.AppendArrayHeader(dst, uint32(len(ev.tokens)))
-			for _, t := range ev.tokens {
-				dst = msgp.AppendInt32(dst, t)
-			}
-			dst = msgp.AppendString(dst, "base_block_idx")
-			dst = msgp.AppendNil(dst)
+			se.Parent, se.HasParent, se.Tokens = ev.parent, ev.hasPar, ev.tokens
 		}
+		e.std = append(e.std, se)
 	}
-	return msgp.AppendInt(dst, e.rank)
+	return bench.AppendStandardBatch(dst, uint64(now.UnixMilli()), e.rank, e.std...)
 }

@@ -21,6 +21,10 @@ func smokeGroups(t *testing.T) []*Group {
 		}},
 		{Model: "smoke-vllm-pickle", BlockSize: 64, Policy: Random, Profile: hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256", PythonHashSeed: "42", IndexProjection: "low64_be"},
 			Engines: []EngineConfig{{ID: "vllm-c", Dialect: VLLMMap, Device: 60, Host: 60}}},
+		{Model: "smoke-vllm-xxhash", Policy: CacheAware, Profile: hash.Spec{Strategy: "vllm_v1", Algorithm: "xxhash", PythonHashSeed: "0", IndexProjection: "low64_be"},
+			Engines: []EngineConfig{{ID: "vllm-x", Dialect: VLLMArray, Device: 120, Host: 120}}},
+		{Model: "smoke-vllm-xxhash-cbor", BlockSize: 32, Policy: Random, Profile: hash.Spec{Strategy: "vllm_v1", Algorithm: "xxhash_cbor", PythonHashSeed: "7", IndexProjection: "low64_be"},
+			Engines: []EngineConfig{{ID: "vllm-y", Dialect: VLLMMap, Device: 100, Disk: 100}}},
 		{Model: "smoke-sglang", Policy: RoundRobin, Profile: hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"},
 			Engines: []EngineConfig{{ID: "sgl-a", Dialect: SGLangMap, Device: 200, Host: 200}, {ID: "sgl-b", Dialect: SGLangArray, Device: 200, Disk: 100, ClearEvery: 20}}},
 		// Re-hash mode: vLLM engines registered without a hash_profile (xxh3

@@ -99,9 +99,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.dialects, "dialects", "vllm-map,vllm-array", "engine dialects, cycled over the engines: vllm-map, vllm-array, sglang-map, sglang-array, standard")
 	fs.StringVar(&f.model, "model", "bench", "model name of the context")
 	fs.IntVar(&f.blockSize, "block-size", 16, "tokens per block (the trace's 512-token blocks are re-blocked to it)")
-	fs.StringVar(&f.profile, "profile", "sha256_cbor", "hash scheme: sha256_cbor | sha256 (vLLM, seed -python-hash-seed), sglang (sha256_raw), xxh3 (RFC #1527)")
+	fs.StringVar(&f.profile, "profile", "sha256_cbor", "hash scheme: sha256_cbor | sha256 | xxhash | xxhash_cbor (vLLM, seed -python-hash-seed), sglang (sha256_raw), xxh3 (RFC #1527)")
 	fs.StringVar(&f.seedText, "python-hash-seed", "0", "vLLM PYTHONHASHSEED text")
-	fs.StringVar(&f.engineHash, "engine-hash", "", "with -profile xxh3: the hash vLLM/SGLang engines publish (sha256_cbor, sha256, sglang); conductor re-hashes their token_ids, as for engines registered without a hash_profile")
+	fs.StringVar(&f.engineHash, "engine-hash", "", "with -profile xxh3: the hash vLLM/SGLang engines publish (sha256_cbor, sha256, xxhash, xxhash_cbor, sglang); conductor re-hashes their token_ids, as for engines registered without a hash_profile")
 	fs.IntVar(&f.device, "device", 16384, "device blocks per rank")
 	fs.IntVar(&f.host, "host", 0, "host (cpu_local) blocks per rank; 0 = no host tier")
 	fs.IntVar(&f.disk, "disk", 0, "disk blocks per rank; 0 = no disk tier")
@@ -139,14 +139,14 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 
 func profileSpec(name, seed string) (hash.Spec, error) {
 	switch name {
-	case "sha256_cbor", "sha256":
+	case "sha256_cbor", "sha256", "xxhash", "xxhash_cbor":
 		return hash.Spec{Strategy: "vllm_v1", Algorithm: name, PythonHashSeed: seed, IndexProjection: "low64_be"}, nil
 	case "sglang":
 		return hash.Spec{Strategy: "sglang", Algorithm: "sha256_raw", PythonHashSeed: "0", IndexProjection: "first64_be"}, nil
 	case "xxh3":
 		return hash.Spec{Strategy: "xxh3"}, nil
 	}
-	return hash.Spec{}, fmt.Errorf("-profile %q: want sha256_cbor, sha256, sglang or xxh3", name)
+	return hash.Spec{}, fmt.Errorf("-profile %q: want sha256_cbor, sha256, xxhash, xxhash_cbor, sglang or xxh3", name)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
