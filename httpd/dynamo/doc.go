@@ -32,7 +32,10 @@
 // a replica re-creates the same owners), /register_peer, /deregister_peer
 // and /peers (the peer list peer recovery starts from: dump.Recover; peers
 // never sync continuously). Failures answer the error envelope of package
-// server. The registry (registry.go, workers.go) and the peer list
-// (peers.go) live beside the index; Server implements dump.Indexers, so a
-// restored Dynamo-form dump rebuilds its indexers.
+// server; an unknown indexer is 404, while a query whose indexer exists but
+// whose context does not answers the empty scores with the X-Conductor-Miss
+// header (server.MissReason), counted by the Core. The registry
+// (registry.go, workers.go) and the peer list (peers.go) live beside the
+// index; Server implements dump.Indexers, so a restored Dynamo-form dump
+// rebuilds its indexers.
 package dynamo

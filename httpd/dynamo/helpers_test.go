@@ -84,9 +84,12 @@ type response struct {
 	ct     string
 	body   []byte
 	allow  string
+	miss   string // X-Conductor-Miss
 }
 
-func responseOf(r apitest.Response) response { return response{r.Status, r.CT, r.Body, r.Allow} }
+func responseOf(r apitest.Response) response {
+	return response{r.Status, r.CT, r.Body, r.Allow, r.Miss}
+}
 
 // do sends one request; ct "" sends no Content-Type header.
 func (e *testEnv) do(t testing.TB, method, path, ct string, body []byte, hdr ...string) response {

@@ -98,6 +98,7 @@ func (m *dynMetrics) write(ctx *fasthttp.RequestCtx) {
 	ctx.SetContentType("text/plain; version=0.0.4; charset=utf-8")
 	m.set.WritePrometheus(ctx)
 	server.WriteIndexMetrics(ctx, m.d.ix)
+	m.d.c.WriteQueryMissMetrics(ctx)
 	for _, set := range m.d.opts.ExtraMetrics {
 		set.WritePrometheus(ctx)
 	}

@@ -166,6 +166,12 @@ func (d *Server) handleQuery(ctx *fasthttp.RequestCtx, st *server.State, byHash 
 		d.opError(ctx, st, 400, server.ErrInvalidValue, err.Error())
 		return
 	}
+	if !st.Res.ContextFound {
+		// The indexer exists but its context does not (a lora_name no worker
+		// publishes, an indexer known only from a peer's dump): the empty
+		// scores, with the reason in a header and the Core's miss counters.
+		server.SetMissHeader(ctx, d.c.QueryMiss(&st.Q))
+	}
 	e := &st.Enc
 	e.Reset(true)
 	appendDynamoScores(e, &st.Res, int64(bs))

@@ -57,7 +57,8 @@
 // device; G2 host = cpu_local ∪ cpu_share; G3 disk), max over ranks, and
 // DP[rank] = the rank's longest prefix across all media.
 // Rank keys are decimal strings. An unknown context is 200 with no rows and
-// creates no state.
+// creates no state; its answer carries the X-Conductor-Miss header naming
+// the first context field no context matches (server.MissReason).
 //
 // # Metrics
 //

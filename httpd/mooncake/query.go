@@ -8,7 +8,9 @@ import (
 
 // handleQuery serves /query and /query_by_hash. Steady state allocates nothing:
 // the request state is pooled, strings are views of the body, the result and
-// the response are appended into reused buffers.
+// the response are appended into reused buffers. A query whose context does
+// not exist is answered as one without rows, plus the X-Conductor-Miss
+// header naming the reason (server.QueryMiss).
 func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *server.State) {
 	json, rerr, err := s.c.RunQuery(ctx, st, server.DialectJSON, ep == epQueryByHash, ep.String())
 	switch {
@@ -22,5 +24,6 @@ func (s *Server) handleQuery(ctx *fasthttp.RequestCtx, ep endpoint, st *server.S
 	e := &st.Enc
 	e.Reset(json)
 	server.AppendQueryResult(e, st.Q.TenantID, &st.Res)
+	server.SetMissHeader(ctx, st.Miss)
 	server.WriteBody(ctx, 200, json, e.Bytes())
 }

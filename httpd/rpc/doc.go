@@ -20,8 +20,9 @@
 // token_ids is an array or the base64 text (standard alphabet, padded) of
 // little-endian int32s, decoded into pooled scratch. Every answer is JSON
 // and carries the integer "ret" of the Python API: 0 with {"hits": {id: R}}
-// (R as in the Mooncake msgpack dialect), {"context_count", "contexts"}
-// (instances id → [ranks]) or {"count", "services"} (the 11 export keys,
+// (R as in the Mooncake msgpack dialect; plus "miss", the reason token of
+// server.MissReason, when no context serves the query), {"context_count",
+// "contexts"} (instances id → [ranks]) or {"count", "services"} (the 11 export keys,
 // without AdditionalSalt); on failure ret < 0 with the method's empty payload
 // plus "error" and, for validation failures, "reason", "field" and "index"
 // as in the error envelope (package server). Codes: INVALID_PARAMS -600 for

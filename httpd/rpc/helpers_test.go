@@ -116,9 +116,12 @@ type response struct {
 	ct     string
 	body   []byte
 	allow  string
+	miss   string // X-Conductor-Miss
 }
 
-func responseOf(r apitest.Response) response { return response{r.Status, r.CT, r.Body, r.Allow} }
+func responseOf(r apitest.Response) response {
+	return response{r.Status, r.CT, r.Body, r.Allow, r.Miss}
+}
 
 // canon decodes a response into a canonical JSON text (apitest.Canon).
 func canon(t testing.TB, r response) string {

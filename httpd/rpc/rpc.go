@@ -167,7 +167,9 @@ func (f *surface) Done(_ *fasthttp.RequestCtx, _ *server.State, rt server.Route,
 	f.m.observe(rpcMethod(rt.ID), ret, start)
 }
 
-// query serves Query: {"ret": 0, "hits": {id: row}} (server.AppendInstanceRows).
+// query serves Query: {"ret": 0, "hits": {id: row}} (server.AppendInstanceRows),
+// plus "miss" naming the reason (server.MissReason) when no context serves
+// the query (hits then {}; clients that do not know the key ignore it).
 // The request is JSON, or msgpack when its Content-Type says so (the same
 // keys; token_ids then also as a bin of little-endian int32s, viewed in place
 // when aligned: what the Python client sends). Steady state allocates nothing
@@ -182,11 +184,19 @@ func (r *Server) query(ctx *fasthttp.RequestCtx, st *server.State) int {
 	}
 	e := &st.Enc
 	e.Reset(true)
-	e.MapHeader(2)
+	if st.Miss != server.MissNone {
+		e.MapHeader(3)
+	} else {
+		e.MapHeader(2)
+	}
 	e.Str("ret")
 	e.Int(RetOK)
 	e.Str("hits")
 	server.AppendInstanceRows(e, st.Res.Instances)
+	if st.Miss != server.MissNone {
+		e.Str("miss")
+		e.Str(st.Miss.String())
+	}
 	server.WriteBody(ctx, 200, true, e.Bytes())
 	return RetOK
 }

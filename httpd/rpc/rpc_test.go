@@ -142,8 +142,9 @@ func TestRPCQuery(t *testing.T) {
 		{"instance_filter", jsonEnc(obj{"model_name", "m", "block_size", 16, "token_ids", b64, "instance_filter", "engine-b"}),
 			`{"ret":0,"hits":{"engine-b":{"longest_matched":48,"dp":{"0":32},"rank_matches":{"0":{"device":32,"cpu_local":32,"cpu_share":48,"disk":48}},"device":32,"cpu_local":32,"cpu_share":48,"disk":48}}}`},
 		{"unknown instance", jsonEnc(obj{"model_name", "m", "block_size", 16, "token_ids", b64, "instance_filter", "nope"}), `{"ret":0,"hits":{}}`},
-		{"unknown model", jsonEnc(obj{"model_name", "other", "block_size", 16, "token_ids", b64}), `{"ret":0,"hits":{}}`},
-		{"unknown tenant", jsonEnc(obj{"model_name", "m", "block_size", 16, "token_ids", b64, "tenant_id", "t2"}), `{"ret":0,"hits":{}}`},
+		// No context: no rows, and the reason (server.MissReason).
+		{"unknown model", jsonEnc(obj{"model_name", "other", "block_size", 16, "token_ids", b64}), `{"ret":0,"hits":{},"miss":"unknown_model"}`},
+		{"unknown tenant", jsonEnc(obj{"model_name", "m", "block_size", 16, "token_ids", b64, "tenant_id", "t2"}), `{"ret":0,"hits":{},"miss":"unknown_tenant"}`},
 		{"empty base64", jsonEnc(obj{"model_name", "m", "block_size", 16, "token_ids", ""}),
 			`{"ret":0,"hits":{"engine-a":{"longest_matched":0,"dp":{"0":0,"1":0},"rank_matches":{"0":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0},"1":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0}},"device":0,"cpu_local":0,"cpu_share":0,"disk":0},` +
 				`"engine-b":{"longest_matched":0,"dp":{"0":0},"rank_matches":{"0":{"device":0,"cpu_local":0,"cpu_share":0,"disk":0}},"device":0,"cpu_local":0,"cpu_share":0,"disk":0}}}`},

@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/valyala/fasthttp"
 
@@ -225,6 +226,10 @@ type Gate struct {
 	OnChange func(regs []core.Registration) error
 
 	mu sync.Mutex
+	// gen counts the changes made through the Gate (a registration created
+	// or removed), so the Core's miss reasons reread the contexts after
+	// each (missKeys).
+	gen atomic.Uint64
 }
 
 // NewGate returns a Gate over reg and ix; endpoints nil allows every endpoint
@@ -259,6 +264,9 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 		}
 	}
 	created, err := g.reg.Register(r)
+	if created {
+		defer g.gen.Add(1) // on return, after any undo below
+	}
 	if err != nil || !created || g.OnChange == nil {
 		return created, err
 	}
@@ -281,6 +289,9 @@ func (g *Gate) Unregister(p Principal, k core.ServiceKey) (core.Registration, er
 		}
 	}
 	old, err := g.reg.Unregister(k)
+	if err == nil {
+		defer g.gen.Add(1) // on return, after any undo below
+	}
 	if err != nil || g.OnChange == nil {
 		return old, err
 	}

@@ -37,6 +37,8 @@ type Core struct {
 	lim  *Limiter
 	gate *Gate
 	m    *queryMetrics
+	// missKeys are the context keys behind QueryMiss's reasons.
+	missKeys missKeys
 
 	// pool holds *State: per-request scratch (readers, token buffers, the
 	// query result, the response encoder), so a query allocates nothing.

@@ -66,9 +66,11 @@
 // # Metrics
 //
 // The Core's metric set (Metrics), written on the main port's /metrics,
-// holds conductor_query_tokens_total, conductor_query_context_misses_total,
-// conductor_query_rows_total and conductor_query_hit_rows_total (counted by
-// RunQuery) and, read from the index at scrape time (WriteIndexMetrics),
+// holds conductor_query_tokens_total, conductor_query_rows_total and
+// conductor_query_hit_rows_total (counted by RunQuery),
+// conductor_query_context_misses_total{reason} (QueryMiss, on every surface;
+// the Dynamo listener writes it too: WriteQueryMissMetrics) and, read from
+// the index at scrape time (WriteIndexMetrics),
 // conductor_contexts, conductor_prefixes, conductor_blocks{tier} ((block,
 // owner) holdings; O(1) per scrape: core keeps the counts as blocks change,
 // core.Index.TierBlocks), conductor_registrations{type} and the

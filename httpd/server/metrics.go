@@ -16,28 +16,33 @@ func LatencyBuckets() []float64 {
 }
 
 // queryMetrics are the Core's own series in its set: what RunQuery counts
-// (for the Mooncake API and the RPC alike), and the index read at scrape
-// time.
+// (for the Mooncake API and the RPC alike), the context misses of every
+// surface, and the index read at scrape time.
 type queryMetrics struct {
 	set *metrics.Set
 
 	queryTokens   *metrics.Counter // tokens (or hashes) submitted to /query*
-	queryMisses   *metrics.Counter // queries whose context does not exist
 	queryHitRows  *metrics.Counter // instance rows with longest_matched > 0
 	queryRowsSeen *metrics.Counter // instance rows returned
+	// queryMisses are the queries whose context does not exist, by reason
+	// (Core.QueryMiss, on every surface); [MissNone] is unused.
+	queryMisses [NumMissReasons]*metrics.Counter
 }
 
 func newQueryMetrics(ix *core.Index) *queryMetrics {
 	m := &queryMetrics{set: metrics.NewSet()}
 	m.queryTokens = m.set.NewCounter("conductor_query_tokens_total")
-	m.queryMisses = m.set.NewCounter("conductor_query_context_misses_total")
+	for r := MissNone + 1; r < NumMissReasons; r++ {
+		m.queryMisses[r] = m.set.NewCounter(missMetricName(r))
+	}
 	m.queryRowsSeen = m.set.NewCounter("conductor_query_rows_total")
 	m.queryHitRows = m.set.NewCounter("conductor_query_hit_rows_total")
 	m.set.RegisterMetricsWriter(func(w io.Writer) { WriteIndexMetrics(w, ix) })
 	return m
 }
 
-// queryRows counts a served query.
+// queryRows counts a served query's tokens and rows; a miss is counted by
+// Core.QueryMiss.
 func (m *queryMetrics) queryRows(q *core.QueryRequest, res *core.QueryResult) {
 	if q.ByHash {
 		m.queryTokens.Add(len(q.Hashes))
@@ -45,7 +50,6 @@ func (m *queryMetrics) queryRows(q *core.QueryRequest, res *core.QueryResult) {
 		m.queryTokens.Add(len(q.Tokens))
 	}
 	if !res.ContextFound {
-		m.queryMisses.Inc()
 		return
 	}
 	m.queryRowsSeen.Add(len(res.Instances))

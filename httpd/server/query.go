@@ -223,10 +223,13 @@ func (c *Core) parseQuery(r *Reader, d Dialect, byHash bool, st *State) *Request
 // parsing st.Body into st.Q in dialect d's keys (DialectJSON stands for the
 // Mooncake API's two dialects, chosen by the syntax), resolving the context
 // and running core.Index.Query into st.Res, then the query counters. A
-// failure the request caused is rerr (answered 4xx or INVALID_PARAMS); any
-// other is err, logged here with path (answered 500 or INTERNAL_ERROR). On
-// success the request strings in st.Q are views of the body: valid for the
-// request only. Steady state allocates nothing.
+// query whose context does not exist succeeds with no rows and st.Miss
+// naming why (QueryMiss); otherwise st.Miss is MissNone. A failure the
+// request caused is rerr (answered 4xx or INVALID_PARAMS); any other is
+// err, logged here with path (answered 500 or INTERNAL_ERROR). On success
+// the request strings in st.Q are views of the body: valid for the request
+// only. Steady state allocates nothing (a miss does: QueryMiss walks the
+// contexts).
 //
 // The Mooncake dialects and the RPC's take different keys: msgpack exactly
 // the C++ conductor's; JSON adds the seed's aliases (model_name, modelname)
@@ -234,6 +237,7 @@ func (c *Core) parseQuery(r *Reader, d Dialect, byHash bool, st *State) *Request
 // instance_filter) and nothing else, and token_ids also as the base64 text
 // of little-endian int32s.
 func (c *Core) RunQuery(ctx *fasthttp.RequestCtx, st *State, d Dialect, byHash bool, path string) (json bool, rerr *RequestError, err error) {
+	st.Miss = MissNone
 	if json, rerr = RequestDialect(ctx, st.Body); rerr != nil {
 		return json, rerr, nil
 	}
@@ -251,6 +255,9 @@ func (c *Core) RunQuery(ctx *fasthttp.RequestCtx, st *State, d Dialect, byHash b
 		return json, nil, err
 	}
 	c.m.queryRows(&st.Q, &st.Res)
+	if !st.Res.ContextFound {
+		st.Miss = c.QueryMiss(&st.Q)
+	}
 	return json, nil, nil
 }
 

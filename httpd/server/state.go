@@ -18,6 +18,9 @@ type State struct {
 	// parser).
 	Q   core.QueryRequest
 	Res core.QueryResult
+	// Miss is why the query of RunQuery found no context; MissNone when it
+	// did (or did not run).
+	Miss MissReason
 	// TokBuf and HashBuf are scratch for token ids and hashes decoded from
 	// the body; pass their addresses to Reader.Int32s and Reader.Uint64s.
 	TokBuf  []int32
@@ -62,6 +65,7 @@ func (c *Core) putState(st *State) {
 	st.Body = nil
 	st.Who = Principal{}
 	st.Q = core.QueryRequest{}
+	st.Miss = MissNone
 	st.rd = Reader{}
 	if cap(st.scratch) > retainBytes {
 		st.scratch = nil

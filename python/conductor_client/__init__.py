@@ -7,11 +7,12 @@ Mooncake ``ConductorClient`` API, so a router switches by changing its import::
     from conductor_client import ConductorClient, OK
 
 The package is standard library only. ``AsyncConductorClient`` offers the same
-methods as coroutines.
+methods as coroutines. When register() does not return OK, the client's
+``last_error`` (a ``Refusal``) says why.
 """
 
 from ._async import AsyncConductorClient
-from ._client import ConductorClient
+from ._client import ConductorClient, Refusal
 from ._codes import (
     CONDUCTOR_UNAVAILABLE,
     HEALTH_NOT_INITIALIZED,
@@ -28,6 +29,7 @@ from ._codes import (
 __all__ = [
     "AsyncConductorClient",
     "ConductorClient",
+    "Refusal",
     "OK",
     "INTERNAL_ERROR",
     "INVALID_PARAMS",

@@ -3,9 +3,9 @@
 import asyncio
 import functools
 from concurrent.futures import Executor
-from typing import Any, Callable, Dict, Iterable, Optional, TypeVar
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, TypeVar
 
-from ._client import ConductorClient
+from ._client import ConductorClient, Refusal
 
 T = TypeVar("T")
 
@@ -17,12 +17,21 @@ class AsyncConductorClient:
     default one, or the executor given), so the event loop never blocks on
     the network and many calls can be in flight at once, each on its own
     pooled keep-alive connection. register() raises ValueError like
-    ConductorClient.register(). Use ``async with`` to close on exit.
+    ConductorClient.register(), and sets last_error and logs refusals as it
+    does. Use ``async with`` to close on exit.
     """
 
     def __init__(self, executor: Optional[Executor] = None) -> None:
         self._client = ConductorClient()
         self._executor = executor
+        self._last_error: Optional[Refusal] = None
+
+    @property
+    def last_error(self) -> Optional[Refusal]:
+        """Why the latest register() of this client to finish did not return
+        OK (a Refusal, as ConductorClient.last_error); None after one that
+        returned OK or raised ValueError, and before any."""
+        return self._last_error
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -66,7 +75,18 @@ class AsyncConductorClient:
         )
 
     async def register(self, config: Dict[str, Any]) -> int:
-        return await self._run(self._client.register, config)
+        try:
+            ret, self._last_error = await self._run(self._register, config)
+        except ValueError:
+            self._last_error = None
+            raise
+        return ret
+
+    def _register(self, config: Dict[str, Any]) -> Tuple[int, Optional[Refusal]]:
+        # last_error is per thread: read it on the executor thread that ran
+        # the call.
+        ret = self._client.register(config)
+        return ret, self._client.last_error
 
     async def unregister(self, instance_id: str, tenant_id: str = "default", dp_rank: int = 0) -> int:
         return await self._run(self._client.unregister, instance_id, tenant_id, dp_rank)

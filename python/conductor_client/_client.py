@@ -20,7 +20,7 @@ import socket
 import struct
 import sys
 import threading
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Tuple
 
 from ._codes import (
     CONDUCTOR_UNAVAILABLE,
@@ -270,6 +270,46 @@ class _Transport:
             c.close()
 
 
+class Refusal(NamedTuple):
+    """Why a register() call did not return OK (ConductorClient.last_error).
+
+    ``ret`` is the code register() returned. When conductor answered, the rest
+    is its error envelope: ``reason`` a stable token (``invalid_value``,
+    ``invalid_registration``, ``limit_exceeded``, ``forbidden``, ... as in
+    conductor's docs/http-api.md), ``field`` the config key it refused (None
+    when the refusal names none, as for a conflict with another
+    registration), ``message`` the cause in words. When it did not
+    (not connected, transport failure, timeout), ``reason`` is "" and
+    ``message`` says what failed.
+    """
+
+    ret: int
+    reason: str
+    field: Optional[str]
+    message: str
+
+
+# What a failure without an answer from conductor means, by code.
+_LOCAL_FAILURES = {
+    CONDUCTOR_UNAVAILABLE: "not connected: call setup() first",
+    RPC_FAIL: "no valid answer from the RPC port (transport failure)",
+    RPC_TIMEOUT: "conductor did not answer within request_timeout_ms",
+}
+
+
+def _refusal(ret: int, doc: Optional[Dict[str, Any]]) -> Refusal:
+    """The Refusal of a failed call: ret, and the server's envelope in doc."""
+    if doc is None:
+        return Refusal(ret, "", None, _LOCAL_FAILURES.get(ret, "failed"))
+    reason, field, message = doc.get("reason"), doc.get("field"), doc.get("error")
+    return Refusal(
+        ret,
+        reason if isinstance(reason, str) else "",
+        field if isinstance(field, str) and field else None,
+        message if isinstance(message, str) else "",
+    )
+
+
 def _timeout_s(ms: Any) -> Optional[float]:
     if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not ms > 0:
         return None
@@ -284,12 +324,25 @@ class ConductorClient:
     Methods return the API's integer codes (or dicts carrying "ret"); transport
     failures are RPC_FAIL, timeouts RPC_TIMEOUT, and calls before setup() or
     after close() CONDUCTOR_UNAVAILABLE. Only register() raises, with
-    ValueError, for a malformed configuration.
+    ValueError, for a malformed configuration. When register() does not
+    return OK, last_error says why, and a registration conductor refuses is
+    logged once at WARNING (logger "conductor_client") with its reason.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._transport: Optional[_Transport] = None
+        self._tls = threading.local()
+
+    @property
+    def last_error(self) -> Optional[Refusal]:
+        """Why the calling thread's latest register() did not return OK: a
+        Refusal (ret, reason, field, message), the server's reason when
+        conductor refused the registration. None after a register() that
+        returned OK, after one that raised ValueError (the exception says
+        why), and before any. Per thread, as calls from many threads may
+        overlap."""
+        return getattr(self._tls, "last_error", None)
 
     # -- lifecycle ---------------------------------------------------------
 
@@ -417,11 +470,29 @@ class ConductorClient:
         non-string keys, wrong types, overflowing integers, bool for an integer
         field, an unknown publisher_type, or a malformed hash_profile. Values
         the server refuses return INVALID_PARAMS.
+
+        When the result is not OK, last_error holds a Refusal saying why
+        (None after OK). A refusal from conductor (INVALID_PARAMS for a bad
+        value or a conflict with another registration, RPC_FAIL for a missing
+        right) is also logged once at WARNING, naming the instance, the
+        reason token, the field and the server's message.
         """
+        self._tls.last_error = None
         check_register_config(config)
         if self._transport is None:
-            return CONDUCTOR_UNAVAILABLE
-        ret, _ = self._call("Register", json.dumps(config, separators=(",", ":")).encode())
+            ret, doc = CONDUCTOR_UNAVAILABLE, None
+        else:
+            ret, doc = self._call("Register", json.dumps(config, separators=(",", ":")).encode())
+        if ret == OK:
+            return ret
+        err = _refusal(ret, doc)
+        self._tls.last_error = err
+        if doc is not None:
+            _log.warning(
+                "conductor refused register of instance_id %r: reason %s%s: %s (ret %d)",
+                config.get("instance_id"), err.reason or "unknown",
+                ", field " + err.field if err.field else "", err.message, ret,
+            )
         return ret
 
     def unregister(self, instance_id: str, tenant_id: str = "default", dp_rank: int = 0) -> int:

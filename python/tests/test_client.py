@@ -8,6 +8,7 @@ import asyncio
 import base64
 import contextlib
 import io
+import logging
 import socket
 import struct
 import sys
@@ -31,6 +32,7 @@ from conductor_client import (
     SERVICE_NOT_FOUND,
     AsyncConductorClient,
     ConductorClient,
+    Refusal,
 )
 from conductor_client._client import _mp_value, encode_query, encode_tokens, parse_addr, token_bytes
 
@@ -288,6 +290,7 @@ class LifecycleTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 10)
         self.assertEqual(c.list_services()["ret"], RPC_TIMEOUT)
         self.assertEqual(c.register(reg()), RPC_TIMEOUT)
+        self.assertEqual(c.last_error, Refusal(RPC_TIMEOUT, "", None, "conductor did not answer within request_timeout_ms"))
         self.assertEqual(c.health_check(), HEALTH_UNREACHABLE)
 
     def test_transport_failures(self) -> None:
@@ -298,6 +301,8 @@ class LifecycleTest(unittest.TestCase):
                 self.assertEqual(c.setup("127.0.0.1:%d" % srv.port), OK)
                 self.assertEqual(c.query("m", block_size=16, token_ids=[1]), {"ret": RPC_FAIL, "hits": {}}, mode)
                 self.assertEqual(c.unregister("x"), RPC_FAIL, mode)
+                self.assertEqual(c.register(reg()), RPC_FAIL, mode)
+                self.assertEqual(c.last_error, Refusal(RPC_FAIL, "", None, "no valid answer from the RPC port (transport failure)"), mode)
                 self.assertEqual(c.get_global_view()["ret"], RPC_FAIL, mode)
                 self.assertEqual(c.health_check(), HEALTH_UNREACHABLE, mode)
             finally:
@@ -316,6 +321,26 @@ class LifecycleTest(unittest.TestCase):
             c.close()
         finally:
             own.close()
+
+
+@contextlib.contextmanager
+def _captured(name: str) -> Any:
+    """The records logger name emits (at any level) inside the block."""
+    records: List[logging.LogRecord] = []
+
+    class _H(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    lg, h = logging.getLogger(name), _H(logging.DEBUG)
+    old = lg.level
+    lg.addHandler(h)
+    lg.setLevel(logging.DEBUG)
+    try:
+        yield records
+    finally:
+        lg.removeHandler(h)
+        lg.setLevel(old)
 
 
 class RegisterTest(unittest.TestCase):
@@ -386,8 +411,67 @@ class RegisterTest(unittest.TestCase):
             reg(hash_profile={"strategy": "sglang", "algorithm": "sha256_raw", "index_projection": "low64_be"}),
         ]
         for cfg in cases:
-            self.assertEqual(self.c.register(cfg), INVALID_PARAMS, cfg)
+            with self.assertLogs("conductor_client", logging.WARNING):
+                self.assertEqual(self.c.register(cfg), INVALID_PARAMS, cfg)
         self.assertEqual(self.c.list_services()["count"], 0)
+
+    def test_refusal_reason(self) -> None:
+        """A refused registration returns the seed's code; last_error and one
+        WARNING record carry conductor's reason, field and message."""
+        self.assertIsNone(self.c.last_error)
+        # A value the server refuses: the hash profile's algorithm.
+        with self.assertLogs("conductor_client", logging.WARNING) as logs:
+            rc = self.c.register(reg(instance_id="r0", endpoint="tcp://127.0.0.1:9", model_name="refusals",
+                                     hash_profile=dict(CBOR, algorithm="md5")))
+        self.assertEqual(rc, INVALID_PARAMS)
+        err = self.c.last_error
+        assert err is not None
+        self.assertIsInstance(err, Refusal)
+        self.assertEqual((err.ret, err.reason, err.field), (INVALID_PARAMS, "invalid_value", "algorithm"))
+        self.assertIn('hash_profile.algorithm="md5"', err.message)
+        self.assertEqual([r.levelno for r in logs.records], [logging.WARNING])
+        self.assertEqual(
+            logs.records[0].getMessage(),
+            "conductor refused register of instance_id 'r0': reason invalid_value, field algorithm: "
+            + err.message + " (ret -600)")
+
+        # Success clears it, and logs nothing at WARNING.
+        with _captured("conductor_client") as records:
+            self.assertEqual(self.c.register(reg(instance_id="r0", endpoint="tcp://127.0.0.1:9", model_name="refusals")), OK)
+        self.addCleanup(self.c.unregister, "r0")
+        self.assertIsNone(self.c.last_error)
+        self.assertEqual([r for r in records if r.levelno >= logging.WARNING], [])
+
+        # A conflict with another registration: its endpoint. No field.
+        with self.assertLogs("conductor_client", logging.WARNING) as logs:
+            rc = self.c.register(reg(instance_id="r1", endpoint="tcp://127.0.0.1:9", model_name="refusals"))
+        self.assertEqual(rc, INVALID_PARAMS)
+        err = self.c.last_error
+        assert err is not None
+        self.assertEqual((err.ret, err.reason, err.field), (INVALID_PARAMS, "invalid_registration", None))
+        self.assertIn("endpoint tcp://127.0.0.1:9 is used by r0|default|0", err.message)
+        self.assertEqual(len(logs.records), 1)
+        self.assertIn("'r1': reason invalid_registration: register r1|default|0: endpoint", logs.records[0].getMessage())
+
+        # Per thread: another thread's latest register() is its own.
+        seen: List[Any] = []
+        t = threading.Thread(target=lambda: seen.append(self.c.last_error))
+        t.start()
+        t.join(10)
+        self.assertEqual(seen, [None])
+        self.assertEqual(self.c.last_error, err)
+
+        # A ValueError leaves None (the exception says why).
+        with self.assertRaises(ValueError):
+            self.c.register(reg(block_size=True))
+        self.assertIsNone(self.c.last_error)
+
+        # A failure of the client itself: no reason from conductor, no WARNING.
+        c2 = ConductorClient()
+        with _captured("conductor_client") as records:
+            self.assertEqual(c2.register(reg()), CONDUCTOR_UNAVAILABLE)
+        self.assertEqual(c2.last_error, Refusal(CONDUCTOR_UNAVAILABLE, "", None, "not connected: call setup() first"))
+        self.assertEqual([r for r in records if r.levelno >= logging.WARNING], [])
 
     def test_register_views_unregister(self) -> None:
         self.assertEqual(self.c.register(reg(instance_id="a", endpoint="tcp://127.0.0.1:2", replay_endpoint="tcp://127.0.0.1:3",
@@ -398,8 +482,9 @@ class RegisterTest(unittest.TestCase):
                                              block_size=2, hash_profile={"strategy": "sglang", "algorithm": "sha256_raw",
                                                                          "index_projection": "first64_be"})), OK)
         # a different recipe for the same context is refused
-        self.assertEqual(self.c.register(reg(instance_id="b", endpoint="tcp://127.0.0.1:6", model_name="rv", lora_name="l",
-                                             hash_profile=dict(CBOR, python_hash_seed="1"))), INVALID_PARAMS)
+        with self.assertLogs("conductor_client", logging.WARNING):
+            self.assertEqual(self.c.register(reg(instance_id="b", endpoint="tcp://127.0.0.1:6", model_name="rv", lora_name="l",
+                                                 hash_profile=dict(CBOR, python_hash_seed="1"))), INVALID_PARAMS)
         svcs = self.c.list_services()
         self.assertEqual(svcs["ret"], OK)
         self.assertEqual(svcs["count"], 3)
@@ -606,7 +691,15 @@ class PublisherHitTest(unittest.TestCase):
                     self.assertEqual(r, {"ret": OK, "hits": self.WANT})
                 with self.assertRaises(ValueError):
                     await ac.register(reg(publisher_type="vllm"))
+                self.assertIsNone(ac.last_error)
+                with self.assertLogs("conductor_client", logging.WARNING):
+                    self.assertEqual(await ac.register(reg(instance_id="async-0", endpoint="tcp://127.0.0.1:8", model_name="am",
+                                                           block_size=0)), INVALID_PARAMS)
+                err = ac.last_error
+                assert err is not None
+                self.assertEqual((err.ret, err.reason, err.field), (INVALID_PARAMS, "out_of_range", "block_size"))
                 self.assertEqual(await ac.register(reg(instance_id="async-0", endpoint="tcp://127.0.0.1:8", model_name="am")), OK)
+                self.assertIsNone(ac.last_error)
                 svcs = await ac.list_services()
                 self.assertIn("async-0", {s["InstanceID"] for s in svcs["services"]})
                 view = await ac.get_global_view()

@@ -47,12 +47,14 @@ func Serve(t testing.TB, s Servable) (addr string, client *fasthttp.HostClient) 
 	return addr, client
 }
 
-// Response is one answer: its status, Content-Type, body and Allow header.
+// Response is one answer: its status, Content-Type, body, and Allow and
+// X-Conductor-Miss headers.
 type Response struct {
 	Status int
 	CT     string
 	Body   []byte
 	Allow  string
+	Miss   string // the X-Conductor-Miss header
 }
 
 // Do sends one request through client to addr; ct "" sends no Content-Type
@@ -80,7 +82,8 @@ func Do(t testing.TB, client *fasthttp.HostClient, addr, method, path, ct string
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	return Response{Status: resp.StatusCode(), CT: string(resp.Header.ContentType()),
-		Body: append([]byte(nil), resp.Body()...), Allow: string(resp.Header.Peek("Allow"))}
+		Body: append([]byte(nil), resp.Body()...), Allow: string(resp.Header.Peek("Allow")),
+		Miss: string(resp.Header.Peek("X-Conductor-Miss"))}
 }
 
 // DoAuth sends a JSON request (body "" sends none) with an optional bearer
