@@ -254,6 +254,7 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 			s.drop(st, DropBlockSize, "event_block_size", ev.BlockSize, "block_size", sc.ctx.key.BlockSize)
 			return
 		}
+		s.sampleHashes(sc, ev)
 		keys, ok := s.storeKeys(sc, ev, s.regSalt)
 		if !ok {
 			if ev.HasParent && ev.HasTokens {
@@ -309,6 +310,7 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt []byte) ([]uint64, 
 		}
 		ns := saltNamespace(prof, saltBytes(salt, ev.CacheSalt))
 		s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], prof.XXH3Seed, parent, ev.HasParent, ev.Tokens[:len(hashes)*bs], bs)
+		s.hashesKeyed()
 		s.mapEngineHashes(sc, hashes, s.seqScratch, ns)
 		return s.nsKeys(ns, s.seqScratch), true
 	}

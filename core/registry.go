@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/seed-c7a81618/conductor/hash"
 )
@@ -381,6 +382,11 @@ type Subscription struct {
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)
 	// run bounds the applier's uninterrupted runs (applyrun.go).
 	run applyRun
+	// hc is the hash-profile self-check's state (single writer); check is
+	// its result, replaced whole on change and read by any goroutine
+	// (hashcheck.go).
+	hc    hashChecker
+	check atomic.Pointer[HashCheck]
 }
 
 // Key returns the subscription's service key.

@@ -492,6 +492,7 @@ func (s *Subscription) rfcStoreKeys(sc *subCtx, ev *Event, ns namespace, st *App
 		return nil, false
 	}
 	s.seqScratch = hash.AppendXXH3Chain(s.seqScratch[:0], prof.XXH3Seed, parent, ev.HasParent, ev.Tokens[:n*bs], bs)
+	s.hashesKeyed()
 	std := s.seqScratch
 	if len(hashes) == 0 || slices.Equal(std, hashes) {
 		return s.nsKeys(ns, std), true

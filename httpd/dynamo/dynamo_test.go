@@ -302,11 +302,11 @@ func TestDynamoWorkers(t *testing.T) {
 
 	seedRow := `{"instance_id":1,"source":"zmq","status":"active","model_name":"llama-3-8b","routing_group":"default","block_size":16,
 	  "endpoints":{"0":"tcp://127.0.0.1:5557","1":"tcp://127.0.0.1:5558"},
-	  "listeners":{"0":{"endpoint":"tcp://127.0.0.1:5557","status":"active"},"1":{"endpoint":"tcp://127.0.0.1:5558","status":"active"}}}`
+	  "listeners":{"0":{"endpoint":"tcp://127.0.0.1:5557","status":"active","hash_check":{"state":"unverified","samples":0,"detail":"","found":null}},"1":{"endpoint":"tcp://127.0.0.1:5558","status":"active","hash_check":{"state":"unverified","samples":0,"detail":"","found":null}}}}`
 	row2 := `{"instance_id":2,"source":"zmq","status":"failed","model_name":"llama-3-8b","routing_group":"customer-a","block_size":16,
-	  "endpoints":{"0":"tcp://127.0.0.1:5559"},"listeners":{"0":{"endpoint":"tcp://127.0.0.1:5559","status":"failed","last_error":"recv: connection refused"}}}`
+	  "endpoints":{"0":"tcp://127.0.0.1:5559"},"listeners":{"0":{"endpoint":"tcp://127.0.0.1:5559","status":"failed","last_error":"recv: connection refused","hash_check":{"state":"unverified","samples":0,"detail":"","found":null}}}}`
 	row3 := `{"instance_id":3,"source":"zmq","status":"paused","model_name":"mistral","routing_group":"default","block_size":32,
-	  "endpoints":{"0":"tcp://127.0.0.1:5561"},"listeners":{"0":{"endpoint":"tcp://127.0.0.1:5561","status":"paused"}}}`
+	  "endpoints":{"0":"tcp://127.0.0.1:5561"},"listeners":{"0":{"endpoint":"tcp://127.0.0.1:5561","status":"paused","hash_check":{"state":"unverified","samples":0,"detail":"","found":null}}}}`
 	wantResp(t, e.do(t, "GET", "/workers", ""), 200, "["+seedRow+","+row2+","+row3+"]")
 	wantResp(t, e.do(t, "GET", "/workers?model_name=llama-3-8b", ""), 200, "["+seedRow+","+row2+"]")
 	wantResp(t, e.do(t, "GET", "/workers?model_name=llama-3-8b&routing_group=customer-a", ""), 200, "["+row2+"]")

@@ -294,6 +294,11 @@ func (d *Server) listenerStates() map[core.ServiceKey]ListenerInfo {
 	return out
 }
 
+// workerKey is the service key of a worker's rank.
+func workerKey(id uint64, group string, rank uint32) core.ServiceKey {
+	return core.ServiceKey{InstanceID: strconv.FormatUint(id, 10), TenantID: group, DPRank: int32(rank)}
+}
+
 func (d *Server) handleWorkers(ctx *fasthttp.RequestCtx, st *server.State) {
 	args := ctx.QueryArgs()
 	model, group := args.Peek("model_name"), args.Peek("routing_group")
@@ -332,7 +337,7 @@ func (d *Server) handleWorkers(ctx *fasthttp.RequestCtx, st *server.State) {
 		agg := ""
 		infos := make([]ListenerInfo, len(ranks))
 		for i, r := range ranks {
-			li, ok := states[core.ServiceKey{InstanceID: strconv.FormatUint(rw.id, 10), TenantID: rw.w.key.group, DPRank: int32(r)}]
+			li, ok := states[workerKey(rw.id, rw.w.key.group, r)]
 			if !ok {
 				li.State = "pending"
 			}
@@ -364,7 +369,7 @@ func (d *Server) handleWorkers(ctx *fasthttp.RequestCtx, st *server.State) {
 		e.MapHeader(len(ranks))
 		for i, r := range ranks {
 			e.DecKey(int64(r))
-			n := 2
+			n := 3
 			if infos[i].LastError != "" {
 				n++
 			}
@@ -377,6 +382,12 @@ func (d *Server) handleWorkers(ctx *fasthttp.RequestCtx, st *server.State) {
 				e.Str("last_error")
 				e.Str(infos[i].LastError)
 			}
+			e.Str("hash_check")
+			var hc core.HashCheck
+			if sub, ok := d.ix.Lookup(workerKey(rw.id, rw.w.key.group, r)); ok {
+				hc = sub.HashCheck()
+			}
+			server.AppendHashCheck(e, &hc)
 		}
 	}
 	d.body(ctx, 200, e.Bytes())

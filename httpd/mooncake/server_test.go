@@ -116,10 +116,11 @@ func TestServicesAndGlobalView(t *testing.T) {
 
 	cbor := `{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","root_digest":"4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e","index_projection":"low64_be"}`
 	xxh3 := `{"strategy":"xxh3","algorithm":"xxh3_64","python_hash_seed":"1337","root_digest":"0000000000000000000000000000000000000000000000000000000000000000","index_projection":"seq64"}`
+	unverified := `{"state":"unverified","samples":0,"detail":"","found":null}` // no event carried token_ids
 	svc := func(ep, replay, typ, model, tenant, inst string, rank int, group, profile, salt string) string {
 		return `{"Endpoint":"` + ep + `","ReplayEndpoint":"` + replay + `","Type":"` + typ + `","ModelName":"` + model +
 			`","LoraName":"","TenantID":"` + tenant + `","InstanceID":"` + inst + `","BlockSize":16,"DPRank":` +
-			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"AdditionalSalt":"` + salt + `"}`
+			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt + `"}`
 	}
 	wantServices := `{"count":5,"services":[` + strings.Join([]string{
 		svc("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "vLLM", "m", "default", "engine-a", 0, "0", cbor, ""),

@@ -11,7 +11,8 @@ import (
 )
 
 // handleServices serves GET /services: {"count", "services": [S...]}, S with
-// the 11 keys of reference §1.1 plus AdditionalSalt, sorted by service key.
+// the 11 keys of reference §1.1, HashCheck and AdditionalSalt, sorted by
+// service key.
 func (s *Server) handleServices(ctx *fasthttp.RequestCtx, st *server.State) {
 	json := !server.WantsMsgpack(ctx)
 	svcs := s.ix.Services()
@@ -21,7 +22,7 @@ func (s *Server) handleServices(ctx *fasthttp.RequestCtx, st *server.State) {
 	e.Str("count")
 	e.Uint(uint64(len(svcs)))
 	e.Str("services")
-	server.AppendServices(e, svcs, true)
+	server.AppendServices(e, svcs, true, s.ix)
 	server.WriteBody(ctx, 200, json, e.Bytes())
 }
 

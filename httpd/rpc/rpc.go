@@ -260,7 +260,7 @@ func (r *Server) globalView(ctx *fasthttp.RequestCtx, st *server.State) int {
 }
 
 // listServices serves ListServices: {"ret", "count", "services"} with the 11
-// export keys of the Python API.
+// export keys of the Python API and HashCheck.
 func (r *Server) listServices(ctx *fasthttp.RequestCtx, st *server.State) int {
 	if rerr := noArgs(st); rerr != nil {
 		return r.writeFailure(ctx, st, rpcListServices, 200, RetInvalidParams, rerr)
@@ -274,7 +274,7 @@ func (r *Server) listServices(ctx *fasthttp.RequestCtx, st *server.State) int {
 	e.Str("count")
 	e.Uint(uint64(len(svcs)))
 	e.Str("services")
-	server.AppendServices(e, svcs, false)
+	server.AppendServices(e, svcs, false, r.c.Index())
 	server.WriteBody(ctx, 200, true, e.Bytes())
 	return RetOK
 }

@@ -464,7 +464,7 @@ func TestRPCViews(t *testing.T) {
 		checkRet(t, rpcCall(t, r, c.method, `{`), RetInvalidParams, "invalid_json", "")
 	}
 	svc := decodeMap(t, rpcCall(t, r, "ListServices", ""))["services"].([]any)[0].(map[string]any)
-	if got := strings.Join(keys(svc), ","); got != "BlockSize,CacheGroup,DPRank,Endpoint,HashProfile,InstanceID,LoraName,ModelName,ReplayEndpoint,TenantID,Type" {
+	if got := strings.Join(keys(svc), ","); got != "BlockSize,CacheGroup,DPRank,Endpoint,HashCheck,HashProfile,InstanceID,LoraName,ModelName,ReplayEndpoint,TenantID,Type" {
 		t.Fatalf("service keys %s", got)
 	}
 	failed := decodeMap(t, rpcCall(t, r, "GetGlobalView", `{"x":1}`))

@@ -66,7 +66,7 @@ func (m *queryMetrics) queryRows(q *core.QueryRequest, res *core.QueryResult) {
 
 // WriteIndexMetrics writes gauges and counters read from the index at scrape
 // time: contexts, prefixes, (block, owner) holdings per tier, registrations by
-// publisher type, event counters. All O(contexts + registrations): the index
+// publisher type and by hash-profile self-check state, event counters. All O(contexts + registrations): the index
 // keeps its per-tier holding counts as blocks change.
 func WriteIndexMetrics(w io.Writer, ix *core.Index) {
 	gv := ix.GlobalView()
@@ -78,11 +78,18 @@ func WriteIndexMetrics(w io.Writer, ix *core.Index) {
 	metrics.WriteGaugeUint64(w, "conductor_prefixes", prefixes)
 
 	byType := map[string]uint64{}
+	var byCheck [3]uint64
 	for _, r := range ix.Services() {
 		byType[r.Type.String()]++
+		if sub, ok := ix.Lookup(r.Key()); ok {
+			byCheck[sub.HashCheck().State]++
+		}
 	}
 	for _, t := range []string{"vLLM", "SGLang", "Mooncake", "standard"} {
 		metrics.WriteGaugeUint64(w, fmt.Sprintf(`conductor_registrations{type=%q}`, t), byType[t])
+	}
+	for st := core.HashUnverified; st <= core.HashMismatch; st++ {
+		metrics.WriteGaugeUint64(w, fmt.Sprintf(`conductor_registrations_hash_check{state=%q}`, st.String()), byCheck[st])
 	}
 
 	tb := ix.TierBlocks()

@@ -28,17 +28,18 @@ func appendProfile(e *Encoder, p *hash.Profile) {
 
 // AppendServices writes the registrations as [S...]: the 11 export keys of
 // reference §1.1 (Endpoint, ReplayEndpoint, Type, ModelName, LoraName,
-// TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), plus
-// AdditionalSalt when withSalt (the HTTP /services; the Python API has exactly
-// the 11).
-func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool) {
+// TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), then
+// HashCheck (AppendHashCheck; the registration's self-check in ix, unverified
+// for one no longer registered), plus AdditionalSalt when withSalt (the HTTP
+// /services; the Python API has the 12).
+func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *core.Index) {
 	e.ArrayHeader(len(svcs))
 	for i := range svcs {
 		r := &svcs[i]
 		if withSalt {
-			e.MapHeader(12)
+			e.MapHeader(13)
 		} else {
-			e.MapHeader(11)
+			e.MapHeader(12)
 		}
 		e.Str("Endpoint")
 		e.Str(r.Endpoint)
@@ -66,11 +67,46 @@ func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool) {
 		}
 		e.Str("HashProfile")
 		appendProfile(e, &r.Profile)
+		e.Str("HashCheck")
+		var c core.HashCheck
+		if sub, ok := ix.Lookup(r.Key()); ok {
+			c = sub.HashCheck()
+		}
+		AppendHashCheck(e, &c)
 		if withSalt {
 			e.Str("AdditionalSalt")
 			e.Str(r.AdditionalSalt)
 		}
 	}
+}
+
+// AppendHashCheck writes a registration's hash-profile self-check as
+// {state, samples, detail, found}: state "unverified", "verified" or
+// "mismatch"; samples the events checked; detail the operator's sentence (""
+// unless a mismatch); found the profile that reproduces the engine's hashes
+// as {strategy, algorithm, python_hash_seed, index_projection}, or null.
+func AppendHashCheck(e *Encoder, c *core.HashCheck) {
+	e.MapHeader(4)
+	e.Str("state")
+	e.Str(c.State.String())
+	e.Str("samples")
+	e.Uint(c.Samples)
+	e.Str("detail")
+	e.Str(c.Detail)
+	e.Str("found")
+	if c.Found == (hash.Spec{}) {
+		e.Null()
+		return
+	}
+	e.MapHeader(4)
+	e.Str("strategy")
+	e.Str(c.Found.Strategy)
+	e.Str("algorithm")
+	e.Str(c.Found.Algorithm)
+	e.Str("python_hash_seed")
+	e.Str(c.Found.PythonHashSeed)
+	e.Str("index_projection")
+	e.Str(c.Found.IndexProjection)
 }
 
 // AppendContexts writes [C...] of /global_view and the RPC GetGlobalView:

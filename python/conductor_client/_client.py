@@ -526,7 +526,10 @@ class ConductorClient:
     def list_services(self) -> Dict[str, Any]:
         """{"ret", "count", "services"}; services use the export keys Endpoint,
         ReplayEndpoint, Type, ModelName, LoraName, TenantID, InstanceID,
-        BlockSize, DPRank, CacheGroup, HashProfile."""
+        BlockSize, DPRank, CacheGroup, HashProfile, and HashCheck: the hash
+        profile self-check, {"state": "unverified" | "verified" | "mismatch",
+        "samples", "detail", "found"} (found: the profile that reproduces the
+        engine's block hashes when the registered one does not, else None)."""
         ret, doc = self._call("ListServices", b"{}")
         if ret != OK or doc is None:
             return {"ret": ret, "count": 0, "services": []}

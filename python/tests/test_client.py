@@ -81,7 +81,7 @@ CBOR = {"strategy": "vllm_v1", "algorithm": "sha256_cbor", "python_hash_seed": "
 
 SERVICE_KEYS = {
     "Endpoint", "ReplayEndpoint", "Type", "ModelName", "LoraName", "TenantID",
-    "InstanceID", "BlockSize", "DPRank", "CacheGroup", "HashProfile",
+    "InstanceID", "BlockSize", "DPRank", "CacheGroup", "HashProfile", "HashCheck",
 }
 
 
@@ -493,6 +493,8 @@ class RegisterTest(unittest.TestCase):
             self.assertEqual(set(s), SERVICE_KEYS)
             self.assertEqual(set(s["HashProfile"]), {"strategy", "algorithm", "python_hash_seed", "root_digest", "index_projection"})
             self.assertRegex(s["HashProfile"]["root_digest"], "^[0-9a-f]{64}$")
+            # no engine has published yet: nothing verified the profile
+            self.assertEqual(s["HashCheck"], {"state": "unverified", "samples": 0, "detail": "", "found": None})
         a1 = by[("a", 1)]
         self.assertEqual((a1["Endpoint"], a1["ReplayEndpoint"], a1["Type"], a1["ModelName"], a1["LoraName"], a1["TenantID"],
                           a1["BlockSize"], a1["CacheGroup"]),
