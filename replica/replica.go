@@ -273,14 +273,17 @@ func (r *Replica) maybeSnapshot(ctx context.Context, js jetstream.JetStream, las
 	if r.opts.SnapshotInterval <= 0 || time.Since(*last) < r.opts.SnapshotInterval || r.applied.Load() == 0 {
 		return
 	}
-	*last = time.Now()
 	if r.snapSeq.Load() == r.applied.Load() {
+		*last = time.Now()
 		return // nothing new since the last one
 	}
 	if err := r.writeSnapshot(ctx, js); err != nil {
 		r.snapErrs.Inc()
 		r.opts.Logger.Warn("replica: snapshot not written", "err", err)
 	}
+	// The interval runs from the end of a write: a snapshot slower than the
+	// interval still leaves the consumer a whole interval of applying.
+	*last = time.Now()
 }
 
 func (r *Replica) seqState(k core.ServiceKey) *seqState {

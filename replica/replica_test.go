@@ -294,7 +294,7 @@ func TestRelayReplicaInProcess(t *testing.T) {
 		return relay.published.Get() > 0 && relay.queued() == 0
 	})
 	last := streamLast(t, url, "CONDUCTOR")
-	waitUntil(t, "the replica to apply the stream", waitBound, func() bool { return full.applied.Load() == last })
+	waitUntil(t, fmt.Sprintf("the replica to apply the stream to sequence %d", last), waitBound, func() bool { return full.applied.Load() == last })
 	want := state(t, src)
 	if got := state(t, fullIx); got != want {
 		t.Fatalf("full replica's index differs from the relay's:\n got %d lines\nwant %d lines", strings.Count(got, "\n"), strings.Count(want, "\n"))

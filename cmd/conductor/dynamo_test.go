@@ -139,7 +139,7 @@ func startDynApp(t *testing.T, env map[string]string, args ...string) *dynApp {
 			if c != 0 {
 				t.Errorf("exit %d\n%s", c, logs)
 			}
-		case <-time.After(15 * time.Second):
+		case <-time.After(waitBound):
 			t.Fatalf("conductor did not stop\n%s", logs)
 		}
 	}

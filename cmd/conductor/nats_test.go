@@ -28,7 +28,7 @@ func settleNATS(t *testing.T, engines []*replicaEngine, relay *replicaChild, dir
 	t.Helper()
 	reach := func(p *replicaChild, series string, want uint64) {
 		t.Helper()
-		waitWithin(t, 30*time.Second, fmt.Sprintf("%s on %s to reach %d", series, p.main, want), func() bool {
+		waitWithin(t, waitBound, fmt.Sprintf("%s on %s to reach %d", series, p.main, want), func() bool {
 			v, ok := seriesValue(t, p.main, series)
 			return ok && uint64(v) >= want
 		})
@@ -38,7 +38,7 @@ func settleNATS(t *testing.T, engines []*replicaEngine, relay *replicaChild, dir
 			reach(p, fmt.Sprintf(`conductor_ingest_last_seq{instance="%d",tenant="default",dp_rank="0"}`, i+1), e.pub.NextSeq()-1)
 		}
 	}
-	waitWithin(t, 30*time.Second, "the relay to publish its queue and its state transfers", func() bool {
+	waitWithin(t, waitBound, "the relay to publish its queue and its state transfers", func() bool {
 		// Counters first: a transfer counted before the queue is seen empty
 		// has been published.
 		reordered, _ := seriesValue(t, relay.main, "conductor_relay_reordered_total")
@@ -224,7 +224,7 @@ func TestNATSReplicas(t *testing.T) {
 	// the rest.
 	r2.kill()
 	applied, _ := seriesValue(t, r1.main, "conductor_replica_applied_stream_seq")
-	waitWithin(t, 30*time.Second, "r1 to snapshot what flowed after r2 died", func() bool {
+	waitWithin(t, waitBound, "r1 to snapshot what flowed after r2 died", func() bool {
 		v, _ := seriesValue(t, r1.main, "conductor_replica_snapshot_stream_seq")
 		return v > applied
 	})
@@ -235,7 +235,7 @@ func TestNATSReplicas(t *testing.T) {
 		}
 	})
 	waitFor(t, "r3's snapshot load", func() bool { return strings.Contains(r3.logs.String(), "replica snapshot loaded") })
-	waitWithin(t, 30*time.Second, "r3 to apply messages after its snapshot", func() bool {
+	waitWithin(t, waitBound, "r3 to apply messages after its snapshot", func() bool {
 		snap, _ := seriesValue(t, r3.main, "conductor_replica_snapshot_stream_seq")
 		v, _ := seriesValue(t, r3.main, "conductor_replica_applied_stream_seq")
 		return snap > 0 && v > snap
@@ -262,7 +262,7 @@ func TestNATSReplicas(t *testing.T) {
 	for i, e := range engines {
 		last := e.pub.NextSeq() - 1
 		series := fmt.Sprintf(`conductor_ingest_last_seq{instance="%d",tenant="default",dp_rank="0"}`, i+1)
-		waitWithin(t, 30*time.Second, "the relay to apply what flows while NATS is down", func() bool {
+		waitWithin(t, waitBound, "the relay to apply what flows while NATS is down", func() bool {
 			v, ok := seriesValue(t, relay.main, series)
 			return ok && uint64(v) >= last
 		})
@@ -278,7 +278,7 @@ func TestNATSReplicas(t *testing.T) {
 		published(engines)-before, q, sup)
 	pubBefore, _ := seriesValue(t, relay.main, "conductor_relay_published_total")
 	natstest.Start(t, natsDir, port)
-	waitWithin(t, 30*time.Second, "the relay to publish again and the replicas to reconnect", func() bool {
+	waitWithin(t, waitBound, "the relay to publish again and the replicas to reconnect", func() bool {
 		c, _ := seriesValue(t, relay.main, "conductor_relay_connected")
 		p, _ := seriesValue(t, relay.main, "conductor_relay_published_total")
 		s1, ok1 := seriesValue(t, r1.main, "conductor_replica_stale_seconds")

@@ -81,7 +81,7 @@ func startReplica(t *testing.T, config string, args ...string) *replicaChild {
 	select {
 	case a := <-addrs:
 		c.main, c.dyn = a[0], a[1]
-	case <-time.After(20 * time.Second):
+	case <-time.After(waitBound):
 		_ = cmd.Process.Kill()
 		t.Fatalf("child did not start\n%s", c.logs)
 	}
@@ -414,7 +414,7 @@ func TestReplicaRecovery(t *testing.T) {
 		if !strings.Contains(line, `"msg":"peer recovery done"`) {
 			t.Fatalf("B did not recover from A: %s", line)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitBound):
 		t.Fatalf("B did not finish recovery\n%s", b.logs)
 	}
 	flowFor(t, engines, 300) // events keep flowing after the recovery
@@ -449,7 +449,7 @@ func TestReplicaRecovery(t *testing.T) {
 		if !strings.Contains(line, `"msg":"peer recovery done"`) {
 			t.Fatalf("B did not recover from A: %s", line)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(waitBound):
 		t.Fatalf("B did not finish recovery\n%s", b2.logs)
 	}
 	flowFor(t, engines, 200) // events flow after B's recovery

@@ -95,7 +95,7 @@ func TestStateDirOneConductor(t *testing.T) {
 		}
 	})
 	var c2addr string
-	deadline := time.After(60 * time.Second)
+	deadline := time.After(waitBound)
 	for c2addr == "" && c2done != nil {
 		select {
 		case err := <-c2done:

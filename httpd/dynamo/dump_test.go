@@ -417,7 +417,7 @@ func TestDynamoDumpAbandoned(t *testing.T) {
 	}()
 	select {
 	case <-applied:
-	case <-time.After(20 * time.Second):
+	case <-time.After(2 * time.Minute): // a failure bound only
 		t.Fatal("the stream's lock is still held after the client left")
 	}
 }

@@ -80,8 +80,8 @@ func TestDemo(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d\n%s", code, logs)
 		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("did not stop within 20s of cancellation")
+	case <-time.After(2 * time.Minute): // a failure bound only
+		t.Fatal("did not stop within 2 minutes of cancellation")
 	}
 	s := out.String()
 	for _, want := range []string{"events", "indexed blocks: device", "cache-aware", "vs random", "ground truth:", "{device "} {
