@@ -269,6 +269,48 @@ func FuzzDecodeStandardJSON(f *testing.F) {
 	})
 }
 
+// FuzzDecodeAny: detection never panics and never fails a payload its
+// dialect's decoder takes: DecodeAny's result is exactly Decode's with the
+// dialect it detected, the shape's parts agree with its evidence, and the
+// decode is deterministic through a reused batch.
+func FuzzDecodeAny(f *testing.F) {
+	seeds := append(vectorPayloads(f, "derived_engine_wire_vectors.json", ""),
+		vectorPayloads(f, "mooncake_sglang_map_event_vectors.json", "")...)
+	addAll(f, seeds)
+	batch := msgp.AppendArrayHeader(nil, 3)
+	batch = msgp.AppendUint64(batch, 1700000000123)
+	batch = msgp.AppendArrayHeader(batch, uint32(len(rfcEvents())))
+	for _, e := range rfcEvents() {
+		batch = append(batch, e...)
+	}
+	f.Add(msgp.AppendUint64(batch, 2))
+	for _, e := range rfcEvents() {
+		f.Add(e)
+	}
+	other := seeds[0]
+	f.Fuzz(func(t *testing.T, in []byte) {
+		var shape wire.Shape
+		fuzzDecode(t, in, other, func(d *wire.Decoder, p []byte, b *core.Batch) error {
+			s, err := d.DecodeAny(p, b)
+			shape = s
+			return err
+		})
+		if len(in) > maxWireInput {
+			return
+		}
+		if d, sure := shape.Evidence.Dialect(); d != shape.Dialect || sure != shape.Sure || shape.Evidence.Era() != shape.Era {
+			t.Fatalf("shape %+v disagrees with its evidence", shape)
+		}
+		var d1, d2 wire.Decoder
+		var b1, b2 core.Batch
+		_, err1 := d1.DecodeAny(in, &b1)
+		err2 := d2.Decode(shape.Dialect, in, &b2)
+		if a, b := snapshot(&b1, err1), snapshot(&b2, err2); a != b {
+			t.Fatalf("DecodeAny differs from Decode(%v):\n%s\n%s", shape.Dialect, a, b)
+		}
+	})
+}
+
 // frameBlob encodes frames as (length byte, bytes)* for the framing fuzzer.
 func frameBlob(frames ...[]byte) []byte {
 	var out []byte

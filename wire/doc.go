@@ -14,6 +14,12 @@
 //   - DialectStandard: RFC #1527 events in msgpack (a batch, a bare array of events or
 //     one event), and, through DecodeStandardJSON, the same shapes in JSON.
 //
+// Decoder.DecodeAny decodes a payload of a publisher whose dialect is not known
+// (conductor probe): it reads what the payload shows of its sender (Evidence:
+// envelope, event encodings, keys, hash encodings; detect.go), decodes it with the
+// dialect that shows, and reports the Shape; Evidence ORed over a stream's
+// payloads decides what one payload cannot.
+//
 // ParseLive, AppendReplayRequest and ParseReplayReply handle the ZMQ multipart framing
 // as pure functions, so transport code stays free of byte fiddling.
 //

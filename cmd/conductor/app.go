@@ -305,8 +305,12 @@ type app struct {
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
-// is cancelled, then shuts down gracefully.
+// is cancelled, then shuts down gracefully; `conductor probe` runs the probe
+// instead.
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "probe" {
+		return runProbe(ctx, args[1:], stdout, stderr) // probe.go
+	}
 	a, code := newApp(args, env, stdout, stderr)
 	if a == nil {
 		return code

@@ -18,6 +18,7 @@ Usage: conductor [flags]
   conductor                                      serve on 127.0.0.1:13333 (HTTP) and :50052 (RPC)
   conductor --config /etc/conductor/conductor.json --listen 0.0.0.0 --admin-token-file /run/secrets/admin
   conductor --port 8090 --block-size 16 --workers "1=tcp://worker1:5557"   Dynamo's command line
+  conductor probe tcp://10.0.0.5:5557            watch an engine without registering it: dialect, hash profile, registration (probe --help)
 
 Flags override the configuration file; docs/configuration.md has the file and
 the environment variables.
@@ -45,45 +46,51 @@ var flagGroups = []struct {
 		"query-priority", "ingest-nice"}},
 }
 
-// writeHelp prints the intro and every flag under its group: name, value
-// placeholder, usage, and the default unless the usage already states it or
-// it is a zero value (whose meaning the usage gives).
+// writeHelp prints the intro and every flag under its group.
 func writeHelp(w io.Writer, fs *flag.FlagSet) {
 	io.WriteString(w, helpIntro)
 	for _, g := range flagGroups {
-		fmt.Fprintf(w, "\n%s:\n", g.title)
-		for _, name := range g.names {
-			f := fs.Lookup(name)
-			if f == nil {
-				continue
-			}
-			placeholder, usage := flag.UnquoteUsage(f)
-			line := "  --" + f.Name
-			if placeholder != "" {
-				line += " " + placeholder
-			}
-			fmt.Fprintf(w, "%-36s %s", line, usage)
-			switch f.DefValue {
-			case "", "false", "0", "-1", "0s":
-			default:
-				if strings.Contains(usage, "default") {
-					break
-				}
-				fmt.Fprintf(w, " (default %s)", f.DefValue)
-			}
-			io.WriteString(w, "\n")
+		writeFlags(w, fs, g.title, g.names)
+	}
+}
+
+// writeFlags prints one group of flags under its title: name, value
+// placeholder, usage, and the default unless the usage already states it or
+// it is a zero value (whose meaning the usage gives).
+func writeFlags(w io.Writer, fs *flag.FlagSet, title string, names []string) {
+	fmt.Fprintf(w, "\n%s:\n", title)
+	for _, name := range names {
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
 		}
+		placeholder, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if placeholder != "" {
+			line += " " + placeholder
+		}
+		fmt.Fprintf(w, "%-36s %s", line, usage)
+		switch f.DefValue {
+		case "", "false", "0", "-1", "0s":
+		default:
+			if strings.Contains(usage, "default") {
+				break
+			}
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		io.WriteString(w, "\n")
 	}
 }
 
 // flagError turns a flag package parse error into one line, naming the
-// nearest defined flag for a mistyped one.
+// nearest defined flag for a mistyped one and the command's --help.
 func flagError(err error, fs *flag.FlagSet) error {
 	const undefined = "flag provided but not defined: -"
+	hint := " (" + fs.Name() + " --help lists every flag)"
 	msg := err.Error()
 	if !strings.HasPrefix(msg, undefined) {
 		msg = strings.Replace(strings.Replace(msg, "flag -", "flag --", 1), "for -", "for --", 1)
-		return errors.New(msg + " (conductor --help lists every flag)")
+		return errors.New(msg + hint)
 	}
 	name := strings.TrimPrefix(msg, undefined)
 	// Suggest a flag the name begins, or one within a third of its length
@@ -99,9 +106,9 @@ func flagError(err error, fs *flag.FlagSet) error {
 		}
 	})
 	if best != "" {
-		return fmt.Errorf("unknown flag --%s; did you mean --%s? (conductor --help lists every flag)", name, best)
+		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, best, hint)
 	}
-	return fmt.Errorf("unknown flag --%s (conductor --help lists every flag)", name)
+	return fmt.Errorf("unknown flag --%s%s", name, hint)
 }
 
 // editDistance is the Levenshtein distance between a and b.

@@ -19,6 +19,12 @@
 // group, and docs/configuration.md is the reference for the file, the
 // environment and the flags.
 //
+// `conductor probe ENDPOINT` (probe.go) is the one subcommand: it subscribes
+// to a publisher without registering it, for a few seconds, and prints its
+// dialect, what its events carry, how its replay answers, the hash profile
+// that reproduces its hashes and the registration that fits it; it needs no
+// running conductor.
+//
 // Static registrations from the configuration file start in the background
 // after the HTTP server listens; failures are logged and never block or
 // abort startup. Logs are log/slog lines on stderr; "HTTP server listening"

@@ -13,6 +13,10 @@
 // operations (Register, Unregister, Pause, Resume, Close) on Ingester. Every
 // stream exports conductor_ingest_* series into IngestOptions.Metrics.
 //
+// A Tap (zmq_tap.go) is a bare subscriber for a one-off look at a publisher
+// (conductor probe): a SUB and, on request, one replay request on a DEALER,
+// on a context of its own, bounded by the same options, registering nothing.
+//
 // What a subscription may hold in memory, libzmq's queues included, is bounded
 // by IngestOptions (ReceiveQueueBytes, MaxMessageBytes, RcvHWM): a publisher
 // that sends faster than the listener applies is pushed back over TCP, and
