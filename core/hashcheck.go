@@ -158,8 +158,9 @@ func (s *Subscription) sampleHashes(sc *subCtx, ev *Event) {
 	found, withLora, ok := hash.Identify(&smp, hc.cands, &hc.scratch)
 	if ok { // a different profile, or the registered one without the LoRA name
 		hc.noMatch = 0
-		s.publishCheck(HashCheck{State: HashMismatch, Found: found.Spec, FoundWithoutLora: !withLora && len(smp.Lora) > 0,
-			Samples: hc.samples, Detail: mismatchDetail(s.reg.InstanceID, prof.Spec, found.Spec, !withLora && len(smp.Lora) > 0)})
+		noLora := !withLora && len(smp.Lora) > 0
+		s.publishCheck(HashCheck{State: HashMismatch, Found: found.Spec, FoundWithoutLora: noLora,
+			Samples: hc.samples, Detail: mismatchDetail(s.reg.InstanceID, prof.Spec, found.Spec, noLora)})
 		return
 	}
 	hc.noMatch++
@@ -167,7 +168,7 @@ func (s *Subscription) sampleHashes(sc *subCtx, ev *Event) {
 		s.publishCheck(HashCheck{State: HashMismatch, Samples: hc.samples, Detail: fmt.Sprintf(
 			"engine %s: no known profile reproduces its block hashes (registration says %s); "+
 				"for vLLM, set PYTHONHASHSEED on the engine (unset, vLLM seeds its root hash at random) and register the same seed",
-			s.reg.InstanceID, specText(prof.Spec))})
+			s.reg.InstanceID, prof.Spec.Describe())})
 		return
 	}
 	cur.Samples = hc.samples // the state stands
@@ -179,20 +180,9 @@ func (s *Subscription) sampleHashes(sc *subCtx, ev *Event) {
 func mismatchDetail(instance string, reg, found hash.Spec, noLora bool) string {
 	if noLora && found == reg {
 		return fmt.Sprintf("engine %s publishes %s without the LoRA name in its block hashes; queries for the adapter hash it",
-			instance, specText(found))
+			instance, found.Describe())
 	}
-	return fmt.Sprintf("engine %s publishes %s; registration says %s", instance, specText(found), specText(reg))
-}
-
-// specText renders a profile as the operator configures it.
-func specText(s hash.Spec) string {
-	switch s.Strategy {
-	case "vllm_v1":
-		return fmt.Sprintf("vllm_v1 %s with PYTHONHASHSEED=%s", s.Algorithm, s.PythonHashSeed)
-	case "xxh3":
-		return fmt.Sprintf("xxh3 seed %s", s.PythonHashSeed)
-	}
-	return s.Strategy + " " + s.Algorithm
+	return fmt.Sprintf("engine %s publishes %s; registration says %s", instance, found.Describe(), reg.Describe())
 }
 
 // unflattenBigram is hash.UnflattenBigram.

@@ -164,6 +164,18 @@ type Spec struct {
 	IndexProjection string
 }
 
+// Describe renders the profile as an operator configures it: "vllm_v1
+// sha256 with PYTHONHASHSEED=0", "xxh3 seed 1337", "sglang sha256_raw".
+func (s Spec) Describe() string {
+	switch s.Strategy {
+	case "vllm_v1":
+		return "vllm_v1 " + s.Algorithm + " with PYTHONHASHSEED=" + s.PythonHashSeed
+	case "xxh3":
+		return "xxh3 seed " + s.PythonHashSeed
+	}
+	return s.Strategy + " " + s.Algorithm
+}
+
 // Profile is a resolved, validated hash profile. It holds no slices, maps or
 // pointers, so two profiles compare with == (contexts bind one and reject another).
 // Build it with Resolve or DefaultProfile; a hand-made Profile is trusted as is.

@@ -229,7 +229,7 @@ func (r *probeReport) hashProfile(ps *probeSettings, o *observation, d wire.Dial
 			"so it is registered without a hash_profile and the profile of those engines' registrations applies"
 	case engine && found:
 		h.Profile, h.WithLora, h.Matched = profileOf(best.spec), best.withLora, best.n
-		h.Text = fmt.Sprintf("%s reproduces %d of %s with token_ids", specText(best.spec), best.n, plural(total, "distinct root event"))
+		h.Text = fmt.Sprintf("%s reproduces %d of %s with token_ids", best.spec.Describe(), best.n, plural(total, "distinct root event"))
 		if best.withLora {
 			h.Text += ", the LoRA name among the extra keys"
 		}
@@ -274,17 +274,6 @@ func noProfileReason(ps *probeSettings, o *observation, checked int) string {
 		return "no profile checked: no root event carries token_ids"
 	}
 	return "no profile checked: no stored event"
-}
-
-// specText renders a profile as an operator configures it.
-func specText(s hash.Spec) string {
-	switch s.Strategy {
-	case "vllm_v1":
-		return fmt.Sprintf("vllm_v1 %s with PYTHONHASHSEED=%s", s.Algorithm, s.PythonHashSeed)
-	case "xxh3":
-		return "xxh3 seed " + s.PythonHashSeed
-	}
-	return s.Strategy + " " + s.Algorithm
 }
 
 // registration builds the registration in its three forms.

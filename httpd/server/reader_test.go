@@ -2,7 +2,9 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -98,33 +100,7 @@ func TestJSONInt32s(t *testing.T) {
 	f := func(lit string, want []int32, reason string, index int) {
 		t.Helper()
 		r.reset([]byte(`{"t":`+lit+`}`), true, &scratch)
-		r.NextKey()
-		got, fe := r.Int32s(&buf, "token_ids", 6)
-		r.NextKey()
-		switch {
-		case reason == "syntax":
-			if r.Err() == nil {
-				t.Fatalf("%s: no syntax error", lit)
-			}
-			return
-		case r.Err() != nil:
-			t.Fatalf("%s: %v", lit, r.Err())
-		case reason != "":
-			if fe == nil || ReasonOf(fe) != reason || fe.Index != index {
-				t.Fatalf("%s: got %v, want %s at %d", lit, fe, reason, index)
-			}
-			return
-		case fe != nil:
-			t.Fatalf("%s: %v", lit, fe)
-		}
-		if len(got) != len(want) {
-			t.Fatalf("%s: got %v, want %v", lit, got, want)
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("%s: got %v, want %v", lit, got, want)
-			}
-		}
+		checkInt32s(t, &r, &buf, lit, want, reason, index)
 	}
 	f(`[]`, nil, "", 0)
 	f(`[ ]`, nil, "", 0)
@@ -209,33 +185,7 @@ func TestMPInt32s(t *testing.T) {
 	f := func(v any, want []int32, reason string, index int) {
 		t.Helper()
 		r.reset(mp(obj{"t", v}), false, nil)
-		r.NextKey()
-		got, fe := r.Int32s(&buf, "token_ids", 6)
-		r.NextKey()
-		switch {
-		case reason == "syntax":
-			if r.Err() == nil {
-				t.Fatalf("%v: no syntax error", v)
-			}
-			return
-		case r.Err() != nil:
-			t.Fatalf("%v: %v", v, r.Err())
-		case reason != "":
-			if fe == nil || ReasonOf(fe) != reason || fe.Index != index {
-				t.Fatalf("%v: got %v, want %s at %d", v, fe, reason, index)
-			}
-			return
-		case fe != nil:
-			t.Fatalf("%v: %v", v, fe)
-		}
-		if len(got) != len(want) {
-			t.Fatalf("%v: got %v want %v", v, got, want)
-		}
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("%v: got %v want %v", v, got, want)
-			}
-		}
+		checkInt32s(t, &r, &buf, fmt.Sprint(v), want, reason, index)
 	}
 	f([]int32{}, nil, "", 0)
 	f([]int32{1, -1, 300, -300, 70000, -70000}, []int32{1, -1, 300, -300, 70000, -70000}, "", 0)
@@ -293,5 +243,34 @@ func TestMPReaderBody(t *testing.T) {
 		if r.Err() == nil || r.Err().Msg != c.msg {
 			t.Fatalf("%x: %v, want %q", c.body, r.Err(), c.msg)
 		}
+	}
+}
+
+// checkInt32s reads the value of the one key of the object r was reset to
+// with Int32s (at most 6 elements) and checks the elements, or the field
+// error's reason and index, or (reason "syntax") a syntax error.
+func checkInt32s(t *testing.T, r *Reader, buf *[]int32, what string, want []int32, reason string, index int) {
+	t.Helper()
+	r.NextKey()
+	got, fe := r.Int32s(buf, "token_ids", 6)
+	r.NextKey()
+	switch {
+	case reason == "syntax":
+		if r.Err() == nil {
+			t.Fatalf("%s: no syntax error", what)
+		}
+		return
+	case r.Err() != nil:
+		t.Fatalf("%s: %v", what, r.Err())
+	case reason != "":
+		if fe == nil || ReasonOf(fe) != reason || fe.Index != index {
+			t.Fatalf("%s: got %v, want %s at %d", what, fe, reason, index)
+		}
+		return
+	case fe != nil:
+		t.Fatalf("%s: %v", what, fe)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("%s: got %v, want %v", what, got, want)
 	}
 }
