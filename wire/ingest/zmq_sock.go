@@ -204,10 +204,18 @@ func (s *zsocket) subscribeAll() error {
 func (s *zsocket) connect(endpoint string) error {
 	cs := C.CString(endpoint)
 	defer C.free(unsafe.Pointer(cs))
-	if rc, err := C.zmq_connect(s.h, cs); rc != 0 {
-		return zerr(err)
+	for {
+		// zmq_connect processes the socket's pending commands first, which
+		// a signal (the Go runtime's preemption) can interrupt: EINTR is
+		// not the endpoint's fault, and the call is repeated.
+		rc, err := C.zmq_connect(s.h, cs)
+		if rc == 0 {
+			return nil
+		}
+		if err != syscall.EINTR {
+			return zerr(err)
+		}
 	}
-	return nil
 }
 
 // bind is used by the tests (a PAIR pair over inproc).
