@@ -93,6 +93,7 @@ type settings struct {
 	queryPriority   bool
 	ingestNice      int          // schedpolicy.go
 	nats            natsSettings // nats.go
+	kube            kubeSettings // kube.go
 }
 
 // parseFlags parses the command line; --help writes the grouped flag list to
@@ -157,6 +158,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
 	addDynamoFlags(fs, &s.dynamo)
 	addNATSFlags(fs, &s.nats)
+	addKubeFlags(fs, &s.kube)
 	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; docs/performance.md)")
 	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
 	addSchedFlags(fs, &s.ingestNice)
@@ -208,6 +210,12 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	}
 	if err := s.nats.validate(); err != nil {
 		return err
+	}
+	if err := s.kube.validate(set); err != nil {
+		return err
+	}
+	if s.kube.mode != "" && s.nats.consume {
+		return errors.New("--discover-kubernetes and --nats-consume: a replica's registrations come from the stream")
 	}
 	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc)
 	if err != nil {
@@ -302,14 +310,18 @@ type app struct {
 	pprof           *http.Server // nil unless --pprof-addr
 	dp              *dynamoPart  // dynamo.go
 	np              *natsPart    // nats.go
+	kp              *kubePart    // kube.go; nil when off
 }
 
 // run is the whole process: it returns the exit status. It serves until ctx
 // is cancelled, then shuts down gracefully; `conductor probe` runs the probe
-// instead.
+// instead, and `conductor healthcheck` the readiness check.
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "probe" {
 		return runProbe(ctx, args[1:], stdout, stderr) // probe.go
+	}
+	if len(args) > 0 && args[0] == "healthcheck" {
+		return runHealthcheck(ctx, args[1:], stdout, stderr) // healthcheck.go
 	}
 	a, code := newApp(args, env, stdout, stderr)
 	if a == nil {
@@ -446,6 +458,12 @@ func (b *builder) build() (*app, int) {
 		}
 		b.onFailure(state.close) // its lock
 	}
+	kp, err := newKubePart(&s.kube, gate, log)
+	if err != nil {
+		log.Error("cannot start kubernetes discovery", "err", err)
+		return nil, 1
+	}
+	var a *app // Ready reads a.dp once serving
 	lim := server.NewLimiter(fds.conns, s.maxInflightBody, log)
 	hc, err := server.New(ix, registrar, server.Options{
 		MaxBodyBytes:   s.maxBodyBytes,
@@ -455,15 +473,15 @@ func (b *builder) build() (*app, int) {
 		Limiter:        lim,
 		Access:         access,
 		Gate:           gate,
-		Ready:          np.ready,
-		ExtraMetrics:   append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)}, np.metrics()...),
+		Ready:          func() error { return errors.Join(np.ready(), kp.ready(), a.dp.ready()) },
+		ExtraMetrics:   append(append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)}, np.metrics()...), kp.metrics()...),
 	})
 	if err != nil {
 		log.Error("invalid HTTP options", "err", err)
 		return nil, 2
 	}
-	a := &app{log: log, ix: ix, ing: ing, httpCore: hc, srv: mooncake.New(hc), gate: gate, state: state, static: cfg.Static,
-		shutdownTimeout: s.shutdownTimeout, np: np}
+	a = &app{log: log, ix: ix, ing: ing, httpCore: hc, srv: mooncake.New(hc), gate: gate, state: state, static: cfg.Static,
+		shutdownTimeout: s.shutdownTimeout, np: np, kp: kp}
 	if state != nil && s.snapInterval >= 0 {
 		a.snap = &snapshotter{dir: s.stateDir, interval: s.snapInterval}
 	}
@@ -723,6 +741,7 @@ func (a *app) serve(ctx context.Context) int {
 		}
 		a.dp.start(staticCtx, a)
 	}()
+	a.kp.start(staticCtx)
 
 	code := 0
 	select {

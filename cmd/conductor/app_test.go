@@ -41,10 +41,11 @@ func envOf(m map[string]string) func(string) (string, bool) {
 
 // proc is a conductor started in-process with run's building blocks.
 type proc struct {
-	addr   string
-	logs   *syncBuffer
-	cancel context.CancelFunc
-	done   chan int
+	addr     string
+	stateDir string
+	logs     *syncBuffer
+	cancel   context.CancelFunc
+	done     chan int
 }
 
 // startConductor starts a conductor on 127.0.0.1:0 with config (JSON text; ""
@@ -66,7 +67,7 @@ func startConductor(t *testing.T, config string, args ...string) *proc {
 		t.Fatalf("newApp: exit %d\n%s", code, logs)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &proc{addr: a.Addr(), logs: logs, cancel: cancel, done: make(chan int, 1)}
+	p := &proc{addr: a.Addr(), stateDir: filepath.Join(dir, "state"), logs: logs, cancel: cancel, done: make(chan int, 1)}
 	go func() { p.done <- a.serve(ctx) }()
 	t.Cleanup(func() {
 		if code := p.stop(t); code != 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -184,9 +185,24 @@ type dynamoPart struct {
 	peers   []string
 	token   string // admin token presented to peers ("" = none)
 	// gates held on the index: recovery and the minimum-workers gate.
-	mu       sync.Mutex
-	releases []func()
-	recovery dump.Stats
+	mu        sync.Mutex
+	releases  []func()
+	recovery  dump.Stats
+	recovered bool // peer recovery finished (or failed part-way)
+}
+
+// ready is part of server.Options.Ready: not ready while --peers recovery
+// runs.
+func (p *dynamoPart) ready() error {
+	if p == nil || len(p.peers) == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.recovered {
+		return errors.New("recovering the index from --peers")
+	}
+	return nil
 }
 
 // newDynamoPart builds the Dynamo surface and closes the gates that start-up
@@ -291,7 +307,7 @@ func (p *dynamoPart) start(ctx context.Context, a *app) {
 		a.log.Error("peer recovery failed part-way; continuing with live events", "err", err)
 	}
 	p.mu.Lock()
-	p.recovery = st
+	p.recovery, p.recovered = st, true
 	p.mu.Unlock()
 }
 

@@ -33,8 +33,10 @@ import (
 const (
 	stateFile    = "registrations.json"
 	stateVersion = 1
-	configOwner  = "config" // the owner of configuration-file registrations
 )
+
+// configOwner owns the configuration file's registrations.
+var configOwner = server.ConfigPrincipal.Name
 
 // stateDoc is the file's JSON.
 type stateDoc struct {
@@ -208,11 +210,12 @@ func registerJSON(r *core.Registration) ([]byte, error) {
 	return json.Marshal(m)
 }
 
-// save writes regs (configuration-file ones left out) as the next generation.
+// save writes regs as the next generation, leaving out the configuration
+// file's and Kubernetes discovery's (their sources hold them).
 func (s *stateStore) save(regs []core.Registration) error {
 	entries := make([]stateEntry, 0, len(regs))
 	for i := range regs {
-		if regs[i].Owner == configOwner {
+		if regs[i].Owner == configOwner || regs[i].Owner == server.DiscoveryPrincipal.Name {
 			continue
 		}
 		b, err := registerJSON(&regs[i])

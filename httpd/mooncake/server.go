@@ -61,11 +61,12 @@ const (
 	epHealth
 	epMetrics
 	epDump
+	epLivez
 	numEndpoints
 )
 
 var endpointPaths = [numEndpoints]string{"other", "/register", "/unregister", "/query", "/query_by_hash",
-	"/global_view", "/services", "/health", "/metrics", "/dump"}
+	"/global_view", "/services", "/health", "/metrics", "/dump", "/livez"}
 
 func (e endpoint) String() string { return endpointPaths[e] }
 
@@ -103,6 +104,8 @@ func route(path []byte) endpoint {
 		return epServices
 	case "/health":
 		return epHealth
+	case "/livez":
+		return epLivez
 	case "/metrics":
 		return epMetrics
 	case "/dump":
@@ -134,6 +137,8 @@ func (f *surface) Serve(ctx *fasthttp.RequestCtx, st *server.State, r server.Rou
 		s.handleGlobalView(ctx, st)
 	case epHealth:
 		s.handleHealth(ctx, st)
+	case epLivez:
+		server.WriteBody(ctx, 200, true, livezBody)
 	case epMetrics:
 		s.handleMetrics(ctx)
 	case epDump:

@@ -120,7 +120,7 @@ func TestServicesAndGlobalView(t *testing.T) {
 	svc := func(ep, replay, typ, model, tenant, inst string, rank int, group, profile, salt string) string {
 		return `{"Endpoint":"` + ep + `","ReplayEndpoint":"` + replay + `","Type":"` + typ + `","ModelName":"` + model +
 			`","LoraName":"","TenantID":"` + tenant + `","InstanceID":"` + inst + `","BlockSize":16,"DPRank":` +
-			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt + `"}`
+			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt + `","Source":"api"}`
 	}
 	wantServices := `{"count":5,"services":[` + strings.Join([]string{
 		svc("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "vLLM", "m", "default", "engine-a", 0, "0", cbor, ""),
@@ -204,10 +204,17 @@ func TestHealthNotReady(t *testing.T) {
 			t.Fatalf("%q: %d %v", q, r.status, m)
 		}
 	}
+	// /livez is the liveness probe: 200 whatever Ready says.
+	if r := env.do(t, "GET", "/livez", "", nil); r.status != 200 || string(r.body) != `{"status":"alive"}` {
+		t.Fatalf("/livez while not ready: %d %s", r.status, r.body)
+	}
 	ready.Store(true)
 	r := env.do(t, "GET", "/health", "", nil)
 	if m := decodeMap(t, r); r.status != 200 || m["status"] != "ok" || len(m) != 6 {
 		t.Fatalf("%d %v", r.status, m)
+	}
+	if r := env.do(t, "POST", "/livez", "", nil); r.status == 200 {
+		t.Fatalf("POST /livez: %d", r.status)
 	}
 }
 

@@ -43,6 +43,10 @@ func (s *Server) handleGlobalView(ctx *fasthttp.RequestCtx, st *server.State) {
 	server.WriteBody(ctx, 200, json, e.Bytes())
 }
 
+// livezBody is GET /livez's answer: the process serves HTTP (a liveness
+// probe; /health is the readiness one).
+var livezBody = []byte(`{"status":"alive"}`)
+
 // handleHealth serves GET /health: liveness, build info and the active hash
 // backend: {"status":"ok","version","go","hash_backend","cpu_features":[...],
 // "uptime_s"}; while Options.Ready fails, 503 with "status":"not_ready" and

@@ -436,7 +436,8 @@ func TestRPCUnregister(t *testing.T) {
 }
 
 // TestRPCViews: GetGlobalView and ListServices carry the HTTP views' content
-// (the services without AdditionalSalt: the 11 export keys) after "ret".
+// (the services without AdditionalSalt and Source: the 11 export keys and
+// HashCheck) after "ret".
 func TestRPCViews(t *testing.T) {
 	env, _, _ := tieredEnv(t)
 	r := New(env.c)
@@ -450,6 +451,7 @@ func TestRPCViews(t *testing.T) {
 			if c.method == "ListServices" {
 				for _, s := range want["services"].([]any) {
 					delete(s.(map[string]any), "AdditionalSalt")
+					delete(s.(map[string]any), "Source")
 				}
 			}
 			want["ret"] = json.Number("0")

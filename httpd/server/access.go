@@ -28,9 +28,27 @@ type Principal struct {
 	queryOnly bool
 }
 
-// AdminPrincipal is the principal of configuration-file registrations and of
-// every request while no admin token is configured.
+// AdminPrincipal is the principal of every request while no admin token is
+// configured, and of the admin token's.
 var AdminPrincipal = Principal{Name: "admin", Admin: true}
+
+// The principals of registrations the process makes itself: the
+// configuration file's and Kubernetes discovery's (package discovery).
+// Client identities may not take their names, nor "admin".
+var (
+	ConfigPrincipal    = Principal{Name: "config", Admin: true}
+	DiscoveryPrincipal = Principal{Name: "kubernetes", Admin: true}
+)
+
+// SourceOf names where a registration came from, by its owner: "config",
+// "kubernetes", or "api" (a /register or RPC request, any identity).
+func SourceOf(r *core.Registration) string {
+	switch r.Owner {
+	case ConfigPrincipal.Name, DiscoveryPrincipal.Name:
+		return r.Owner
+	}
+	return "api"
+}
 
 // AccessOptions configure Access. Tokens are secrets: they are compared in
 // constant time and never logged.
@@ -67,7 +85,8 @@ type clientToken struct {
 }
 
 // NewAccess validates opts: tokens must be at least 16 bytes, have no
-// whitespace, and be distinct; identities non-empty and not "admin".
+// whitespace, and be distinct; identities non-empty and none of the
+// process's own principals' names (admin, config, kubernetes).
 func NewAccess(opts AccessOptions) (*Access, error) {
 	var errs []error
 	seen := map[string]string{}
@@ -92,8 +111,8 @@ func NewAccess(opts AccessOptions) (*Access, error) {
 		a.query = []byte(opts.QueryToken)
 	}
 	for name, tok := range opts.ClientTokens {
-		if name == "" || name == "admin" || strings.ContainsAny(name, " \t\r\n") {
-			errs = append(errs, fmt.Errorf("client identity %q: must be a non-empty word other than admin", name))
+		if name == "" || name == AdminPrincipal.Name || name == ConfigPrincipal.Name || name == DiscoveryPrincipal.Name || strings.ContainsAny(name, " \t\r\n") {
+			errs = append(errs, fmt.Errorf("client identity %q: must be a non-empty word other than admin, config and kubernetes", name))
 			continue
 		}
 		check("client "+name, tok)

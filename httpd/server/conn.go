@@ -272,7 +272,7 @@ func track(ctx *fasthttp.RequestCtx) (end func(), ok bool) {
 	}
 	if tc.control {
 		ctx.SetConnectionClose()
-		if p := string(ctx.Path()); !(ctx.IsGet() || ctx.IsHead()) || (p != "/health" && p != "/metrics") {
+		if p := string(ctx.Path()); !(ctx.IsGet() || ctx.IsHead()) || (p != "/health" && p != "/livez" && p != "/metrics") {
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
 			ctx.Response.Header.Set("Retry-After", "1")
 			ctx.SetContentType(ContentTypeJSON)

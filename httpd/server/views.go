@@ -30,14 +30,15 @@ func appendProfile(e *Encoder, p *hash.Profile) {
 // reference §1.1 (Endpoint, ReplayEndpoint, Type, ModelName, LoraName,
 // TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), then
 // HashCheck (AppendHashCheck; the registration's self-check in ix, unverified
-// for one no longer registered), plus AdditionalSalt when withSalt (the HTTP
-// /services; the Python API has the 12).
+// for one no longer registered), plus AdditionalSalt and Source (SourceOf:
+// config, kubernetes or api) when withSalt (the HTTP /services; the Python
+// API has the 12).
 func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *core.Index) {
 	e.ArrayHeader(len(svcs))
 	for i := range svcs {
 		r := &svcs[i]
 		if withSalt {
-			e.MapHeader(13)
+			e.MapHeader(14)
 		} else {
 			e.MapHeader(12)
 		}
@@ -76,6 +77,8 @@ func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *cor
 		if withSalt {
 			e.Str("AdditionalSalt")
 			e.Str(r.AdditionalSalt)
+			e.Str("Source")
+			e.Str(SourceOf(r))
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/wire"
 )
 
 // streamMetrics are one subscription's counters, registered in the Ingester's
@@ -35,6 +36,9 @@ type streamMetrics struct {
 	restarts         *metrics.Counter
 	reconnects       *metrics.Counter
 	queueDrops       *metrics.Counter
+	// dialectBlocks is the publisher dialect's total over every subscription
+	// (mDialectBlocks): shared, never unregistered.
+	dialectBlocks *metrics.Counter
 
 	// events counts every decoded event (applied, refused or skipped); it is the
 	// sum of the type="…" series only when core's ApplyStats partition the events.
@@ -48,12 +52,15 @@ type streamMetrics struct {
 // Metric names (without labels). Kept together so the /metrics documentation and
 // the tests have one list to look at.
 const (
-	mBatches      = "conductor_ingest_batches_total"
-	mEvents       = "conductor_ingest_events_total" // label type="stored|removed|cleared|dropped"
-	mBlocks       = "conductor_ingest_blocks_total"
-	mDecodeErrors = "conductor_ingest_decode_errors_total"
-	mDuplicates   = "conductor_ingest_duplicates_total"
-	mGaps         = "conductor_ingest_gaps_total"
+	mBatches = "conductor_ingest_batches_total"
+	mEvents  = "conductor_ingest_events_total" // label type="stored|removed|cleared|dropped"
+	mBlocks  = "conductor_ingest_blocks_total"
+	// mDialectBlocks sums mBlocks by publisher dialect (label dialect="vLLM|
+	// SGLang|Mooncake|standard"); it outlives the subscriptions.
+	mDialectBlocks = "conductor_ingest_dialect_blocks_total"
+	mDecodeErrors  = "conductor_ingest_decode_errors_total"
+	mDuplicates    = "conductor_ingest_duplicates_total"
+	mGaps          = "conductor_ingest_gaps_total"
 	// requested = succeeded + failed + abandoned (by Pause/Unregister, or on
 	// proving a publisher restart, which starts a new replay).
 	mReplaysRequested = "conductor_ingest_replays_requested_total"
@@ -73,8 +80,9 @@ const (
 	mApplyDefers = "conductor_ingest_apply_deferrals" // stepped aside for queries in flight
 )
 
-func newStreamMetrics(set *metrics.Set, k core.ServiceKey) *streamMetrics {
+func newStreamMetrics(set *metrics.Set, k core.ServiceKey, d wire.Dialect) *streamMetrics {
 	m := &streamMetrics{set: set}
+	m.dialectBlocks = set.GetOrCreateCounter(mDialectBlocks + `{dialect="` + d.String() + `"}`)
 	labels := `instance="` + escapeLabel(k.InstanceID) + `",tenant="` + escapeLabel(k.TenantID) +
 		`",dp_rank="` + strconv.Itoa(int(k.DPRank)) + `"`
 	counter := func(name, extra string) *metrics.Counter {

@@ -590,7 +590,8 @@ func TestZMQRegisterErrors(t *testing.T) {
 	}
 }
 
-// TestZMQMetrics: per-stream series exist while registered and are gone after.
+// TestZMQMetrics: per-stream series exist while registered and are gone
+// after; the dialect's total outlives them.
 func TestZMQMetrics(t *testing.T) {
 	h := newHarness(t, fastOpts(t))
 	pub := newPublisher(t, bench.PublisherOptions{})
@@ -607,6 +608,7 @@ func TestZMQMetrics(t *testing.T) {
 		`conductor_ingest_events_total{instance="vllm-a",tenant="default",dp_rank="0",type="stored"} 1`,
 		"conductor_ingest_last_seq" + labels + " 0",
 		"conductor_ingest_replays_requested_total" + labels,
+		`conductor_ingest_dialect_blocks_total{dialect="vLLM"} 2`,
 	} {
 		if !strings.Contains(buf.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, buf.String())
@@ -619,6 +621,9 @@ func TestZMQMetrics(t *testing.T) {
 	h.g.Metrics().WritePrometheus(&buf)
 	if strings.Contains(buf.String(), "vllm-a") {
 		t.Fatalf("series left after unregister:\n%s", buf.String())
+	}
+	if !strings.Contains(buf.String(), `conductor_ingest_dialect_blocks_total{dialect="vLLM"} 2`) {
+		t.Fatalf("the dialect's total went with the stream:\n%s", buf.String())
 	}
 }
 

@@ -249,7 +249,7 @@ func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64)
 		key:     key,
 		dialect: d,
 		id:      id,
-		m:       newStreamMetrics(g.opts.Metrics, key),
+		m:       newStreamMetrics(g.opts.Metrics, key, d),
 		cmds:    make(chan cmdReq, 4),
 		done:    make(chan struct{}),
 		wake:    waker{fd: -1}, // start opens it
@@ -776,6 +776,7 @@ func (l *listener) account(st *core.ApplyStats, skipped int) {
 	}
 	if st.Blocks > 0 {
 		m.blocks.Add(st.Blocks)
+		m.dialectBlocks.Add(st.Blocks)
 	}
 }
 
