@@ -17,7 +17,7 @@ BENCH_E2E_ARGS = -engines 8 -dialects vllm-map,vllm-array -trace $(BENCH_E2E_TRA
 	-host 32768 -disk 65536 -store 131072 -verify -verify-every 1000 -query-only 5s \
 	-sweep 1000,2000,4000,6000,8000,10000 -sweep-time 2s
 
-.PHONY: all deps build install uninstall run test docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail clean
+.PHONY: all deps build install uninstall run test test-k8s docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail clean
 
 all: build
 
@@ -175,6 +175,17 @@ docs-test: build
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	cd tools && $(GO) build -o ../$(CHARTCHECK) ./chartcheck
 	CONDUCTOR_DOCS_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 20m -run '^TestDocs$$' -v ./cmd/conductor
+
+# test-k8s runs Kubernetes discovery against a real API server: etcd and
+# kube-apiserver, which tools/kube/build.sh puts in bin/ the first time (the
+# k8s.io/kubernetes module through the module proxy; a long build), conductor
+# watching with an identity RBAC limits to its namespace's pods, real ZMQ
+# publishers for the engines. `make test` runs the same discovery against
+# client-go's fake API server; .ci/run adds this target when bin/ already
+# holds both binaries.
+test-k8s: deps
+	./tools/kube/build.sh
+	CONDUCTOR_K8S_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 15m -run '^TestKubernetesDiscoveryAPIServer$$' -v ./cmd/conductor
 
 # test-faults runs the fault suite at full size (its short form is part of
 # `make test`): publisher restarts, floods, malformed frames, bad replay
