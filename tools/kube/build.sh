@@ -26,7 +26,8 @@ if [ ! -x "$out/kube-apiserver" ]; then
 	for m in $(awk '$2 == "=>" && $3 ~ /^\.\/staging/ {print $1}' go.mod); do
 		go mod edit -dropreplace="$m" -require="$m@$staging"
 	done
-	GOFLAGS=-mod=mod go build -trimpath -o "$out/kube-apiserver" ./cmd/kube-apiserver
+	GOFLAGS=-mod=mod go build -trimpath -ldflags "-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION" \
+		-o "$out/kube-apiserver" ./cmd/kube-apiserver
 	cd - >/dev/null
 fi
 if [ ! -x "$out/etcd" ]; then
@@ -38,4 +39,4 @@ if [ ! -x "$out/etcd" ]; then
 	fi
 fi
 "$out/kube-apiserver" --version
-"$out/etcd" --version | head -1
+"$out/etcd" --version | sed -n 1p
