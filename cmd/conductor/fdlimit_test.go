@@ -61,6 +61,13 @@ func startChild(t *testing.T, nofile int, args ...string) *child {
 		"--config", "/nonexistent/conductor.json", "--shutdown-timeout", "5s", "--state-dir", ""}, args...)
 	cmd := exec.Command("bash", all...)
 	cmd.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1")
+	return runChild(t, cmd)
+}
+
+// runChild starts cmd, a conductor logging text lines to stderr, and waits
+// for its HTTP address. It is killed at cleanup.
+func runChild(t *testing.T, cmd *exec.Cmd) *child {
+	t.Helper()
 	logs := &syncBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(logs, pw)

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -177,7 +176,8 @@ func TestMakeInstall(t *testing.T) {
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	addr, logs, done := startInstalled(t, cmd)
+	c := runChild(t, cmd)
+	addr, logs := c.addr, c.logs
 	code, _, body := httpDo(t, "GET", "http://"+addr+"/health", "", nil)
 	if code != 200 || !strings.Contains(string(body), `"status":"ok"`) {
 		t.Errorf("/health: %d %s", code, body)
@@ -200,17 +200,7 @@ func TestMakeInstall(t *testing.T) {
 			t.Errorf("/services with Authorization %q: %d, want %d", auth, resp.StatusCode, want)
 		}
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("after SIGTERM: %v, want exit 0\n%s", err, logs)
-		}
-	case <-time.After(waitBound):
-		t.Fatalf("conductor did not stop on SIGTERM\n%s", logs)
-	}
+	stopChild(t, c)
 	if _, err := os.Stat(filepath.Join(state, "index.snapshot")); err != nil {
 		t.Errorf("no index snapshot in the state directory ExecStart names: %v", err)
 	}
@@ -377,42 +367,4 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
-}
-
-// startInstalled starts cmd (a conductor logging text lines) and waits for
-// its HTTP address; done receives its exit. It is killed at cleanup.
-func startInstalled(t *testing.T, cmd *exec.Cmd) (addr string, logs *syncBuffer, done chan error) {
-	t.Helper()
-	logs = &syncBuffer{}
-	pr, pw := io.Pipe()
-	cmd.Stderr = io.MultiWriter(logs, pw)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done = make(chan error, 1)
-	exited := make(chan struct{})
-	go func() { err := cmd.Wait(); pw.Close(); done <- err; close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	})
-	found := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			if m := listeningRE.FindStringSubmatch(sc.Text()); m != nil {
-				found <- m[1]
-				break
-			}
-		}
-		_, _ = io.Copy(io.Discard, pr)
-	}()
-	select {
-	case addr = <-found:
-	case err := <-done:
-		t.Fatalf("conductor exited before listening: %v\n%s", err, logs)
-	case <-time.After(waitBound):
-		t.Fatalf("conductor did not start:\n%s", logs)
-	}
-	return addr, logs, done
 }

@@ -115,15 +115,21 @@ func main() {
 	}
 }
 
+// newChecker loads the chart and the strict decoder every check uses.
+func newChecker(chartDir string) (*renderer, *decoder, error) {
+	r, err := newRenderer(chartDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	dec, err := newDecoder()
+	return r, dec, err
+}
+
 // errFailed is returned when any check failed (each is printed).
 var errFailed = errors.New("checks failed")
 
 func run(w io.Writer, chartDir, manifest string, update bool) error {
-	r, err := newRenderer(chartDir)
-	if err != nil {
-		return err
-	}
-	dec, err := newDecoder()
+	r, dec, err := newChecker(chartDir)
 	if err != nil {
 		return err
 	}
@@ -223,11 +229,7 @@ func run(w io.Writer, chartDir, manifest string, update bool) error {
 // (strict decoding, policy); the render goes to w, NOTES.txt and the
 // summary to stderr, and any failure is an error naming each problem.
 func showRender(w io.Writer, chartDir, file string) error {
-	r, err := newRenderer(chartDir)
-	if err != nil {
-		return err
-	}
-	dec, err := newDecoder()
+	r, dec, err := newChecker(chartDir)
 	if err != nil {
 		return err
 	}
