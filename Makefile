@@ -249,12 +249,13 @@ bench-e2e: bench-build
 # a read-only root filesystem, and checks /health, the HEALTHCHECK and a real
 # hit from a fake engine.
 CONTAINER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
-IMAGE ?= conductor:$(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE ?= conductor:$(VERSION)
 .PHONY: image image-test
 image:
 	@[ -n "$(CONTAINER)" ] || { echo "make image needs podman or docker" >&2; exit 1; }
 	$(CONTAINER) build -f deploy/container/Containerfile -t $(IMAGE) $(if $(findstring podman,$(CONTAINER)),--format docker) \
-		--build-arg VERSION=$(patsubst conductor:%,%,$(IMAGE)) $(IMAGE_BUILD_ARGS) .
+		--build-arg VERSION=$(VERSION) $(IMAGE_BUILD_ARGS) .
 
 image-test: build
 	IMAGE=$(IMAGE) ./deploy/container/test.sh
