@@ -90,7 +90,7 @@ func benchIngestZMQ(b *testing.B, blocks int, steady bool) {
 	}
 	// Prime: the subscription is connected and has applied a batch.
 	empty := AppendVLLMBatch(nil, EraMap, 1.7e9, 0)
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(waitBound); ; {
 		if _, has := lastSeq(); has {
 			break
 		}

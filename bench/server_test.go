@@ -21,6 +21,11 @@ import (
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
+// waitBound bounds this package's tests' waits for something that will
+// happen (a publisher reaching conductor, an answer); the waits return as
+// soon as it does, so the bound only decides when a failure is declared.
+const waitBound = 2 * time.Minute
+
 // The user's way: conductor built from cmd/conductor and run as a child
 // process, a fake vLLM publisher over real ZMQ, and this process as the HTTP
 // client on loopback. The server's own CPU time comes from /proc/<pid>/stat
@@ -233,7 +238,7 @@ func registerEngine(tb testing.TB, s *serverProc) *engine {
 	}
 	e := &engine{pub: pub, p: p}
 	// Prime past ZMQ's slow-joiner window: publish empty batches until one lands.
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for s.batches(tb) == 0 {
 		e.publish(tb)
 		if time.Now().After(deadline) {
@@ -293,7 +298,7 @@ func (e *engine) store(tb testing.TB, tokens []int32, from int) {
 func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 	tb.Helper()
 	body, ct := queryBody("json", tokens)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		_, resp := s.post(tb, "/query", ct, body)
 		if (&Expect{Instance: "engine-a", LongestMatched: int64(want)}).Check(ct, resp) == nil {

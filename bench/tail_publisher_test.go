@@ -83,7 +83,7 @@ func (p *tailStream) lastSeq() (uint64, bool, error) {
 // slow-joiner window), then waits until it is applied.
 func (p *tailStream) prime() error {
 	empty := AppendVLLMBatch(nil, EraMap, 1.7e9, 0)
-	for deadline := time.Now().Add(20 * time.Second); ; {
+	for deadline := time.Now().Add(waitBound); ; {
 		seq, err := p.pub.Publish(empty)
 		if err != nil {
 			return err

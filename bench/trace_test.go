@@ -173,7 +173,7 @@ func waitMatchedByHash(tb testing.TB, s *serverProc, keys []uint64) {
 	}
 	sb.WriteString("]}")
 	want := len(keys) * traceBlockSize
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(waitBound)
 	for {
 		_, resp := s.post(tb, "/query_by_hash", "application/json", []byte(sb.String()))
 		if (&Expect{Instance: "engine-a", LongestMatched: int64(want)}).Check("application/json", resp) == nil {

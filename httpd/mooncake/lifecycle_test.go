@@ -40,7 +40,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 		req.Header.SetMethod("POST")
 		req.Header.SetContentType("application/msgpack")
 		req.SetBody(mp(baseReg()))
-		if err := fasthttp.DoTimeout(&req, &resp, 10*time.Second); err != nil {
+		if err := fasthttp.DoTimeout(&req, &resp, apitest.WaitBound); err != nil {
 			status <- -1
 			return
 		}
@@ -48,17 +48,17 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	}()
 	select {
 	case <-br.Entered:
-	case <-time.After(2 * time.Minute): // a failure bound only
+	case <-time.After(apitest.WaitBound):
 		t.Fatal("request never reached the registrar")
 	}
 	shut := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), apitest.WaitBound)
 		defer cancel()
 		shut <- s.Shutdown(ctx)
 	}()
 	// the listener closes while the request is in flight
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(apitest.WaitBound)
 	for {
 		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
 		if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/httpd/internal/apitest"
 )
 
 func TestRoutesAndMethods(t *testing.T) {
@@ -270,12 +271,12 @@ func TestMetrics(t *testing.T) {
 // invalid_request answer that does not echo the request back.
 func TestMalformedHTTPRequest(t *testing.T) {
 	env := startEnv(t, Options{}, core.Options{})
-	c, err := net.DialTimeout("tcp", env.addr, time.Second)
+	c, err := net.DialTimeout("tcp", env.addr, apitest.WaitBound)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(apitest.WaitBound))
 	secret := "SECRET-" + strings.Repeat("x", 64)
 	if _, err := c.Write([]byte("POST /query HTTP/1.1\r\nHost: h\r\nContent-Length: nope-" + secret + "\r\n\r\n")); err != nil {
 		t.Fatal(err)

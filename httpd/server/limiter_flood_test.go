@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/httpd/internal/apitest"
 )
 
 // watchInflight samples the Limiter's gauges until stop is closed and
@@ -199,10 +200,10 @@ type respConn struct {
 func newRespConn(c net.Conn) *respConn { return &respConn{Conn: c, br: bufio.NewReader(c)} }
 
 // get sends a GET of path on c and returns the status, having read the
-// whole response (10 s bound).
+// whole response (apitest.WaitBound).
 func (c *respConn) get(t *testing.T, path string) int {
 	t.Helper()
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetDeadline(time.Now().Add(apitest.WaitBound))
 	if _, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
@@ -317,7 +318,7 @@ func TestControlSlotsAnswerHealth(t *testing.T) {
 		if code := get(t, c, path); code != 200 {
 			t.Fatalf("%s at the cap: %d", path, code)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(apitest.WaitBound))
 		if _, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
 			t.Fatalf("%s: control connection left open (%v)", path, err)
 		}

@@ -161,7 +161,7 @@ func TestLargeBodiesAreNotRetained(t *testing.T) {
 				bad.Add(1)
 				return
 			}
-			_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			_ = c.SetReadDeadline(time.Now().Add(apitest.WaitBound))
 			line, err := bufio.NewReader(c).ReadString('\n')
 			if err != nil || !strings.HasPrefix(line, "HTTP/1.1 400") {
 				bad.Add(1)
@@ -299,7 +299,7 @@ func TestShutdownClosesPartialRequests(t *testing.T) {
 	shut := make(chan error, 1)
 	go func() { shut <- s.Shutdown(ctx) }()
 	for _, c := range []net.Conn{half, fresh, idle} {
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		_ = c.SetReadDeadline(time.Now().Add(apitest.WaitBound))
 		buf := make([]byte, 512)
 		for {
 			_, err := c.Read(buf)

@@ -35,7 +35,7 @@ func Serve(t testing.TB, s Servable) (addr string, client *fasthttp.HostClient) 
 	client = &fasthttp.HostClient{Addr: addr, MaxResponseBodySize: 256 << 20}
 	t.Cleanup(func() {
 		client.CloseIdleConnections()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), WaitBound)
 		defer cancel()
 		if err := s.Shutdown(ctx); err != nil {
 			t.Errorf("shutdown: %v", err)
@@ -78,7 +78,7 @@ func Do(t testing.TB, client *fasthttp.HostClient, addr, method, path, ct string
 	if body != nil {
 		req.SetBody(body)
 	}
-	if err := client.DoTimeout(req, resp, 10*time.Second); err != nil {
+	if err := client.DoTimeout(req, resp, WaitBound); err != nil {
 		t.Fatalf("%s %s: %v", method, path, err)
 	}
 	return Response{Status: resp.StatusCode(), CT: string(resp.Header.ContentType()),
@@ -120,10 +120,16 @@ func RequestCtx(path, ct string, body []byte) *fasthttp.RequestCtx {
 	return ctx
 }
 
-// WaitFor polls cond every 5 ms until it holds or 10 s pass.
+// WaitBound bounds every wait of the surfaces' tests for something that
+// will happen: a condition, an answer, a dial, a shutdown. Waits return as
+// soon as it happens, so the bound only decides when a failure is declared:
+// generous, for a loaded machine running the race detector.
+const WaitBound = 2 * time.Minute
+
+// WaitFor polls cond every 5 ms until it holds or WaitBound passes.
 func WaitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(WaitBound)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -144,7 +150,7 @@ func HeapInuse() int64 {
 // RawConn dials addr and sends s; the connection closes when the test ends.
 func RawConn(t testing.TB, addr, s string) net.Conn {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	c, err := net.DialTimeout("tcp", addr, WaitBound)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +163,11 @@ func RawConn(t testing.TB, addr, s string) net.Conn {
 	return c
 }
 
-// ReadStatus reads one response's status code and headers from c (10 s bound).
+// ReadStatus reads one response's status code and headers from c
+// (WaitBound).
 func ReadStatus(t testing.TB, c net.Conn) (int, string) {
 	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(WaitBound))
 	br := bufio.NewReader(c)
 	line, err := br.ReadString('\n')
 	if err != nil {
