@@ -104,6 +104,8 @@ func TestKubernetesDiscovery(t *testing.T) {
 	c.Create(kubetest.Pod("llm", "e2", "u2", "", false, label, e2.ann))
 	c.Create(kubetest.Pod("other", "e3", "u3", "127.0.0.1", true, label, e2.ann)) // not a watched namespace
 	p := startConductor(t, "", "--discover-kubernetes", "test-kubeconfig")
+	// Ready once the first list is reconciled (discovery.Discovery.Ready).
+	waitFor(t, "/health ready", func() bool { code, _, _ := httpDo(t, "GET", p.url("/health"), "", nil); return code == 200 })
 
 	// One API registration besides: its own publisher.
 	api := newKubeEngine(t, "qwen", 9000)
