@@ -198,8 +198,10 @@ test-faults: deps
 
 # bench-report regenerates BENCHMARKS.md's generated (in-process) tables
 # with -count=$(COUNT) and benchstat; SUITES= picks some (hash core-apply
-# core-query wire codec ingest-recv httpd). Run it on a quiet machine: about 6 minutes
-# at REPORT_BENCHTIME=300ms.
+# core-query wire codec ingest-recv httpd footprint). It exits 1 when a
+# median exceeds its ceiling in bench/limits.txt (heap bytes and allocations
+# per stored block). Run it on a quiet machine: about 10 minutes at
+# REPORT_BENCHTIME=300ms.
 COUNT ?= 6
 REPORT_BENCHTIME ?= 300ms
 bench-report: deps

@@ -8,7 +8,10 @@
 # <!-- bench-report:NAME --> and <!-- /bench-report:NAME --> in BENCHMARKS.md,
 # together with the command, the machine and the date. The raw `go test
 # -bench` output is kept in $OUT (default bench/results/report, git-ignored)
-# so a later run can be compared with `benchstat old.txt new.txt`.
+# so a later run can be compared with `benchstat old.txt new.txt`. After each
+# suite its medians are checked against the ceilings of bench/limits.txt;
+# the report exits 1 when one is exceeded (`report.sh limits SUITE RAW` runs
+# that check alone on a raw output).
 #
 # These are in-process figures (labelled so in BENCHMARKS.md); what users get
 # is measured by the end-to-end harness (make bench-e2e, BenchmarkServerCPU).
@@ -96,6 +99,50 @@ replace_block() {
   ' BENCHMARKS.md >BENCHMARKS.md.tmp && mv BENCHMARKS.md.tmp BENCHMARKS.md
 }
 
+# check_limits SUITE RAW checks RAW (go test -bench output) against the lines
+# of bench/limits.txt for SUITE: the median of each named figure must not
+# exceed its ceiling, and each line must have at least one sample. It prints
+# one line per breach and returns 1 if there was any.
+LIMITS=${LIMITS:-bench/limits.txt}
+check_limits() {
+  local suite=$1 raw=$2
+  awk -v suite="$suite" -v limits="$LIMITS" '
+    BEGIN {
+      while ((getline line < limits) > 0) {
+        if (line ~ /^[ \t]*(#|$)/) continue
+        split(line, f, /[ \t]+/)
+        if (f[1] != suite) continue
+        n++; lb[n] = f[2]; lm[n] = f[3]; lc[n] = f[4] + 0
+        want[f[2] SUBSEP f[3]] = 1
+      }
+    }
+    /^Benchmark/ {
+      name = $1; sub(/-[0-9]+$/, "", name)
+      for (i = 3; i < NF; i += 2) {
+        k = name SUBSEP $(i + 1)
+        if (k in want) { c = ++cnt[k]; v[k, c] = $i + 0 }
+      }
+    }
+    END {
+      bad = 0
+      for (j = 1; j <= n; j++) {
+        k = lb[j] SUBSEP lm[j]; c = cnt[k] + 0
+        if (c == 0) { printf "%s %s: no sample (renamed or not run?)\n", lb[j], lm[j]; bad = 1; continue }
+        for (a = 1; a <= c; a++) s[a] = v[k, a]
+        for (a = 2; a <= c; a++) { x = s[a]; for (b = a - 1; b >= 1 && s[b] > x; b--) s[b + 1] = s[b]; s[b + 1] = x }
+        med = (c % 2) ? s[(c + 1) / 2] : (s[c / 2] + s[c / 2 + 1]) / 2
+        if (med > lc[j]) { printf "%s %s: median %g over %d samples exceeds the ceiling %g\n", lb[j], lm[j], med, c, lc[j]; bad = 1 }
+      }
+      exit bad
+    }
+  ' "$raw"
+}
+
+if [ "${1:-}" = limits ]; then
+  check_limits "${2:?usage: report.sh limits SUITE RAW}" "${3:?usage: report.sh limits SUITE RAW}"
+  exit
+fi
+
 if [ "${1:-}" = e2e ]; then
   report=${2:?usage: report.sh e2e REPORT.md}
   grep -q '<!-- bench-e2e -->' BENCHMARKS.md || { echo "BENCHMARKS.md has no <!-- bench-e2e --> block" >&2; exit 1; }
@@ -112,7 +159,8 @@ if [ "${1:-}" = e2e ]; then
   exit 0
 fi
 
-SUITES=${SUITES:-hash core-apply core-query wire codec ingest-recv httpd}
+SUITES=${SUITES:-hash core-apply core-query wire codec ingest-recv httpd footprint}
+: >"$OUT/limits.txt"
 if [ -n "${SPLICE_FROM:-}" ]; then
   for s in $SUITES; do
     if [ -r "$SPLICE_FROM/$s.md" ]; then splice "$s" "$SPLICE_FROM/$s.md"; else echo "no $SPLICE_FROM/$s.md" >&2; fi
@@ -128,6 +176,13 @@ for s in $SUITES; do
     codec) suite codec ./codec/ 'BenchmarkJSONInt32s' ;;
     ingest-recv) suite ingest-recv ./wire/ingest/ 'BenchmarkRecvPath' ;;
     httpd) suite httpd './httpd/mooncake/ ./httpd/server/' 'BenchmarkQueryHandler$|BenchmarkQueryMiss|BenchmarkJSONTokens|BenchmarkDecodeInt32Array' ;;
+    footprint) suite footprint ./bench/ 'BenchmarkFootprint' -benchtime=1x ;;
     *) echo "unknown suite $s" >&2; exit 2 ;;
   esac
+  check_limits "$s" "$OUT/$s.txt" >>"$OUT/limits.txt" || breached=1
 done
+if [ -n "${breached:-}" ]; then
+  echo "bench-report: figures over their ceilings in $LIMITS:" >&2
+  cat "$OUT/limits.txt" >&2
+  exit 1
+fi

@@ -1,5 +1,7 @@
 package core
 
+import "sync/atomic"
+
 // A block entry is the immutable value stored per prefix key in a context's
 // concurrent map. Writers replace it whole (xsync.MapOf.Compute runs the update
 // under the key's bucket lock), readers Load a consistent copy: a query never
@@ -17,13 +19,85 @@ package core
 //	             physical blocks and removes each copy separately.
 //
 // A zero word means "no owner": copies is never 0 in a stored word.
+//
+// The map stores a blockVal: one pointer to an immutable holdings, so an
+// xsync entry (key and value) is 16 bytes. A block whose only word holds one
+// copy, by far the most common kind, points to the process-wide holdings of
+// that word (singleVal) and costs no allocation of its own.
 type blockVal struct {
-	w0   uint64
-	rest *ownerList // nil while the block has at most one owner word
+	h *holdings // nil: no owner
 }
 
-type ownerList struct {
-	words []uint64
+// holdings is the owner set of a block. Never modified once stored.
+type holdings struct {
+	w0   uint64
+	rest []uint64 // the other words; nil while the block has one
+}
+
+// singles caches one holdings per single-copy word, shared by every block
+// whose only word it is: 2,048 sets of 8 slots, a word looked up in the set
+// its hash picks. A full set replaces one of its slots in turn: a word pushed
+// out costs an allocation per block until it is cached again, never a wrong
+// answer (a holdings is identified by its content, not its address). The
+// cache holds at most 16,384 words (128 KiB of pointers) whatever the number
+// of owners; with 8 slots a set overflows only when it draws more than 8 of
+// the hot words (for 2,000 words, about one chance in a million per set).
+var (
+	singles    [singleSets * singleWays]atomic.Pointer[holdings]
+	singleNext atomic.Uint32 // the slot a full set replaces next
+)
+
+const (
+	singleSetBits = 11
+	singleSets    = 1 << singleSetBits
+	singleWays    = 8
+)
+
+// singleVal returns the value whose only word is w.
+func singleVal(w uint64) blockVal {
+	if wordCopies(w) != 1 {
+		return blockVal{h: &holdings{w0: w}}
+	}
+	set := singles[((w*0x9E3779B97F4A7C15)>>(64-singleSetBits))*singleWays:][:singleWays]
+	free := -1
+	for i := range set {
+		h := set[i].Load()
+		if h == nil {
+			if free < 0 {
+				free = i
+			}
+			continue
+		}
+		if h.w0 == w {
+			return blockVal{h: h}
+		}
+	}
+	if free < 0 {
+		free = int(singleNext.Add(1) % singleWays)
+	}
+	h := &holdings{w0: w}
+	set[free].Store(h)
+	return blockVal{h: h}
+}
+
+// makeVal returns the value holding w0 and then rest (rest is kept, not
+// copied); w0 == 0 means none.
+func makeVal(w0 uint64, rest []uint64) blockVal {
+	switch {
+	case w0 == 0:
+		return blockVal{}
+	case len(rest) == 0:
+		return singleVal(w0)
+	}
+	return blockVal{h: &holdings{w0: w0, rest: rest}}
+}
+
+// first returns the block's first word (0 when it has none).
+func (b blockVal) first() uint64 {
+	if b.h == nil {
+		return 0
+	}
+	return b.h.w0
 }
 
 // ownerRef names one incarnation of an interned owner: id<<32 | gen<<24.
@@ -54,17 +128,16 @@ func wordCopies(w uint64) uint32 { return uint32(w & copiesMask) }
 func sameSlot(a, b uint64) bool { return a>>tierShift == b>>tierShift }
 
 // empty reports whether the block has no owner.
-func (b blockVal) empty() bool { return b.w0 == 0 }
+func (b blockVal) empty() bool { return b.h == nil }
 
 // forEach calls f for every owner word.
 func (b blockVal) forEach(f func(w uint64)) {
-	if b.w0 != 0 {
-		f(b.w0)
+	if b.h == nil {
+		return
 	}
-	if b.rest != nil {
-		for _, w := range b.rest.words {
-			f(w)
-		}
+	f(b.h.w0)
+	for _, w := range b.h.rest {
+		f(w)
 	}
 }
 
@@ -72,59 +145,55 @@ func (b blockVal) forEach(f func(w uint64)) {
 // created a new holding (owner word).
 func (b blockVal) withAdded(id ownerRef, t Tier, n uint32) (blockVal, bool) {
 	key := ownerWord(id, t, 1)
-	if b.w0 == 0 && b.rest == nil {
-		return blockVal{w0: ownerWord(id, t, n)}, true
+	if b.h == nil {
+		return singleVal(ownerWord(id, t, n)), true
 	}
-	if b.w0 != 0 && sameSlot(b.w0, key) {
-		return blockVal{w0: ownerWord(id, t, wordCopies(b.w0)+n), rest: b.rest}, false
+	w0, rest := b.h.w0, b.h.rest
+	if sameSlot(w0, key) {
+		return makeVal(ownerWord(id, t, wordCopies(w0)+n), rest), false
 	}
-	if b.rest != nil {
-		for i, w := range b.rest.words {
-			if sameSlot(w, key) {
-				nl := &ownerList{words: append([]uint64(nil), b.rest.words...)}
-				nl.words[i] = ownerWord(id, t, wordCopies(w)+n)
-				return blockVal{w0: b.w0, rest: nl}, false
-			}
+	for i, w := range rest {
+		if sameSlot(w, key) {
+			nl := append([]uint64(nil), rest...)
+			nl[i] = ownerWord(id, t, wordCopies(w)+n)
+			return makeVal(w0, nl), false
 		}
 	}
-	if b.w0 == 0 {
-		return blockVal{w0: ownerWord(id, t, n), rest: b.rest}, true
-	}
-	var words []uint64
-	if b.rest != nil {
-		words = make([]uint64, len(b.rest.words), len(b.rest.words)+1)
-		copy(words, b.rest.words)
-	}
-	words = append(words, ownerWord(id, t, n))
-	return blockVal{w0: b.w0, rest: &ownerList{words: words}}, true
+	nl := make([]uint64, len(rest), len(rest)+1)
+	copy(nl, rest)
+	return makeVal(w0, append(nl, ownerWord(id, t, n))), true
 }
 
 // withRemoved returns b with n fewer copies held by (id, t), whether anything
 // changed, and whether the holding was dropped (its last copy removed).
 // Removing an absent holding is a no-op.
 func (b blockVal) withRemoved(id ownerRef, t Tier, n uint32) (nb blockVal, changed, dropped bool) {
-	key := ownerWord(id, t, 1)
-	if b.w0 != 0 && sameSlot(b.w0, key) {
-		c := wordCopies(b.w0)
-		if c > n {
-			return blockVal{w0: ownerWord(id, t, c-n), rest: b.rest}, true, false
-		}
-		return b.promote(), true, true
+	if b.h == nil {
+		return b, false, false
 	}
-	if b.rest != nil {
-		for i, w := range b.rest.words {
-			if !sameSlot(w, key) {
-				continue
-			}
-			c := wordCopies(w)
-			nl := make([]uint64, 0, len(b.rest.words))
-			nl = append(nl, b.rest.words[:i]...)
-			if c > n {
-				nl = append(nl, ownerWord(id, t, c-n))
-			}
-			nl = append(nl, b.rest.words[i+1:]...)
-			return blockVal{w0: b.w0, rest: listOrNil(nl)}.normal(), true, c <= n
+	key := ownerWord(id, t, 1)
+	w0, rest := b.h.w0, b.h.rest
+	if sameSlot(w0, key) {
+		if c := wordCopies(w0); c > n {
+			return makeVal(ownerWord(id, t, c-n), rest), true, false
 		}
+		if len(rest) == 0 {
+			return blockVal{}, true, true
+		}
+		return makeVal(rest[0], append([]uint64(nil), rest[1:]...)), true, true
+	}
+	for i, w := range rest {
+		if !sameSlot(w, key) {
+			continue
+		}
+		c := wordCopies(w)
+		nl := make([]uint64, 0, len(rest))
+		nl = append(nl, rest[:i]...)
+		if c > n {
+			nl = append(nl, ownerWord(id, t, c-n))
+		}
+		nl = append(nl, rest[i+1:]...)
+		return makeVal(w0, nl), true, c <= n
 	}
 	return b, false, false
 }
@@ -146,43 +215,20 @@ func (b blockVal) withoutOwners(drop func(id uint32) bool) (blockVal, bool) {
 	if len(keep) == 0 {
 		return blockVal{}, true
 	}
-	return blockVal{w0: keep[0], rest: listOrNil(keep[1:])}, true
-}
-
-// promote drops w0, moving the first overflow word into its place.
-func (b blockVal) promote() blockVal {
-	if b.rest == nil || len(b.rest.words) == 0 {
-		return blockVal{}
-	}
-	words := b.rest.words
-	return blockVal{w0: words[0], rest: listOrNil(append([]uint64(nil), words[1:]...))}
-}
-
-// normal keeps the invariant that w0 is set whenever any word exists.
-func (b blockVal) normal() blockVal {
-	if b.w0 == 0 {
-		return blockVal{rest: b.rest}.promote()
-	}
-	return b
-}
-
-func listOrNil(words []uint64) *ownerList {
-	if len(words) == 0 {
-		return nil
-	}
-	return &ownerList{words: words}
+	return makeVal(keep[0], keep[1:]), true
 }
 
 // holds reports whether any word of b belongs to owner id.
 func (b blockVal) holds(id uint32) bool {
-	if b.w0 != 0 && wordOwner(b.w0) == id {
+	if b.h == nil {
+		return false
+	}
+	if wordOwner(b.h.w0) == id {
 		return true
 	}
-	if b.rest != nil {
-		for _, w := range b.rest.words {
-			if wordOwner(w) == id {
-				return true
-			}
+	for _, w := range b.h.rest {
+		if wordOwner(w) == id {
+			return true
 		}
 	}
 	return false

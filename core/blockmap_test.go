@@ -32,14 +32,14 @@ func TestBlockMapGrowsPerShard(t *testing.T) {
 			delete(ref, k)
 		default: // store or overwrite
 			w := rng.Uint64() | 1
-			m.Compute(k, func(blockVal, bool) (blockVal, bool) { return blockVal{w0: w}, false })
+			m.Compute(k, func(blockVal, bool) (blockVal, bool) { return singleVal(w), false })
 			ref[k] = w
 		}
 		if i%97 == 0 {
 			q := keys[rng.Intn(len(keys))]
 			v, ok := m.Load(q)
-			if want, has := ref[q]; ok != has || (ok && v.w0 != want) {
-				t.Fatalf("Load(%x) = %v, %v; want %x, %v", q, v.w0, ok, want, has)
+			if want, has := ref[q]; ok != has || (ok && v.first() != want) {
+				t.Fatalf("Load(%x) = %v, %v; want %x, %v", q, v.first(), ok, want, has)
 			}
 		}
 	}
@@ -48,8 +48,8 @@ func TestBlockMapGrowsPerShard(t *testing.T) {
 	}
 	seen := 0
 	m.Range(func(k uint64, v blockVal) bool {
-		if ref[k] != v.w0 {
-			t.Fatalf("Range: %x = %x, want %x", k, v.w0, ref[k])
+		if ref[k] != v.first() {
+			t.Fatalf("Range: %x = %x, want %x", k, v.first(), ref[k])
 		}
 		seen++
 		return true
@@ -88,7 +88,7 @@ func TestBlockMapConcurrentCreate(t *testing.T) {
 			defer func() { done <- struct{}{} }()
 			for i := 0; i < per; i++ {
 				k := uint64(w*per+i)*0x100000001b3 + 1
-				m.Compute(k, func(blockVal, bool) (blockVal, bool) { return blockVal{w0: k}, false })
+				m.Compute(k, func(blockVal, bool) (blockVal, bool) { return singleVal(k), false })
 			}
 		}(w)
 	}
@@ -101,7 +101,7 @@ func TestBlockMapConcurrentCreate(t *testing.T) {
 	for w := 0; w < writers; w++ {
 		for i := 0; i < per; i++ {
 			k := uint64(w*per+i)*0x100000001b3 + 1
-			if v, ok := m.Load(k); !ok || v.w0 != k {
+			if v, ok := m.Load(k); !ok || v.first() != k {
 				t.Fatalf("key %x lost", k)
 			}
 		}

@@ -138,7 +138,7 @@ func TestKeySetFromBlockMapOrder(t *testing.T) {
 	rng := rand.New(rand.NewSource(3))
 	for i := 0; i < 200_000; i++ {
 		k := rng.Uint64() | 1
-		m.Compute(k, func(blockVal, bool) (blockVal, bool) { return blockVal{w0: 1}, false })
+		m.Compute(k, func(blockVal, bool) (blockVal, bool) { return singleVal(1), false })
 	}
 	var small, large keySet
 	n := 0

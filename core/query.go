@@ -381,22 +381,18 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 			key = ns.key(key)
 		}
 		v, ok := c.blocks.Load(key)
-		if !ok {
+		if !ok || v.h == nil {
 			break
 		}
 		epoch := int32(i + 1)
 		shared := noTier
 		var sharedMask uint8
 		// Inline owner scan (no closures on the hot path).
-		for j, n := -1, wordsLen(v); j < n; j++ {
-			var w uint64
-			if j < 0 {
-				w = v.w0
-			} else {
-				w = v.rest.words[j]
-			}
-			if w == 0 {
-				continue
+		h := v.h
+		for j, n := -1, len(h.rest); j < n; j++ {
+			w := h.w0
+			if j >= 0 {
+				w = h.rest[j]
 			}
 			id := wordOwner(w)
 			if int(id) >= len(owners) {
@@ -471,11 +467,4 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 		}
 	}
 	return int32(i)
-}
-
-func wordsLen(v blockVal) int {
-	if v.rest == nil {
-		return 0
-	}
-	return len(v.rest.words)
 }
