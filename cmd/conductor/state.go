@@ -60,12 +60,17 @@ type stateEntry struct {
 // written. replace writes the next generation in four steps:
 //
 //  1. PATH.tmp is written and fsynced;
-//  2. PATH, if any, is renamed to PATH.prev;
-//  3. PATH.tmp is renamed to PATH;
+//  2. PATH.prev becomes a hard link to PATH, if any (the old PATH.prev
+//     removed first);
+//  3. PATH.tmp is renamed over PATH, which the kernel does atomically;
 //  4. the directory is fsynced.
 //
-// A crash after any step leaves a complete, fsynced generation at PATH or,
-// between steps 2 and 3 only, at PATH.prev; PATH.tmp is never read. load
+// Once written, PATH never goes missing, so a reader of the directory (an
+// operator, a backup, a test) always finds a complete generation there. On
+// a filesystem without hard links step 2 renames PATH to PATH.prev instead,
+// and PATH is absent until step 3. A crash after any step leaves a complete,
+// fsynced generation at PATH or, in that fallback between steps 2 and 3
+// only, at PATH.prev; PATH.tmp is never read. load
 // tries PATH then PATH.prev with the caller's check (which must detect a torn
 // or corrupt file: a checksum inside the file), moves each file that fails it
 // aside to FILE.corrupt-<unix time> and stops at the first that passes. The
@@ -103,7 +108,7 @@ func (g *generations) replace(write func(f *os.File) error) error {
 	if g.crashed(1) {
 		return errCrashed
 	}
-	if err := os.Rename(g.path, g.path+".prev"); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := g.keepPrevious(); err != nil {
 		_ = os.Remove(tmp)
 		return fmt.Errorf("keep previous generation: %w", err)
 	}
@@ -121,6 +126,23 @@ func (g *generations) replace(write func(f *os.File) error) error {
 	}
 	if g.crashed(4) {
 		return errCrashed
+	}
+	return nil
+}
+
+// keepPrevious makes PATH.prev the current generation (step 2 of replace):
+// a hard link where the filesystem has them, else a rename.
+func (g *generations) keepPrevious() error {
+	prev := g.path + ".prev"
+	if err := os.Remove(prev); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	err := os.Link(g.path, prev)
+	if err == nil || errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := os.Rename(g.path, prev); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
 	}
 	return nil
 }
