@@ -18,7 +18,8 @@ import (
 )
 
 // Durable registrations. Every successful /register and /unregister (of any
-// surface) rewrites DIR/registrations.json before it is answered, as the next
+// surface) that changes the registrations the file holds rewrites
+// DIR/registrations.json before it is answered, as the next
 // generation of a file kept in generations (below): written to a temporary
 // file and fsynced, the current file renamed to registrations.json.prev, the
 // temporary one renamed into place, DIR fsynced. The file carries a SHA-256
@@ -179,10 +180,14 @@ func syncDir(dir string) error {
 // stateStore reads and writes the state directory's registrations, and
 // holds the directory's lock.
 type stateStore struct {
-	dir  string
-	gen  uint64
-	file generations
-	lock *os.File // nil: not locked (read-only directory, or a test's store)
+	dir string
+	gen uint64
+	// last is the checksum of the registrations this store last wrote
+	// (saved: it wrote some): save writes only when they change.
+	last  [sha256.Size]byte
+	saved bool
+	file  generations
+	lock  *os.File // nil: not locked (read-only directory, or a test's store)
 }
 
 // newStateStore creates dir if needed and locks it (errStateDirInUse when
@@ -252,6 +257,11 @@ func (s *stateStore) save(regs []core.Registration) error {
 		return err
 	}
 	sum := sha256.Sum256(body)
+	if s.saved && sum == s.last {
+		// Nothing it holds changed (a discovered or configuration-file
+		// registration): no new generation, no fsync.
+		return nil
+	}
 	doc := stateDoc{Version: stateVersion, Generation: s.gen + 1, Written: time.Now().UTC().Format(time.RFC3339Nano),
 		Checksum: hex.EncodeToString(sum[:]), Registrations: body}
 	data, err := json.Marshal(doc) // compact: the checksum covers the registrations' bytes as written
@@ -265,7 +275,7 @@ func (s *stateStore) save(regs []core.Registration) error {
 	if err != nil {
 		return fmt.Errorf("write state: %w", err)
 	}
-	s.gen = doc.Generation
+	s.gen, s.last, s.saved = doc.Generation, sum, true
 	return nil
 }
 

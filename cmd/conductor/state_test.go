@@ -87,6 +87,49 @@ func TestStateRoundTrip(t *testing.T) {
 	}
 }
 
+// TestStateSavesOnlyChanges: a save whose written registrations did not
+// change (a configuration-file or discovered registration came or went)
+// writes no new generation; a change to the API's writes one.
+func TestStateSavesOnlyChanges(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s")
+	st, err := newStateStore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	regs := sampleRegs(t) // two API registrations, one from the configuration file
+	discovered := regs[1]
+	discovered.InstanceID, discovered.Endpoint, discovered.Owner = "ns/pod", "tcp://10.0.0.9:5557", server.DiscoveryPrincipal.Name
+	gen := func() uint64 {
+		t.Helper()
+		ld := storeAt(dir).load()
+		if len(ld.bad) != 0 {
+			t.Fatalf("%+v", ld)
+		}
+		return ld.gen
+	}
+	steps := []struct {
+		name string
+		regs []core.Registration
+		gen  uint64
+	}{
+		{"first save", regs[:2], 1},
+		{"the same again", regs[:2], 1},
+		{"a configuration-file registration more", regs, 1},
+		{"a discovered registration more", append(append([]core.Registration(nil), regs...), discovered), 1},
+		{"an API registration fewer", regs[1:], 2},
+		{"it back", regs, 3},
+	}
+	for _, s := range steps {
+		if err := st.save(s.regs); err != nil {
+			t.Fatal(err)
+		}
+		if g := gen(); g != s.gen {
+			t.Fatalf("%s: generation %d, want %d", s.name, g, s.gen)
+		}
+	}
+}
+
 func sameReg(a, b *core.Registration) bool {
 	if (a.CacheGroup == nil) != (b.CacheGroup == nil) {
 		return false
