@@ -19,10 +19,10 @@ import (
 
 // Durable registrations. Every successful /register and /unregister (of any
 // surface) that changes the registrations the file holds rewrites
-// DIR/registrations.json before it is answered, as the next
-// generation of a file kept in generations (below): written to a temporary
-// file and fsynced, the current file renamed to registrations.json.prev, the
-// temporary one renamed into place, DIR fsynced. The file carries a SHA-256
+// DIR/registrations.json before it is answered, as the next generation of a
+// file kept in generations (below): written to a temporary file and fsynced,
+// the current file kept as registrations.json.prev (a hard link), the
+// temporary one renamed over it, DIR fsynced. The file carries a SHA-256
 // of its registrations; at start the current file is tried, then the
 // previous one, and a torn or corrupt file is reported at ERROR and moved
 // aside (never overwritten, never a crash). When a write fails (disk full,
