@@ -2,12 +2,10 @@ package bench
 
 import (
 	"fmt"
-	"log/slog"
 	"runtime"
 	"testing"
 
 	"github.com/seed-c7a81618/conductor/core"
-	"github.com/seed-c7a81618/conductor/wire"
 )
 
 // footprintBlocks is how many fresh blocks one BenchmarkFootprint iteration
@@ -53,31 +51,15 @@ func benchFootprint(b *testing.B, blocks int, steady bool) {
 	var before, mid, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	ix := core.New(core.Options{Logger: slog.New(slog.DiscardHandler)})
-	sub, _, err := ix.Register(core.Registration{Endpoint: "tcp://127.0.0.1:1", Type: core.PublisherVLLM,
-		ModelName: "bench", InstanceID: "engine-0", BlockSize: benchBlockSize, Profile: benchProfile(b), ProfileExplicit: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl := NewStoredTemplate(blocks, benchBlockSize, 0, steady)
-	hs, rm := make([]uint64, blocks), make([]uint64, blocks)
-	buf := make([]byte, 0, tmpl.Size())
-	var dec wire.Decoder
-	var batch core.Batch
+	in := newInProcessIngest(b, blocks, steady)
 	batches := footprintBlocks / blocks
-	// The first batch sizes the decoder's and the batch's buffers; what
-	// follows is the steady cost per block.
 	ingest := func(i int) {
-		fillHashes(hs, i)
-		fillHashes(rm, i-steadyWindow)
-		buf = tmpl.Fill(buf[:0], hs, rm)
-		if err := dec.Decode(wire.DialectVLLM, buf, &batch); err != nil {
-			b.Fatal(err)
-		}
-		if st := sub.Apply(&batch); st.Stored != 1 {
+		if st := in.apply(b, i); st.Stored != 1 {
 			b.Fatalf("batch %d: %+v", i, st)
 		}
 	}
+	// The first batch sizes the decoder's and the batch's buffers; what
+	// follows is the steady cost per block.
 	ingest(0)
 	runtime.ReadMemStats(&mid)
 	for i := 1; i < batches; i++ {
@@ -92,12 +74,11 @@ func benchFootprint(b *testing.B, blocks int, steady bool) {
 	if steady {
 		resident = min(batches, steadyWindow) * blocks
 	}
-	if got := ix.TierBlocks()[core.TierDevice]; got != resident {
+	if got := in.ix.TierBlocks()[core.TierDevice]; got != resident {
 		b.Fatalf("index holds %d blocks, want %d", got, resident)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(resident), "heap-B/block")
-	runtime.KeepAlive(ix)
-	runtime.KeepAlive(sub)
+	runtime.KeepAlive(in)
 }

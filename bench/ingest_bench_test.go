@@ -164,6 +164,32 @@ func BenchmarkIngestInProcess(b *testing.B) {
 }
 
 func benchIngestInProcess(b *testing.B, blocks int, steady bool) {
+	in := newInProcessIngest(b, blocks, steady)
+	b.SetBytes(int64(in.tmpl.Size()))
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		in.apply(b, i)
+	}
+	b.ReportMetric(float64(b.N*blocks)/time.Since(start).Seconds(), "blocks/s")
+}
+
+// inProcessIngest is ingest without the transport: one engine rank of a new
+// index, and batch i of the benchmarks' vLLM payloads (fillHashes; with
+// steady, removing the blocks of batch i-steadyWindow) decoded by the
+// listeners' decoder and applied.
+type inProcessIngest struct {
+	ix     *core.Index
+	sub    *core.Subscription
+	tmpl   *StoredTemplate
+	hs, rm []uint64
+	buf    []byte
+	dec    wire.Decoder
+	batch  core.Batch
+}
+
+func newInProcessIngest(b *testing.B, blocks int, steady bool) *inProcessIngest {
 	ix := core.New(core.Options{Logger: slog.New(slog.DiscardHandler)})
 	sub, _, err := ix.Register(core.Registration{Endpoint: "tcp://127.0.0.1:1", Type: core.PublisherVLLM,
 		ModelName: "bench", InstanceID: "engine-0", BlockSize: benchBlockSize, Profile: benchProfile(b), ProfileExplicit: true})
@@ -171,22 +197,17 @@ func benchIngestInProcess(b *testing.B, blocks int, steady bool) {
 		b.Fatal(err)
 	}
 	tmpl := NewStoredTemplate(blocks, benchBlockSize, 0, steady)
-	hs, rm := make([]uint64, blocks), make([]uint64, blocks)
-	buf := make([]byte, 0, tmpl.Size())
-	var dec wire.Decoder
-	var batch core.Batch
-	b.SetBytes(int64(tmpl.Size()))
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	for i := 0; i < b.N; i++ {
-		fillHashes(hs, i)
-		fillHashes(rm, i-steadyWindow)
-		buf = tmpl.Fill(buf[:0], hs, rm)
-		if err := dec.Decode(wire.DialectVLLM, buf, &batch); err != nil {
-			b.Fatal(err)
-		}
-		sub.Apply(&batch)
+	return &inProcessIngest{ix: ix, sub: sub, tmpl: tmpl, hs: make([]uint64, blocks), rm: make([]uint64, blocks),
+		buf: make([]byte, 0, tmpl.Size())}
+}
+
+// apply decodes and applies batch i.
+func (in *inProcessIngest) apply(b *testing.B, i int) core.ApplyStats {
+	fillHashes(in.hs, i)
+	fillHashes(in.rm, i-steadyWindow)
+	in.buf = in.tmpl.Fill(in.buf[:0], in.hs, in.rm)
+	if err := in.dec.Decode(wire.DialectVLLM, in.buf, &in.batch); err != nil {
+		b.Fatal(err)
 	}
-	b.ReportMetric(float64(b.N*blocks)/time.Since(start).Seconds(), "blocks/s")
+	return in.sub.Apply(&in.batch)
 }
