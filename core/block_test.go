@@ -2,7 +2,7 @@ package core
 
 import (
 	"math/rand/v2"
-	"sort"
+	"slices"
 	"testing"
 )
 
@@ -20,7 +20,7 @@ func TestBlockValAgreesWithModel(t *testing.T) {
 	words := func(v blockVal) []uint64 {
 		var out []uint64
 		v.forEach(func(w uint64) { out = append(out, w) })
-		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+		slices.Sort(out)
 		return out
 	}
 	want := func(m map[slotKey]uint32) []uint64 {
@@ -28,19 +28,8 @@ func TestBlockValAgreesWithModel(t *testing.T) {
 		for k, c := range m {
 			out = append(out, ownerWord(k.ref, k.t, c))
 		}
-		sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+		slices.Sort(out)
 		return out
-	}
-	equal := func(a, b []uint64) bool {
-		if len(a) != len(b) {
-			return false
-		}
-		for i := range a {
-			if a[i] != b[i] {
-				return false
-			}
-		}
-		return true
 	}
 	for run := 0; run < 200; run++ {
 		var v blockVal
@@ -86,10 +75,10 @@ func TestBlockValAgreesWithModel(t *testing.T) {
 				}
 				v = nv
 			}
-			if !equal(words(old), before) {
+			if !slices.Equal(words(old), before) {
 				t.Fatalf("run %d step %d: the update changed the old value: %x, was %x", run, step, words(old), before)
 			}
-			if got, exp := words(v), want(m); !equal(got, exp) {
+			if got, exp := words(v), want(m); !slices.Equal(got, exp) {
 				t.Fatalf("run %d step %d: words %x, model %x", run, step, got, exp)
 			}
 			if v.empty() != (len(m) == 0) || (!v.empty() && v.first() == 0) {
