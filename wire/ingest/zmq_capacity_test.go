@@ -151,20 +151,22 @@ func TestZMQUnregisterReleasesThreads(t *testing.T) {
 	keys := registerPending(t, h.g, "thr", n)
 	// Every listener blocked in zmq_poll holds an OS thread: wait for them all
 	// (not a sleep), so the release below is measured from a real peak.
-	waitFor(t, fmt.Sprintf("%d listener threads", n), func() bool { return procStatus(t, "Threads") >= baseThreads+n })
+	threadCount := func() int { return procStatus(t, "Threads") }
+	waitCount(t, fmt.Sprintf("%d listener threads", n), threadCount, baseThreads+n, true)
 	peakThreads, peakRSS := procStatus(t, "Threads"), procStatus(t, "VmRSS")
 	for _, k := range keys {
 		if _, err := h.g.Unregister(k); err != nil {
 			t.Fatal(err)
 		}
 	}
-	threads, rss := 0, 0
+	threads := waitCount(t, "listener threads to exit", threadCount, baseThreads+16, false)
+	rss := 0
 	deadline := time.Now().Add(waitLimit)
 	for {
 		runtime.GC()
 		debug.FreeOSMemory()
-		threads, rss = procStatus(t, "Threads"), procStatus(t, "VmRSS")
-		if (threads <= baseThreads+16 && (raceEnabled || rss <= baseRSS+32<<10)) || time.Now().After(deadline) {
+		rss = procStatus(t, "VmRSS")
+		if raceEnabled || rss <= baseRSS+32<<10 || time.Now().After(deadline) {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
