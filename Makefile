@@ -164,9 +164,13 @@ python-test: deps
 
 # test runs every stage even when one fails (.ci/stages), then prints one
 # summary: each stage's status and time, and the failing tests. TEST_STAGES=
-# runs some. fuzz-smoke+chart-check run at the same time: the fuzz smoke runs
-# for a fixed time whatever CPU it gets, the chart check's build is CPU-bound.
-TEST_STAGES ?= vet fmt-check staticcheck race unit fuzz-smoke+chart-check python-test bench-smoke docs-test
+# runs some. A+B run at the same time: race+unit, whose many tests wait on
+# child processes and sockets for much of their time, and fuzz-smoke+chart-check
+# (the fuzz smoke runs for a fixed time whatever CPU it gets, the chart
+# check's build is CPU-bound). On a machine that other work keeps busy a stage
+# gets CPU in proportion to its runnable threads, so pairs finish well before
+# the two stages would in turn.
+TEST_STAGES ?= vet fmt-check staticcheck race+unit fuzz-smoke+chart-check python-test bench-smoke docs-test
 test: deps
 	@MAKE="$(MAKE)" ./.ci/stages $(TEST_STAGES)
 

@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 FUZZTIME=${FUZZTIME:-3s}
 extra=()
-if [ -n "${FUZZMINIMIZE:-}" ]; then extra+=("-fuzzminimizetime=${FUZZMINIMIZE}"); fi
+if [ -n "${FUZZMINIMIZE:-}" ]; then extra+=("-test.fuzzminimizetime=${FUZZMINIMIZE}"); fi
 # The decoder and request-parser targets must build and run without cgo (and
 # so without libzmq): wire holds no transport since issue 10 (the ZMQ
 # transport is wire/ingest). A cgo import creeping back fails here.
@@ -17,14 +17,25 @@ CGO_ENABLED=0 go test -count=1 -run '^Fuzz' . >/dev/null || {
   echo "fuzz: the decoder targets no longer build or pass without cgo" >&2
   CGO_ENABLED=0 go test -count=1 -run '^Fuzz' . >&2; exit 1
 }
+# Each package's fuzzing-instrumented test binary is built once and run once
+# per target (linking it per target cost more than the smoke run's fuzzing);
+# it runs in the package's directory, as go test runs it, with go test's
+# corpus cache, so a finding lands in testdata/fuzz/NAME either way.
+bindir=$(mktemp -d)
+trap 'rm -rf "$bindir"' EXIT
+cache=$(go env GOCACHE)/fuzz
 for pkg in . ./harness; do
-  targets=$(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true)
+  bin=$bindir/$(basename "$(cd "$pkg" && pwd)").test
+  go test -c -fuzz=. -o "$bin" "$pkg"
+  ipath=$(go list "$pkg")
+  targets=$(cd "$pkg" && "$bin" -test.list '^Fuzz' | grep '^Fuzz' || true)
   if [ -z "$targets" ]; then echo "no fuzz targets in $pkg"; exit 1; fi
   for t in $targets; do
     echo "fuzz $pkg $t ($FUZZTIME)"
     log=$(mktemp)
     for attempt in 1 2 3; do
-      if go test -run='^$' -fuzz="^${t}\$" -fuzztime="$FUZZTIME" "${extra[@]}" -parallel=2 "$pkg" >"$log" 2>&1; then
+      if (cd "$pkg" && "$bin" -test.run='^$' -test.fuzz="^${t}\$" -test.fuzztime="$FUZZTIME" \
+        -test.fuzzcachedir="$cache/$ipath" -test.parallel=2 "${extra[@]}") >"$log" 2>&1; then
         break
       fi
       # A real finding writes its input under testdata/fuzz; a shutdown race of
