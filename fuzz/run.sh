@@ -11,8 +11,8 @@ FUZZTIME=${FUZZTIME:-3s}
 extra=()
 if [ -n "${FUZZMINIMIZE:-}" ]; then extra+=("-test.fuzzminimizetime=${FUZZMINIMIZE}"); fi
 # The decoder and request-parser targets must build and run without cgo (and
-# so without libzmq): wire holds no transport since issue 10 (the ZMQ
-# transport is wire/ingest). A cgo import creeping back fails here.
+# so without libzmq): wire holds no transport (the ZMQ transport is
+# wire/ingest). A cgo import creeping back fails here.
 CGO_ENABLED=0 go test -count=1 -run '^Fuzz' . >/dev/null || {
   echo "fuzz: the decoder targets no longer build or pass without cgo" >&2
   CGO_ENABLED=0 go test -count=1 -run '^Fuzz' . >&2; exit 1
@@ -25,9 +25,9 @@ bindir=$(mktemp -d)
 trap 'rm -rf "$bindir"' EXIT
 cache=$(go env GOCACHE)/fuzz
 for pkg in . ./harness; do
-  bin=$bindir/$(basename "$(cd "$pkg" && pwd)").test
-  go test -c -fuzz=. -o "$bin" "$pkg"
   ipath=$(go list "$pkg")
+  bin=$bindir/${ipath//\//_}.test
+  go test -c -fuzz=. -o "$bin" "$pkg"
   targets=$(cd "$pkg" && "$bin" -test.list '^Fuzz' | grep '^Fuzz' || true)
   if [ -z "$targets" ]; then echo "no fuzz targets in $pkg"; exit 1; fi
   for t in $targets; do

@@ -734,13 +734,13 @@ func TestDecodeAbsentOptionalFields(t *testing.T) {
 			"ts=1.5/0 dp=0 events=1 skipped=0\nremoved hashes=[7]"},
 		{"sgl_stored_without_block_size", DialectSGLang, batch(1.5, 0, mp(nil).mapn(4).kv("type").str("BlockStored").kv("block_hashes").ints(1).kv("parent_block_hash").null().kv("token_ids").null()),
 			"ts=1.5/0 dp=0 events=1 skipped=0\nstored hashes=[1]"},
-		// #17 item 8: a Mooncake master batch with float seconds.
+		// A Mooncake master batch with float seconds.
 		{"mooncake_float_seconds", DialectMooncake, mp(nil).arr(3).f(1739145600.5).arr(0).u(0), "ts=1.7391456005e+09/0 dp=0 events=0 skipped=0"},
 		{"mooncake_int_ms", DialectMooncake, mp(nil).arr(3).u(1739145600500).arr(0).u(0), "ts=1.7391456005e+12/1739145600500 dp=0 events=0 skipped=0"},
 	})
 }
 
-// TestDecodeStandardMapInEngineBatch (#17 item 3): an RFC #1527 event map in
+// TestDecodeStandardMapInEngineBatch: an RFC #1527 event map in
 // a vLLM or SGLang batch is recognised by its event_type key and decoded as a
 // standardized event (flagged Standard), whatever key order.
 func TestDecodeStandardMapInEngineBatch(t *testing.T) {
