@@ -377,9 +377,9 @@ func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier,
 	s.opHoldings = 0
 	for _, k := range keys {
 		s.run.tick()
-		s.opCreated = false
+		s.opNew = false
 		c.blocks.Compute(k, s.addFn)
-		if s.opCreated {
+		if s.opNew {
 			set.add(k)
 		}
 	}
@@ -395,7 +395,7 @@ func (s *Subscription) addOne(old blockVal, _ bool) (blockVal, bool) {
 	nv, created := old.withAdded(s.opID, s.opTier, s.opCopies)
 	if created {
 		s.opHoldings++
-		s.opCreated = true
+		s.opNew = !old.holds(s.opID.id())
 	}
 	return nv, false
 }

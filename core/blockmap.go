@@ -39,11 +39,7 @@ func newBlockMap(sizeHint int) *blockMap {
 // blockShard picks a key's shard from the top bits of a multiplicative mix
 // (keys are hash outputs, but a publisher may choose them: the mix keeps a run
 // of related keys from landing in one shard; a crafted set only makes one
-// shard large, which is what a single map would be anyway). The multiplier
-// must differ from keyTable.home's: Range visits keys shard by shard, and an
-// owner's key set rebuilt in that order (a restore) would otherwise receive
-// them sorted by their home slot, which piles linear probing into long runs
-// (a 1M-block restore took 100 s; TestKeySetFromBlockMapOrder).
+// shard large, which is what a single map would be anyway).
 func blockShard(k uint64) uint64 { return (k * 0xBF58476D1CE4E5B9) >> (64 - blockShardBits) }
 
 // Load returns k's value.

@@ -7,8 +7,8 @@ import (
 )
 
 // TestKeySetAgreesWithMap drives keySet and a Go map with the same random
-// adds and removes (small key range: many collisions, wrap-around probe runs,
-// growth and shrink) and compares contents.
+// adds and removes (small key range: a key added and removed many times,
+// compactions among them) and compares contents.
 func TestKeySetAgreesWithMap(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
@@ -22,12 +22,18 @@ func TestKeySetAgreesWithMap(t *testing.T) {
 			if rng.Intn(3) == 0 {
 				k *= 1 << 40 // same low bits, different high bits
 			}
-			if rng.Intn(5) < 3 {
+			// The apply path's contract: add a key the owner does not
+			// hold, remove one it holds.
+			switch {
+			case !ref[k] && rng.Intn(5) < 3:
 				s.add(k)
 				ref[k] = true
-			} else {
+			case ref[k] && rng.Intn(5) >= 3:
 				s.remove(k)
 				delete(ref, k)
+			}
+			if i%500 == 0 {
+				checkLogBound(t, &s.l)
 			}
 		}
 		if s.Len() != len(ref) {
@@ -82,10 +88,11 @@ func TestKeySetSplitAgreesWithMap(t *testing.T) {
 		keys = append(keys, k)
 		s.add(k)
 		ref[k] = true
-		if rng.Intn(4) == 0 { // remove an earlier key
-			r := keys[rng.Intn(len(keys))]
-			s.remove(r)
-			delete(ref, r)
+		if rng.Intn(4) == 0 { // remove an earlier key still held
+			if r := keys[rng.Intn(len(keys))]; ref[r] {
+				s.remove(r)
+				delete(ref, r)
+			}
 		}
 	}
 	if s.subs == nil {
@@ -94,13 +101,19 @@ func TestKeySetSplitAgreesWithMap(t *testing.T) {
 	check("after the split")
 	share := float64(s.Len()) / keySubs
 	for i := range s.subs {
-		if n := float64(s.subs[i].Len()); n > 1.3*share {
-			t.Errorf("table %d holds %.0f keys, share %.0f", i, n, share)
+		if n := float64(s.subs[i].n); n > 1.3*share {
+			t.Errorf("log %d holds %.0f keys, share %.0f", i, n, share)
 		}
+		checkLogBound(t, &s.subs[i])
 	}
 	for _, k := range keys[:len(keys)/2] {
-		s.remove(k)
-		delete(ref, k)
+		if ref[k] {
+			s.remove(k)
+			delete(ref, k)
+		}
+	}
+	for i := range s.subs {
+		checkLogBound(t, &s.subs[i])
 	}
 	check("after removing half")
 	for k := range ref {
@@ -108,6 +121,11 @@ func TestKeySetSplitAgreesWithMap(t *testing.T) {
 	}
 	ref = map[uint64]bool{}
 	check("emptied")
+	for i := range s.subs {
+		if l := &s.subs[i]; l.chunks != nil || l.removes != nil {
+			t.Fatalf("emptied: log %d keeps %d adds and %d removes", i, l.added(), len(l.removes))
+		}
+	}
 	for _, k := range keys[:1000] {
 		s.add(k)
 		ref[k] = true
@@ -115,47 +133,19 @@ func TestKeySetSplitAgreesWithMap(t *testing.T) {
 	check("refilled")
 }
 
-// meanDisplacement is the mean distance of t's keys from their home slot
-// (the probe length of a lookup that finds them).
-func (t *keyTable) meanDisplacement() float64 {
-	mask := len(t.slots) - 1
-	total := 0
-	for i, k := range t.slots {
-		if k != 0 {
-			total += (i - t.home(k)) & mask
+// checkLogBound asserts the log's size bound: removes stay under the set's
+// keys (or keyLogMinCompact), so the adds hold at most twice the keys.
+func checkLogBound(t *testing.T, l *keyLog) {
+	t.Helper()
+	if l.added()-len(l.removes) != l.n {
+		t.Fatalf("log: %d adds, %d removes, %d keys", l.added(), len(l.removes), l.n)
+	}
+	for i, c := range l.chunks {
+		if len(c) == 0 || (i < len(l.chunks)-1 && len(c) != keyChunk) {
+			t.Fatalf("log: chunk %d of %d holds %d keys", i, len(l.chunks), len(c))
 		}
 	}
-	return float64(total) / float64(max(t.n, 1))
-}
-
-// TestKeySetFromBlockMapOrder: an owner's key set rebuilt in the order a
-// block map's Range visits keys (what a dump restore does) stays a short-probe
-// table: the shard and home mixes are independent, so that order is no
-// sorted run of home slots. (With one multiplier for both, the mean probe
-// length here was in the thousands and a 1M-block restore took 100 s.)
-func TestKeySetFromBlockMapOrder(t *testing.T) {
-	m := newBlockMap(0)
-	rng := rand.New(rand.NewSource(3))
-	for i := 0; i < 200_000; i++ {
-		k := rng.Uint64() | 1
-		m.Compute(k, func(blockVal, bool) (blockVal, bool) { return singleVal(1), false })
-	}
-	var small, large keySet
-	n := 0
-	m.Range(func(k uint64, _ blockVal) bool {
-		if n < keySetSplit/2 {
-			small.add(k)
-		}
-		large.add(k)
-		n++
-		return true
-	})
-	if d := small.t.meanDisplacement(); d > 4 {
-		t.Errorf("unsplit set: mean probe %.1f slots", d)
-	}
-	for i := range large.subs {
-		if d := large.subs[i].meanDisplacement(); d > 4 {
-			t.Errorf("table %d: mean probe %.1f slots", i, d)
-		}
+	if len(l.removes) >= max(l.n, keyLogMinCompact) {
+		t.Fatalf("log not compacted: %d removes for %d keys", len(l.removes), l.n)
 	}
 }

@@ -375,7 +375,7 @@ type Subscription struct {
 	opID            ownerRef
 	opTier          Tier
 	opChanged       bool
-	opCreated       bool // addOne created a holding
+	opNew           bool // addOne gave the owner its first holding in the block
 	opGone          bool // removeOne dropped the owner's last holding in the block
 	opCopies        uint32
 	opHoldings      int64
