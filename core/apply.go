@@ -375,6 +375,9 @@ func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier,
 	}
 	set := sc.keys[id.id()]
 	s.opHoldings = 0
+	if s.ix.large() {
+		c.blocks.Prefetch(keys)
+	}
 	for _, k := range keys {
 		s.run.tick()
 		s.opNew = false
@@ -431,6 +434,9 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 	viaMap := c.profile().Strategy == hash.StrategyXXH3
 	set := sc.keys[id.id()]
 	s.opHoldings = 0
+	if !viaMap && mode != removeRFC && s.ix.large() {
+		c.blocks.Prefetch(hashes) // the hashes are the keys
+	}
 	for _, h := range hashes {
 		s.run.tick()
 		k := h
