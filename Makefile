@@ -17,7 +17,7 @@ BENCH_E2E_ARGS = -engines 8 -dialects vllm-map,vllm-array -trace $(BENCH_E2E_TRA
 	-host 32768 -disk 65536 -store 131072 -verify -verify-every 1000 -query-only 5s \
 	-sweep 1000,2000,4000,6000,8000,10000 -sweep-time 2s
 
-.PHONY: all deps build install uninstall run test test-k8s docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail clean
+.PHONY: all deps build install uninstall run test test-k8s docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail bench-fleet clean
 
 all: build
 
@@ -236,6 +236,22 @@ TAIL_STEADY_BLOCKS ?= 10000000
 bench-tail: deps
 	TAIL_BLOCKS=$(TAIL_BLOCKS) TAIL_STEADY_BLOCKS=$(TAIL_STEADY_BLOCKS) \
 		$(GO) test -run '^$$' -bench BenchmarkTailUnderIngest -benchtime 1x -timeout 60m ./bench/
+
+# bench-fleet: the fleet cost curves in separate processes
+# (bench/fleet_test.go): ingest CPU and RSS per block against index size, in
+# 16- and 64-block batches, and cold /query server CPU against prompt length
+# (1k to 1M tokens) on each full index. FLEET_SIZES sizes it (default 1M and
+# 10M blocks, about 5 minutes; 100000000 more needs about 10 GB free and a
+# quarter of an hour); FLEET_BATCHES and FLEET_ARGS (conductor flags,
+# default --hash-memo-bytes 0) pass through. The report goes to
+# bench/results/fleet/ (git-ignored), then replaces BENCHMARKS.md's fleet
+# block, its SVGs copied to bench/curves/ (SPLICE=0 skips that).
+FLEET_SIZES ?= 1000000 10000000
+bench-fleet: deps
+	FLEET_SIZES="$(FLEET_SIZES)" FLEET_OUT=$(CURDIR)/bench/results/fleet \
+		$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 3h ./bench/
+	FLEET_CMD="FLEET_SIZES='$(FLEET_SIZES)'$(if $(FLEET_BATCHES), FLEET_BATCHES='$(FLEET_BATCHES)')$(if $(FLEET_ARGS), FLEET_ARGS='$(FLEET_ARGS)') go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
+		./bench/report.sh fleet bench/results/fleet/fleet.md
 
 # bench-e2e: the harness in separate processes (BENCH_E2E_ARGS above). The
 # report goes to BENCH_E2E_OUT (git-ignored): e2e.json, e2e.md and the

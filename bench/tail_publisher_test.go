@@ -55,8 +55,9 @@ func newTailStream(addr string, evict bool) (*tailStream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &tailStream{addr: addr, pub: pub, tmpl: NewStoredTemplate(tailBatch, 16, 0, evict),
-		hs: make([]uint64, tailBatch), rm: make([]uint64, tailBatch)}, nil
+	n := tailBatch()
+	return &tailStream{addr: addr, pub: pub, tmpl: NewStoredTemplate(n, 16, 0, evict),
+		hs: make([]uint64, n), rm: make([]uint64, n)}, nil
 }
 
 var lastSeqBRE = regexp.MustCompile(`(?m)^conductor_ingest_last_seq\{instance="engine-b"[^}]*\} (\S+)$`)

@@ -23,7 +23,8 @@ import (
 // connections querying the 8k-token prompt over msgpack at the same time. It
 // reports the query p50/p99/p999/max, ingest blocks/s and, from the server's
 // /metrics, GC pauses, GC and assist CPU, scheduler latency, the applier's
-// longest uninterrupted run and RSS. Run:
+// longest uninterrupted run and RSS. TAIL_BATCH sets the blocks per batch
+// (default 64). Run:
 //
 //	TAIL_BLOCKS=10000000 go test -run '^$' -bench BenchmarkTailUnderIngest -benchtime 1x -timeout 30m ./bench/
 //
@@ -38,9 +39,12 @@ import (
 // deployment: this shows what is left when it does not compete for the cores).
 
 const (
-	tailBatch  = 64   // blocks per batch
-	tailWindow = 8192 // batches published but not yet applied, at most
+	tailWindow   = 8192         // batches published but not yet applied, at most
+	tailBatchEnv = "TAIL_BATCH" // blocks per batch (default 64); the publisher process inherits it
 )
+
+// tailBatch is the number of blocks engine-b publishes per batch.
+func tailBatch() int { return envInt(tailBatchEnv, 64) }
 
 // tailRun is one measured run.
 type tailRun struct {
@@ -229,7 +233,7 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 		done <- loadOut{}
 	}
 	start := time.Now()
-	p.publish(tb, blocks/tailBatch)
+	p.publish(tb, blocks/tailBatch())
 	elapsed := time.Since(start)
 	cancel()
 	out := <-done
@@ -238,7 +242,7 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 	}
 	c1 := s.cpu(tb)
 	m1 := s.scrape(tb)
-	run := tailRun{Load: out.r, Blocks: blocks / tailBatch * tailBatch, Elapsed: elapsed, ServerCPU: c1 - c0,
+	run := tailRun{Load: out.r, Blocks: blocks / tailBatch() * tailBatch(), Elapsed: elapsed, ServerCPU: c1 - c0,
 		Metrics: tailMetricsDelta(m0, m1)}
 	if run.Metrics.Gaps != 0 {
 		tb.Fatalf("lossy run (gaps or stale clears on engine-b): %v", run)
