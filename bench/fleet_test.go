@@ -34,7 +34,8 @@ import (
 // 512 × Sum256 of one encoded 16-token block (sha256-simd, in this process),
 // the hashing that no cold 8k query can avoid.
 //
-// FLEET_OUT (default results/fleet) receives fleet.md (the tables, with the
+// FLEET_TOKENS replaces the prompt lengths (default 1k, 8k, 128k and 1M
+// tokens). FLEET_OUT (default results/fleet) receives fleet.md (the tables, with the
 // command and machine) and the cost curves as SVG: fleet-ingest.svg (CPU per
 // block against index size), fleet-rss.svg (RSS per block against index
 // size) and fleet-query.svg (server CPU per query against prompt length, one
@@ -56,7 +57,7 @@ func BenchmarkFleet(b *testing.B) {
 				for range b.N {
 					var qs []int
 					if batch == slices.Max(batches) {
-						qs = fleetTokens
+						qs = envInts(b, "FLEET_TOKENS", fleetTokens)
 					}
 					row := runFleet(b, n, batch, qs, args)
 					b.Logf("%+v", row)

@@ -11,6 +11,19 @@ import (
 
 const testBS = 16
 
+// bothApplies runs f as two subtests: "direct", and "prefetch" with
+// prefetchMin 0, so that appliers look their batches' keys up first however
+// small the test's index is.
+func bothApplies(t *testing.T, f func(t *testing.T)) {
+	t.Run("direct", f)
+	t.Run("prefetch", func(t *testing.T) {
+		old := prefetchMin
+		prefetchMin = 0
+		t.Cleanup(func() { prefetchMin = old })
+		f(t)
+	})
+}
+
 func cborProfile(t testing.TB) hash.Profile {
 	t.Helper()
 	p, err := hash.Resolve(hash.Spec{Strategy: "vllm_v1", Algorithm: "sha256_cbor", PythonHashSeed: "0", IndexProjection: "low64_be"})

@@ -78,7 +78,9 @@ func modelMedia(blocks [][]modelHolding, inst string, rank int32) [NumMedia]int6
 
 // TestQueryAgreesWithModel compares Query with the naive model on random
 // holdings across instances, ranks and the shared pool.
-func TestQueryAgreesWithModel(t *testing.T) {
+func TestQueryAgreesWithModel(t *testing.T) { bothApplies(t, queryAgreesWithModel) }
+
+func queryAgreesWithModel(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))
@@ -167,7 +169,9 @@ func TestQueryAgreesWithModel(t *testing.T) {
 // `cleared` (seed: "all blocks for the event stream dimensions are purged").
 // Shared-pool streams (medium external) are keyed by (backend, medium): a
 // pool is visible to every rank and owned by none.
-func TestStreamsAgreeWithModel(t *testing.T) {
+func TestStreamsAgreeWithModel(t *testing.T) { bothApplies(t, streamsAgreeWithModel) }
+
+func streamsAgreeWithModel(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewSource(seed))

@@ -10,7 +10,9 @@ import (
 
 // TestTieredQueryFixtures runs testdata/tiered_query: each case stores the
 // given holdings through real subscriptions and checks a/0's row.
-func TestTieredQueryFixtures(t *testing.T) {
+func TestTieredQueryFixtures(t *testing.T) { bothApplies(t, tieredQueryFixtures) }
+
+func tieredQueryFixtures(t *testing.T) {
 	f, err := os.Open("testdata/tiered_query")
 	if err != nil {
 		t.Fatal(err)

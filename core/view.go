@@ -69,10 +69,13 @@ func ctxLess(a, b ContextKey) bool {
 // prefetchMin is the index size (holdings, all tiers) from which appliers
 // look a batch's keys up before updating them (blockMap.Prefetch). Below it
 // the block tables mostly stay in cache and the extra lookups only cost
-// (BenchmarkApply/store+remove, 64k blocks: 15 % more per block); from
-// 262k blocks up, separate-process ingest took a quarter less CPU per block
-// with them.
-const prefetchMin = 1 << 17
+// (BenchmarkApply/store+remove, 64k blocks: 15 % more per block); from 262k
+// blocks up, separate-process ingest took a quarter less CPU per block with
+// them. Queries do not look ahead: a query hashes each block between two
+// lookups, and looking blocks up ahead of a 1M-token walk over a 5M-block
+// index made it 13 % slower. A variable so that tests run both apply paths
+// on small indexes (bothApplies).
+var prefetchMin int64 = 1 << 17
 
 // large reports whether the index holds at least prefetchMin holdings.
 func (ix *Index) large() bool {
