@@ -241,8 +241,8 @@ bench-tail: deps
 # (bench/fleet_test.go): ingest CPU and RSS per block against index size, in
 # 16- and 64-block batches, and cold /query server CPU against prompt length
 # (1k to 1M tokens) on each full index. FLEET_SIZES sizes it (default 1M and
-# 10M blocks, about 5 minutes; 100000000 more needs about 10 GB free and a
-# quarter of an hour); FLEET_BATCHES and FLEET_ARGS (conductor flags,
+# 10M blocks, about 3 minutes; 100000000 more needs about 7 GB free and 10
+# minutes); FLEET_BATCHES, FLEET_TOKENS and FLEET_ARGS (conductor flags,
 # default --hash-memo-bytes 0) pass through. The report goes to
 # bench/results/fleet/ (git-ignored), then replaces BENCHMARKS.md's fleet
 # block, its SVGs copied to bench/curves/ (SPLICE=0 skips that).
@@ -250,7 +250,7 @@ FLEET_SIZES ?= 1000000 10000000
 bench-fleet: deps
 	FLEET_SIZES="$(FLEET_SIZES)" FLEET_OUT=$(CURDIR)/bench/results/fleet \
 		$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 3h ./bench/
-	FLEET_CMD="FLEET_SIZES='$(FLEET_SIZES)'$(if $(FLEET_BATCHES), FLEET_BATCHES='$(FLEET_BATCHES)')$(if $(FLEET_ARGS), FLEET_ARGS='$(FLEET_ARGS)') go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
+	FLEET_CMD="FLEET_SIZES='$(FLEET_SIZES)'$(if $(FLEET_BATCHES), FLEET_BATCHES='$(FLEET_BATCHES)')$(if $(FLEET_TOKENS), FLEET_TOKENS='$(FLEET_TOKENS)')$(if $(FLEET_ARGS), FLEET_ARGS='$(FLEET_ARGS)') go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
 		./bench/report.sh fleet bench/results/fleet/fleet.md
 
 # bench-e2e: the harness in separate processes (BENCH_E2E_ARGS above). The

@@ -24,11 +24,12 @@ import (
 // them (the tail harness's publisher: lossless, flow-controlled).
 //
 // For each index size in FLEET_SIZES (default 1M and 10M blocks; 100M needs
-// about 10 GB of memory and a quarter of an hour) and each batch size in
+// about 7 GB of memory and 10 minutes) and each batch size in
 // FLEET_BATCHES (default 16 and 64 blocks), a fresh conductor ingests that
 // many blocks from empty. A row gives its CPU per stored block (/proc),
 // blocks/s, and RSS at the end, whole and per block. Then, on the full index
-// of the largest batch size, 4 keep-alive connections query prefixes of
+// of the largest batch size, once the collector is quiet, 4 keep-alive
+// connections query prefixes of
 // engine-a's prompt, fleetTokens long (each a full hit), and a row gives the
 // server CPU per query. The 8k row is also set against the SHA-256 floor:
 // 512 × Sum256 of one encoded 16-token block (sha256-simd, in this process),
@@ -90,9 +91,10 @@ type fleetRow struct {
 	CPUPerBlock   float64 // server ns per stored block
 	Rate          float64 // blocks/s
 	RSS           float64 // bytes, at the end of the ingest
-	// QueryCPU is the server CPU per query (µs) by prompt length; empty
-	// when the row did not query.
-	QueryCPU map[int]float64
+	// QueryCPU is the server CPU per query (µs) by prompt length, and
+	// QueryGC the part of it the Go collector spent (its CPU over the
+	// measured queries, per query); empty when the row did not query.
+	QueryCPU, QueryGC map[int]float64
 }
 
 type fleetResults struct {
@@ -127,15 +129,36 @@ func runFleet(tb testing.TB, blocks, batch int, queryTokens []int, args []string
 	if len(queryTokens) == 0 {
 		return row
 	}
-	row.QueryCPU = map[int]float64{}
+	settleGC(tb, s)
+	row.QueryCPU, row.QueryGC = map[int]float64{}, map[int]float64{}
 	for _, n := range queryTokens {
 		body, ct := queryBody("bin", prompt[:n])
 		// About half a second of server CPU per length at ~20 ns a token.
 		reqs := max(40, 25_000_000/n)
 		r := measure(tb, s, ct, body, &Expect{Instance: "engine-a", LongestMatched: int64(n)}, 4, reqs)
 		row.QueryCPU[n] = float64(r.CPUPerReq.Nanoseconds()) / 1e3
+		row.QueryGC[n] = float64(r.GCPerReq.Nanoseconds()) / 1e3
 	}
 	return row
+}
+
+// settleGC waits until the server's collector has spent no CPU for a
+// second, so that a cycle the ingest started (marking a large index takes
+// seconds) is not billed to the queries measured next.
+func settleGC(tb testing.TB, s *serverProc) {
+	tb.Helper()
+	last := s.scrape(tb)["go_gc_cpu_seconds_total"]
+	// A failure bound only: one cycle over a 100M-block index takes tens of
+	// CPU-seconds.
+	for deadline := time.Now().Add(10 * time.Minute); time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		now := s.scrape(tb)["go_gc_cpu_seconds_total"]
+		if now == last {
+			return
+		}
+		last = now
+	}
+	tb.Fatalf("the server's collector never went quiet")
 }
 
 // sha256Floor times n × Sum256 of one encoded 16-token block (the median of
@@ -216,6 +239,7 @@ func (r *fleetResults) write(dir string, args []string) error {
 		}
 	}
 	slices.Sort(lengths)
+	md.WriteString("\nServer CPU per query by prompt length; in brackets the Go collector's CPU over the same queries, per query.\n")
 	md.WriteString("\n| index blocks | " + strings.Join(mapStrings(lengths, func(n int) string { return tokens(n) + " tokens" }), " | ") +
 		" | 8k ÷ SHA-256 floor |\n|---|" + strings.Repeat("---|", len(lengths)+1) + "\n")
 	query := Chart{Title: "/query server CPU per request, cold (no memo), full hit", XLabel: "prompt tokens (log)",
@@ -224,7 +248,9 @@ func (r *fleetResults) write(dir string, args []string) error {
 		if row.QueryCPU == nil {
 			continue
 		}
-		cells := mapStrings(lengths, func(n int) string { return fmt.Sprintf("%.1f µs", row.QueryCPU[n]) })
+		cells := mapStrings(lengths, func(n int) string {
+			return fmt.Sprintf("%s (GC %s)", micros(row.QueryCPU[n]), micros(row.QueryGC[n]))
+		})
 		fmt.Fprintf(&md, "| %s | %s | %.2f× |\n", count(row.Blocks), strings.Join(cells, " | "),
 			row.QueryCPU[1<<13]*1e3/float64(r.Floor8k.Nanoseconds()))
 		line := Series{Name: count(row.Blocks) + " blocks"}
@@ -319,4 +345,12 @@ func TestFleetHarness(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
+}
+
+// micros writes µs with three significant digits, as ms from 10,000 µs.
+func micros(us float64) string {
+	if us >= 10_000 {
+		return fmt.Sprintf("%.3g ms", us/1e3)
+	}
+	return fmt.Sprintf("%.3g µs", us)
 }

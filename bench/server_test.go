@@ -316,7 +316,8 @@ func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 type serverRun struct {
 	Load       LoadResult
 	CPUPerReq  time.Duration
-	MemoHits   float64 // blocks, during the run
+	GCPerReq   time.Duration // the Go collector's part of CPUPerReq
+	MemoHits   float64       // blocks, during the run
 	MemoMisses float64
 	PromptHits float64 // the part of MemoHits served from recent prompts
 }
@@ -339,7 +340,9 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 	}
 	c1 := s.cpu(tb)
 	r := serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n)}
-	d := memoCounts(tb, m0, s.scrape(tb))
+	m1 := s.scrape(tb)
+	r.GCPerReq = time.Duration((m1["go_gc_cpu_seconds_total"] - m0["go_gc_cpu_seconds_total"]) * 1e9 / float64(n))
+	d := memoCounts(tb, m0, m1)
 	r.MemoHits, r.MemoMisses, r.PromptHits = d.Hits, d.Misses, d.PromptHits
 	return r
 }
