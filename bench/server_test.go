@@ -316,7 +316,7 @@ func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 type serverRun struct {
 	Load       LoadResult
 	CPUPerReq  time.Duration
-	GCPerReq   time.Duration // the Go collector's part of CPUPerReq
+	GCPerReq   time.Duration // the collector's CPU in cycles that ended during the run
 	MemoHits   float64       // blocks, during the run
 	MemoMisses float64
 	PromptHits float64 // the part of MemoHits served from recent prompts
