@@ -347,10 +347,25 @@ func TestFleetHarness(t *testing.T) {
 	}
 }
 
-// micros writes µs with three significant digits, as ms from 10,000 µs.
+// micros writes a time in µs with three significant digits, as ms from
+// 1,000 µs (51.2 µs, 174 µs, 3.37 ms, 125 ms).
 func micros(us float64) string {
-	if us >= 10_000 {
-		return fmt.Sprintf("%.3g ms", us/1e3)
+	unit := "µs"
+	if us >= 1000 {
+		us, unit = us/1e3, "ms"
 	}
-	return fmt.Sprintf("%.3g µs", us)
+	if us >= 100 {
+		return fmt.Sprintf("%.0f %s", us, unit)
+	}
+	return fmt.Sprintf("%.3g %s", us, unit)
+}
+
+// TestMicros: the fleet tables' times, against hand-written forms.
+func TestMicros(t *testing.T) {
+	for us, want := range map[float64]string{0: "0 µs", 0.145: "0.145 µs", 51.2: "51.2 µs", 173.7: "174 µs",
+		3368.4: "3.37 ms", 66000: "66 ms", 124750: "125 ms", 1.5e6: "1500 ms"} {
+		if got := micros(us); got != want {
+			t.Errorf("micros(%g) = %q, want %q", us, got, want)
+		}
+	}
 }
