@@ -243,7 +243,7 @@ func (r *fleetResults) write(dir string, args []string) error {
 	md.WriteString("\n| index blocks | " + strings.Join(mapStrings(lengths, func(n int) string { return tokens(n) + " tokens" }), " | ") +
 		" | 8k ÷ SHA-256 floor |\n|---|" + strings.Repeat("---|", len(lengths)+1) + "\n")
 	query := Chart{Title: "/query server CPU per request, cold (no memo), full hit", XLabel: "prompt tokens (log)",
-		YLabel: "server CPU per query, µs (log)", LogX: true, LogY: true, XTick: func(v float64) string { return tokens(int(v)) }}
+		YLabel: "server CPU per query (log)", LogX: true, LogY: true, XTick: func(v float64) string { return count(int(v)) }, YTick: micros}
 	for _, row := range r.Rows {
 		if row.QueryCPU == nil {
 			continue
