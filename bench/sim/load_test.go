@@ -2,10 +2,10 @@ package sim
 
 import (
 	"context"
-	"encoding/xml"
 	"errors"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -91,34 +91,31 @@ func TestProcCPU(t *testing.T) {
 	}
 }
 
-// TestPlotSVG: the plot is well-formed XML with one line per percentile and
-// a point per sweep rate.
+// TestPlotSVG: the plot has one series per percentile with a point per
+// sweep rate, at the achieved rate and the percentile's latency (drawing is
+// bench.TestChartSVG's), and renders; an empty sweep is refused.
 func TestPlotSVG(t *testing.T) {
 	r := &Report{Sweep: []SweepPoint{
 		{Rate: 1000, QPS: 1000, P50: 100, P90: 200, P99: 400, P999: 900},
 		{Rate: 2000, QPS: 1990, P50: 120, P90: 260, P99: 800, P999: 3000},
 		{Rate: 4000, QPS: 3100, P50: 9000, P90: 20000, P99: 50000, P999: 80000},
 	}}
-	var b strings.Builder
-	if err := r.PlotSVG(&b, "t <&>"); err != nil {
+	c, err := r.chart("t")
+	if err != nil {
 		t.Fatal(err)
 	}
-	var doc struct {
-		Polylines []struct {
-			Points string `xml:"points,attr"`
-		} `xml:"polyline"`
-		Circles []struct{} `xml:"circle"`
+	want := map[string][]float64{"p50": {100, 120, 9000}, "p90": {200, 260, 20000}, "p99": {400, 800, 50000}, "p99.9": {900, 3000, 80000}}
+	if len(c.Series) != len(want) {
+		t.Fatalf("%d series, want %d", len(c.Series), len(want))
 	}
-	if err := xml.Unmarshal([]byte(b.String()), &doc); err != nil {
-		t.Fatalf("not XML: %v", err)
-	}
-	if len(doc.Polylines) != 4 || len(doc.Circles) != 12 {
-		t.Fatalf("%d lines, %d points; want 4 and 12", len(doc.Polylines), len(doc.Circles))
-	}
-	for _, p := range doc.Polylines {
-		if len(strings.Fields(p.Points)) != 3 {
-			t.Fatalf("line %q", p.Points)
+	for _, s := range c.Series {
+		if !slices.Equal(s.Y, want[s.Name]) || !slices.Equal(s.X, []float64{1000, 1990, 3100}) {
+			t.Errorf("series %s: x %v y %v", s.Name, s.X, s.Y)
 		}
+	}
+	var b strings.Builder
+	if err := r.PlotSVG(&b, "t <&>"); err != nil || !strings.Contains(b.String(), "t &lt;&amp;&gt;") {
+		t.Fatalf("render: %v", err)
 	}
 	if err := (&Report{}).PlotSVG(&b, ""); err == nil {
 		t.Fatal("empty sweep plotted")

@@ -10,10 +10,19 @@ import (
 // PlotSVG draws the sweep's latency percentiles (p50, p90, p99, p99.9; log
 // scale) against the achieved throughput as a standalone SVG.
 func (r *Report) PlotSVG(w io.Writer, title string) error {
-	if len(r.Sweep) == 0 {
-		return fmt.Errorf("sim: no sweep points to plot")
+	c, err := r.chart(title)
+	if err != nil {
+		return err
 	}
-	c := bench.Chart{Title: title, XLabel: "achieved queries/s", YLabel: "latency (log)", LogY: true,
+	return c.SVG(w)
+}
+
+// chart is PlotSVG's chart: one series per percentile, a point per sweep rate.
+func (r *Report) chart(title string) (*bench.Chart, error) {
+	if len(r.Sweep) == 0 {
+		return nil, fmt.Errorf("sim: no sweep points to plot")
+	}
+	c := &bench.Chart{Title: title, XLabel: "achieved queries/s", YLabel: "latency (log)", LogY: true,
 		XTick: func(v float64) string { return fmt.Sprintf("%.0f", v) }, YTick: usLabel}
 	for _, s := range []struct {
 		name string
@@ -31,7 +40,7 @@ func (r *Report) PlotSVG(w io.Writer, title string) error {
 		}
 		c.Series = append(c.Series, line)
 	}
-	return c.SVG(w)
+	return c, nil
 }
 
 func usLabel(us float64) string {
