@@ -270,6 +270,44 @@ func TestZMQReplayRingTooShort(t *testing.T) {
 	}
 }
 
+// TestZMQReplayRingPastHeldMessage: while the listener is held (the apply
+// gate closed, as during a peer restore) a batch is lost and the publisher's
+// ring moves past the live message that shows the gap. The ring cannot fill
+// the gap, so the stream goes stale once, and every live batch from that
+// message on is applied: the ring's newer batches must not be applied first,
+// or the live ones between would be dropped as duplicates.
+func TestZMQReplayRingPastHeldMessage(t *testing.T) {
+	h := newHarness(t, fastOpts(t))
+	pub := newPublisher(t, bench.PublisherOptions{Ring: 4})
+	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
+	h.prime(k, pub, emptyVLLM())
+	publish(t, pub, storeOne(1))
+	waitFor(t, "block 1", func() bool { return h.holds("vllm-a", 1) })
+	release := h.ix.HoldApplies()
+	publish(t, pub, storeOne(2)) // the listener waits at the gate with it
+	publishHidden(t, pub, storeOne(3))
+	for x := uint64(4); x <= 12; x++ { // live, queued; the ring keeps 9..12
+		publish(t, pub, storeOne(x))
+	}
+	release()
+	waitFor(t, "blocks 4..12", func() bool {
+		for x := uint64(4); x <= 12; x++ {
+			if !h.holds("vllm-a", x) {
+				return false
+			}
+		}
+		return true
+	})
+	for x := uint64(1); x <= 3; x++ {
+		if h.holds("vllm-a", x) {
+			t.Errorf("block %d survived the stale clear or was invented", x)
+		}
+	}
+	if st := h.status(k); st.StaleClears != 1 || st.ReplaysFailed != 1 {
+		t.Fatalf("status: %+v", st)
+	}
+}
+
 // TestZMQStaleWithoutReplay: without a replay endpoint a gap clears the stream.
 func TestZMQStaleWithoutReplay(t *testing.T) {
 	h := newHarness(t, fastOpts(t))

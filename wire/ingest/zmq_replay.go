@@ -208,6 +208,18 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 				if started {
 					return 0, true // replies were dropped: the ring holds the gap
 				}
+				if bounded && seq > until {
+					// The ring starts after the live message the caller
+					// holds: it cannot fill the gap, and applying it would
+					// skip the live batches between until and seq, which
+					// wait on the live socket. The caller marks the gap
+					// stale and places its message; the rest of this
+					// reply is discarded with the DEALER.
+					l.resetDealer()
+					l.m.replaysFailed.Inc()
+					l.log.Warn("replay could not recover the whole gap", "last", rx.seq.last, "until", until, "ring_from", seq)
+					return replayShort, false
+				}
 				*staleSeen = true
 				l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
 				l.consume(seq, payload)
