@@ -225,6 +225,26 @@ func (h *harness) status(k core.ServiceKey) ingest.ListenerStatus {
 }
 
 // waitFor polls cond every few milliseconds until it holds or waitLimit passes.
+// waitStaleHeld waits until inst holds blocks lo..hi and then checks that
+// none of blocks 1..lost is held: a stale clear removed them, or they were
+// never delivered.
+func (h *harness) waitStaleHeld(inst string, lost, lo, hi uint64) {
+	h.t.Helper()
+	waitFor(h.t, fmt.Sprintf("blocks %d..%d", lo, hi), func() bool {
+		for x := lo; x <= hi; x++ {
+			if !h.holds(inst, x) {
+				return false
+			}
+		}
+		return true
+	})
+	for x := uint64(1); x <= lost; x++ {
+		if h.holds(inst, x) {
+			h.t.Errorf("block %d survived the stale clear or was invented", x)
+		}
+	}
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(waitLimit)

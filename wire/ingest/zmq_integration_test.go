@@ -239,32 +239,28 @@ func TestZMQReplayHealsDroppedBatches(t *testing.T) {
 	}
 }
 
-// TestZMQReplayRingTooShort: when the ring no longer holds the gap, the stream is
-// stale: its blocks are cleared, and what follows the gap is applied.
-func TestZMQReplayRingTooShort(t *testing.T) {
+// ringOfFour registers vllm-a with a publisher whose replay ring keeps four
+// batches and waits until vllm-a holds block 1.
+func ringOfFour(t *testing.T) (*harness, *bench.Publisher, core.ServiceKey) {
+	t.Helper()
 	h := newHarness(t, fastOpts(t))
 	pub := newPublisher(t, bench.PublisherOptions{Ring: 4})
 	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
 	h.prime(k, pub, emptyVLLM())
 	publish(t, pub, storeOne(1))
 	waitFor(t, "block 1", func() bool { return h.holds("vllm-a", 1) })
+	return h, pub, k
+}
+
+// TestZMQReplayRingTooShort: when the ring no longer holds the gap, the stream is
+// stale: its blocks are cleared, and what follows the gap is applied.
+func TestZMQReplayRingTooShort(t *testing.T) {
+	h, pub, k := ringOfFour(t)
 	for x := uint64(2); x <= 8; x++ { // hidden; the ring keeps the last four: 6, 7, 8 and 9
 		publishHidden(t, pub, storeOne(x))
 	}
 	publish(t, pub, storeOne(9))
-	waitFor(t, "blocks 6..9", func() bool {
-		for x := uint64(6); x <= 9; x++ {
-			if !h.holds("vllm-a", x) {
-				return false
-			}
-		}
-		return true
-	})
-	for x := uint64(1); x <= 5; x++ {
-		if h.holds("vllm-a", x) {
-			t.Errorf("block %d survived the stale clear or was invented", x)
-		}
-	}
+	h.waitStaleHeld("vllm-a", 5, 6, 9)
 	if st := h.status(k); st.StaleClears != 1 || st.ReplaysFailed != 1 {
 		t.Fatalf("status: %+v", st)
 	}
@@ -277,12 +273,7 @@ func TestZMQReplayRingTooShort(t *testing.T) {
 // message on is applied: the ring's newer batches must not be applied first,
 // or the live ones between would be dropped as duplicates.
 func TestZMQReplayRingPastHeldMessage(t *testing.T) {
-	h := newHarness(t, fastOpts(t))
-	pub := newPublisher(t, bench.PublisherOptions{Ring: 4})
-	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
-	h.prime(k, pub, emptyVLLM())
-	publish(t, pub, storeOne(1))
-	waitFor(t, "block 1", func() bool { return h.holds("vllm-a", 1) })
+	h, pub, k := ringOfFour(t)
 	release := h.ix.HoldApplies()
 	publish(t, pub, storeOne(2)) // the listener waits at the gate with it
 	publishHidden(t, pub, storeOne(3))
@@ -290,19 +281,7 @@ func TestZMQReplayRingPastHeldMessage(t *testing.T) {
 		publish(t, pub, storeOne(x))
 	}
 	release()
-	waitFor(t, "blocks 4..12", func() bool {
-		for x := uint64(4); x <= 12; x++ {
-			if !h.holds("vllm-a", x) {
-				return false
-			}
-		}
-		return true
-	})
-	for x := uint64(1); x <= 3; x++ {
-		if h.holds("vllm-a", x) {
-			t.Errorf("block %d survived the stale clear or was invented", x)
-		}
-	}
+	h.waitStaleHeld("vllm-a", 3, 4, 12)
 	if st := h.status(k); st.StaleClears != 1 || st.ReplaysFailed != 1 {
 		t.Fatalf("status: %+v", st)
 	}

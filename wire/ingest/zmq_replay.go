@@ -216,9 +216,7 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 					// stale and places its message; the rest of this
 					// reply is discarded with the DEALER.
 					l.resetDealer()
-					l.m.replaysFailed.Inc()
-					l.log.Warn("replay could not recover the whole gap", "last", rx.seq.last, "until", until, "ring_from", seq)
-					return replayShort, false
+					return l.replayEnded(until, bounded, true), false
 				}
 				*staleSeen = true
 				l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
