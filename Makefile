@@ -237,20 +237,26 @@ bench-tail: deps
 	TAIL_BLOCKS=$(TAIL_BLOCKS) TAIL_STEADY_BLOCKS=$(TAIL_STEADY_BLOCKS) \
 		$(GO) test -run '^$$' -bench BenchmarkTailUnderIngest -benchtime 1x -timeout 60m ./bench/
 
-# bench-fleet: the fleet cost curves in separate processes
-# (bench/fleet_test.go): ingest CPU and RSS per block against index size, in
-# 16- and 64-block batches, and cold /query server CPU against prompt length
-# (1k to 1M tokens) on each full index. FLEET_SIZES sizes it (default 1M and
-# 10M blocks, about 3 minutes; 100000000 more needs about 7 GB free and 10
-# minutes); FLEET_BATCHES, FLEET_TOKENS and FLEET_ARGS (conductor flags,
-# default --hash-memo-bytes 0) pass through. The report goes to
-# bench/results/fleet/ (git-ignored), then replaces BENCHMARKS.md's fleet
-# block, its SVGs copied to bench/curves/ (SPLICE=0 skips that).
+# bench-fleet: the fleet cost curves and the side-by-side goals table, in
+# separate processes (bench/fleet_test.go): ingest CPU and RSS per block
+# against index size, in 16- and 64-block batches; cold /query server CPU
+# against prompt length (1k to 1M tokens) on each full index and against the
+# number of instances holding the prompt (FLEET_HOLDERS, default 1 10 100
+# 1000); query tails while FLEET_TAIL_BLOCKS (default 10M) fresh blocks
+# stream in. FLEET_SIZES sizes it (default 1M and 10M blocks, about 6 minutes
+# for conductor; 100000000 more needs about 7 GB free and 10 minutes);
+# FLEET_BATCHES, FLEET_TOKENS and FLEET_ARGS (conductor flags, default
+# --hash-memo-bytes 0) pass through. CPP_CONDUCTOR names a C++ Mooncake
+# conductor binary (built outside this repository, see BENCHMARKS.md) to run
+# on every axis beside conductor; without it the C++ columns are left out.
+# The report goes to bench/results/fleet/ (git-ignored), then replaces
+# BENCHMARKS.md's fleet block, its SVGs copied to bench/curves/ (SPLICE=0
+# skips that).
 FLEET_SIZES ?= 1000000 10000000
 bench-fleet: deps
-	FLEET_SIZES="$(FLEET_SIZES)" FLEET_OUT=$(CURDIR)/bench/results/fleet \
+	BENCH_CPP_CONDUCTOR="$(CPP_CONDUCTOR)" FLEET_SIZES="$(FLEET_SIZES)" FLEET_OUT=$(CURDIR)/bench/results/fleet \
 		$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 3h ./bench/
-	FLEET_CMD="FLEET_SIZES='$(FLEET_SIZES)'$(if $(FLEET_BATCHES), FLEET_BATCHES='$(FLEET_BATCHES)')$(if $(FLEET_TOKENS), FLEET_TOKENS='$(FLEET_TOKENS)')$(if $(FLEET_ARGS), FLEET_ARGS='$(FLEET_ARGS)') go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
+	FLEET_CMD="$(if $(CPP_CONDUCTOR),BENCH_CPP_CONDUCTOR=<mooncake_conductor> )FLEET_SIZES='$(FLEET_SIZES)'$(foreach v,FLEET_BATCHES FLEET_TOKENS FLEET_ARGS FLEET_HOLDERS FLEET_TAIL_BLOCKS,$(if $($(v)), $(v)='$($(v))')) go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
 		./bench/report.sh fleet bench/results/fleet/fleet.md
 
 # bench-e2e: the harness in separate processes (BENCH_E2E_ARGS above). The

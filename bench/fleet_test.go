@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
+	"io"
+	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +16,7 @@ import (
 	"time"
 
 	sha256 "github.com/minio/sha256-simd"
+	"github.com/tinylib/msgp/msgp"
 
 	"github.com/seed-c7a81618/conductor/hash"
 )
@@ -46,28 +51,48 @@ import (
 func BenchmarkFleet(b *testing.B) {
 	sizes := envInts(b, "FLEET_SIZES", []int{1_000_000, 10_000_000})
 	batches := envInts(b, "FLEET_BATCHES", []int{16, 64})
+	holders := envInts(b, "FLEET_HOLDERS", fleetHolders)
+	tailBlocks := envInts(b, "FLEET_TAIL_BLOCKS", []int{10_000_000})[0]
 	args := strings.Fields(os.Getenv("FLEET_ARGS"))
 	if _, set := os.LookupEnv("FLEET_ARGS"); !set {
 		args = []string{"--hash-memo-bytes", "0"}
 	}
 	var res fleetResults
 	res.Floor8k = sha256Floor(b, loadBlocks)
-	for _, n := range sizes {
-		for _, batch := range batches {
-			b.Run(fmt.Sprintf("blocks=%d/batch=%d", n, batch), func(b *testing.B) {
-				for range b.N {
-					var qs []int
-					if batch == slices.Max(batches) {
-						qs = envInts(b, "FLEET_TOKENS", fleetTokens)
+	for _, srv := range servers() {
+		slug := map[string]string{serverConductor: "conductor", serverCpp: "cpp"}[srv]
+		for _, n := range sizes {
+			for _, batch := range batches {
+				b.Run(fmt.Sprintf("%s/blocks=%d/batch=%d", slug, n, batch), func(b *testing.B) {
+					for range b.N {
+						var qs []int
+						if batch == slices.Max(batches) {
+							qs = envInts(b, "FLEET_TOKENS", fleetTokens)
+						}
+						row := runFleet(b, srv, n, batch, qs, args)
+						b.Logf("%+v", row)
+						b.ReportMetric(row.CPUPerBlock, "server-ns/block")
+						b.ReportMetric(row.RSS/float64(row.Blocks), "RSS-B/block")
+						res.Rows = append(res.Rows, row)
 					}
-					row := runFleet(b, n, batch, qs, args)
-					b.Logf("%+v", row)
-					b.ReportMetric(row.CPUPerBlock, "server-ns/block")
-					b.ReportMetric(row.RSS/float64(row.Blocks), "RSS-B/block")
-					res.Rows = append(res.Rows, row)
-				}
-			})
+				})
+			}
 		}
+		b.Run(slug+"/holders", func(b *testing.B) {
+			for range b.N {
+				h := runHolders(b, srv, holders, args)
+				b.Logf("%+v", h)
+				res.Holders = append(res.Holders, h)
+			}
+		})
+		b.Run(slug+"/tail", func(b *testing.B) {
+			for range b.N {
+				// The defaults: what a user runs.
+				r := runTail(b, srv, false, tailBlocks, 4)
+				b.Logf("%v", r)
+				res.Tails = append(res.Tails, fleetTail{Server: srv, Run: r})
+			}
+		})
 	}
 	if len(res.Rows) == 0 {
 		return
@@ -85,31 +110,51 @@ func BenchmarkFleet(b *testing.B) {
 // fleetTokens are the prompt lengths queried on each full index.
 var fleetTokens = []int{1 << 10, 1 << 13, 1 << 17, 1 << 20}
 
-// fleetRow is one index size and batch size.
+// fleetHolders are the numbers of instances holding the queried prompt.
+var fleetHolders = []int{1, 10, 100, 1000}
+
+// fleetRow is one server, index size and batch size.
 type fleetRow struct {
+	Server        string
 	Blocks, Batch int
 	CPUPerBlock   float64 // server ns per stored block
 	Rate          float64 // blocks/s
 	RSS           float64 // bytes, at the end of the ingest
 	// QueryCPU is the server CPU per query (µs) by prompt length, and
 	// QueryGC the collector's CPU in the cycles that ended during the
-	// measured queries, per query; empty when the row did not query.
+	// measured queries, per query (conductor only); empty when the row did
+	// not query. A length the server did not answer is NaN.
 	QueryCPU, QueryGC map[int]float64
+}
+
+// fleetHolding is the popular-prompt axis on one server: server CPU per 8k
+// query (µs) by the number of instances holding the whole prompt.
+type fleetHolding struct {
+	Server string
+	CPU    map[int]float64
+}
+
+// fleetTail is one server's tail-under-ingest run.
+type fleetTail struct {
+	Server string
+	Run    tailRun
 }
 
 type fleetResults struct {
 	Rows    []fleetRow
+	Holders []fleetHolding
+	Tails   []fleetTail
 	Floor8k time.Duration // 512 × Sum256 of an encoded block
 }
 
-// runFleet starts conductor with args, has engine-a store a prompt of the
-// longest of queryTokens (8k without queries), streams blocks fresh blocks
-// from engine-b in batches of batch, and then queries each length of
-// queryTokens.
-func runFleet(tb testing.TB, blocks, batch int, queryTokens []int, args []string) fleetRow {
+// runFleet starts the server named server (conductor with args, or the C++
+// conductor), has engine-a store a prompt of the longest of queryTokens (8k
+// without queries), streams blocks fresh blocks from engine-b in batches of
+// batch, and then queries each length of queryTokens.
+func runFleet(tb testing.TB, server string, blocks, batch int, queryTokens []int, args []string) fleetRow {
 	tb.Helper()
 	tb.(interface{ Setenv(k, v string) }).Setenv(tailBatchEnv, strconv.Itoa(batch))
-	s := startServer(tb, args...)
+	s := startNamed(tb, server, args...)
 	e := registerEngine(tb, s)
 	prompt := make([]int32, slices.Max(append([]int{loadBlocks * loadBS}, queryTokens...)))
 	for i := range prompt {
@@ -124,8 +169,8 @@ func runFleet(tb testing.TB, blocks, batch int, queryTokens []int, args []string
 	elapsed := time.Since(start)
 	cpu := s.cpu(tb) - c0
 	stored := blocks / batch * batch
-	row := fleetRow{Blocks: stored, Batch: batch, CPUPerBlock: float64(cpu.Nanoseconds()) / float64(stored),
-		Rate: float64(stored) / elapsed.Seconds(), RSS: s.scrape(tb)["process_resident_memory_bytes"]}
+	row := fleetRow{Server: server, Blocks: stored, Batch: batch, CPUPerBlock: float64(cpu.Nanoseconds()) / float64(stored),
+		Rate: float64(stored) / elapsed.Seconds(), RSS: s.rss(tb)}
 	if len(queryTokens) == 0 {
 		return row
 	}
@@ -133,13 +178,158 @@ func runFleet(tb testing.TB, blocks, batch int, queryTokens []int, args []string
 	row.QueryCPU, row.QueryGC = map[int]float64{}, map[int]float64{}
 	for _, n := range queryTokens {
 		body, ct := queryBody("bin", prompt[:n])
+		want := &Expect{Instance: "engine-a", LongestMatched: int64(n)}
+		if err := answers(s, ct, body, want); err != nil {
+			// Only a peer may refuse a length (a body limit, say); the
+			// table shows the gap.
+			if !s.cpp {
+				tb.Fatal(err)
+			}
+			tb.Logf("%s, %d tokens: %v", server, n, err)
+			row.QueryCPU[n], row.QueryGC[n] = math.NaN(), math.NaN()
+			continue
+		}
 		// About half a second of server CPU per length at ~20 ns a token.
 		reqs := max(40, 25_000_000/n)
-		r := measure(tb, s, ct, body, &Expect{Instance: "engine-a", LongestMatched: int64(n)}, 4, reqs)
+		r := measure(tb, s, ct, body, want, 4, reqs)
 		row.QueryCPU[n] = float64(r.CPUPerReq.Nanoseconds()) / 1e3
 		row.QueryGC[n] = float64(r.GCPerReq.Nanoseconds()) / 1e3
 	}
 	return row
+}
+
+// answers posts one query and checks its answer.
+func answers(s *serverProc, ct string, body []byte, want *Expect) error {
+	resp, err := http.Post(s.url("/query"), ct, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("/query: %d %.200q", resp.StatusCode, b)
+	}
+	return want.Check(ct, b)
+}
+
+// runHolders starts the server named server and, for each count of
+// holders in ascending order, registers instances (holder-0000, …, each its
+// own publisher without replay) until that many hold the whole 8k prompt on
+// GPU, then measures the server CPU per cold 8k query (4 connections; every
+// answer must give holder-0000 the whole prompt).
+func runHolders(tb testing.TB, server string, holders []int, args []string) fleetHolding {
+	tb.Helper()
+	s := startNamed(tb, server, args...)
+	prompt := make([]int32, loadBlocks*loadBS)
+	for i := range prompt {
+		prompt[i] = int32(1000 + i%120000)
+	}
+	body, ct := queryBody("bin", prompt)
+	res := fleetHolding{Server: server, CPU: map[int]float64{}}
+	var engines []*engine
+	for _, holders := range holders {
+		for len(engines) < holders {
+			id := fmt.Sprintf("holder-%04d", len(engines))
+			e := registerInstance(tb, s, id, PublisherOptions{NoReplay: true})
+			e.store(tb, prompt, 0)
+			engines = append(engines, e)
+		}
+		waitHolders(tb, s, engines, prompt)
+		want := &Expect{Instance: "holder-0000", LongestMatched: int64(len(prompt))}
+		// About two seconds of queries, from the time one takes; a query
+		// of a second or more is measured alone (CPU ticks are 10 ms).
+		c0, start := s.cpu(tb), time.Now()
+		if err := answers(s, ct, body, want); err != nil {
+			tb.Fatal(err)
+		}
+		one, cpu := time.Since(start), s.cpu(tb)-c0
+		tb.Logf("%s, %d holders: one query in %v", server, holders, one)
+		if one >= time.Second {
+			res.CPU[holders] = float64(cpu.Nanoseconds()) / 1e3
+			continue
+		}
+		r := measure(tb, s, ct, body, want, 4, int(min(20000, max(20, 2*time.Second/one))))
+		res.CPU[holders] = float64(r.CPUPerReq.Nanoseconds()) / 1e3
+	}
+	return res
+}
+
+// waitHolders waits until every engine's row matches the whole prompt,
+// publishing the prompt again from those that do not yet (a batch sent
+// before the subscription connected is lost).
+func waitHolders(tb testing.TB, s *serverProc, engines []*engine, prompt []int32) {
+	tb.Helper()
+	body, ct := queryBody("bin", prompt)
+	for deadline := time.Now().Add(waitBound); ; {
+		_, resp := s.post(tb, "/query", ct, body)
+		full, err := fullRows(resp, int64(len(prompt)))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if len(full) == len(engines) {
+			return
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%d of %d holders match the prompt", len(full), len(engines))
+		}
+		for i, e := range engines {
+			if !full[fmt.Sprintf("holder-%04d", i)] {
+				e.store(tb, prompt, 0)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// fullRows reads a msgpack /query answer and returns the instances whose
+// longest_matched is n.
+func fullRows(b []byte, n int64) (map[string]bool, error) {
+	full := map[string]bool{}
+	m, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return nil, err
+	}
+	for ; m > 0; m-- {
+		var k []byte
+		if k, b, err = msgp.ReadStringZC(b); err != nil {
+			return nil, err
+		}
+		if string(k) != "instances" {
+			if b, err = msgp.Skip(b); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		var rows uint32
+		if rows, b, err = msgp.ReadMapHeaderBytes(b); err != nil {
+			return nil, err
+		}
+		for ; rows > 0; rows-- {
+			var id []byte
+			if id, b, err = msgp.ReadStringZC(b); err != nil {
+				return nil, err
+			}
+			var row []byte
+			start := b
+			if b, err = msgp.Skip(b); err != nil {
+				return nil, err
+			}
+			row = start[:len(start)-len(b)]
+			// A one-row answer for the Expect reader.
+			one := msgp.AppendMapHeader(nil, 1)
+			one = msgp.AppendString(one, "instances")
+			one = msgp.AppendMapHeader(one, 1)
+			one = msgp.AppendStringFromBytes(one, id)
+			one = append(one, row...)
+			if (&Expect{Instance: string(id), LongestMatched: n}).Check("application/msgpack", one) == nil {
+				full[string(id)] = true
+			}
+		}
+	}
+	return full, nil
 }
 
 // settle waits until the server has been idle for a second (under 5 % of
@@ -211,24 +401,30 @@ func (r *fleetResults) write(dir string, args []string) error {
 		return err
 	}
 	var md strings.Builder
-	fmt.Fprintf(&md, "Conductor flags: `%s`. SHA-256 floor for 8k tokens (512 × Sum256 of one encoded block, in-process): %.1f µs.\n\n",
+	fmt.Fprintf(&md, "Conductor flags: `%s` (the tail run: the defaults). SHA-256 floor for 8k tokens (512 × Sum256 of one encoded block, in-process): %.1f µs.\n\n",
 		strings.Join(args, " "), float64(r.Floor8k.Nanoseconds())/1e3)
-	md.WriteString("| index blocks | batch | ingest M blocks/s | server CPU per block | RSS | RSS per block |\n|---|---|---|---|---|---|\n")
-	ingest := map[int]*Series{}
-	rss := map[int]*Series{}
-	var batches []int
-	for _, row := range r.Rows {
-		fmt.Fprintf(&md, "| %s | %d | %.2f | %.0f ns | %.0f MB | %.1f B |\n", count(row.Blocks), row.Batch, row.Rate/1e6,
-			row.CPUPerBlock, row.RSS/1e6, row.RSS/float64(row.Blocks))
-		if ingest[row.Batch] == nil {
-			batches = append(batches, row.Batch)
-			ingest[row.Batch] = &Series{Name: fmt.Sprintf("%d-block batches", row.Batch)}
-			rss[row.Batch] = &Series{Name: fmt.Sprintf("%d-block batches", row.Batch)}
+	md.WriteString(r.sideBySide())
+	md.WriteString("\n| server | index blocks | batch | ingest M blocks/s | server CPU per block | RSS | RSS per block |\n|---|---|---|---|---|---|---|\n")
+	ingest := &Chart{Title: "ingest: server CPU per stored block", XLabel: "index blocks (log)", YLabel: "ns per block",
+		LogX: true, XTick: func(v float64) string { return count(int(v)) }}
+	rss := &Chart{Title: "RSS per indexed block at the end of the ingest", XLabel: "index blocks (log)", YLabel: "bytes per block",
+		LogX: true, XTick: func(v float64) string { return count(int(v)) }}
+	series := func(c *Chart, name string) *Series {
+		for i := range c.Series {
+			if c.Series[i].Name == name {
+				return &c.Series[i]
+			}
 		}
-		ingest[row.Batch].X = append(ingest[row.Batch].X, float64(row.Blocks))
-		ingest[row.Batch].Y = append(ingest[row.Batch].Y, row.CPUPerBlock)
-		rss[row.Batch].X = append(rss[row.Batch].X, float64(row.Blocks))
-		rss[row.Batch].Y = append(rss[row.Batch].Y, row.RSS/float64(row.Blocks))
+		c.Series = append(c.Series, Series{Name: name})
+		return &c.Series[len(c.Series)-1]
+	}
+	for _, row := range r.Rows {
+		fmt.Fprintf(&md, "| %s | %s | %d | %.2f | %.0f ns | %.0f MB | %.1f B |\n", row.Server, count(row.Blocks), row.Batch, row.Rate/1e6,
+			row.CPUPerBlock, row.RSS/1e6, row.RSS/float64(row.Blocks))
+		name := fmt.Sprintf("%s, %d-block batches", row.Server, row.Batch)
+		is, rs := series(ingest, name), series(rss, name)
+		is.X, is.Y = append(is.X, float64(row.Blocks)), append(is.Y, row.CPUPerBlock)
+		rs.X, rs.Y = append(rs.X, float64(row.Blocks)), append(rs.Y, row.RSS/float64(row.Blocks))
 	}
 	var lengths []int // the prompt lengths queried
 	for _, row := range r.Rows {
@@ -239,38 +435,70 @@ func (r *fleetResults) write(dir string, args []string) error {
 		}
 	}
 	slices.Sort(lengths)
-	md.WriteString("\nServer CPU per query by prompt length, measured once the server is idle after the ingest; in brackets the collector's CPU in the cycles that ended during the queries, per query.\n")
-	md.WriteString("\n| index blocks | " + strings.Join(mapStrings(lengths, func(n int) string { return tokens(n) + " tokens" }), " | ") +
-		" | 8k ÷ SHA-256 floor |\n|---|" + strings.Repeat("---|", len(lengths)+1) + "\n")
-	query := Chart{Title: "/query server CPU per request, cold (no memo), full hit", XLabel: "prompt tokens (log)",
+	query := &Chart{Title: "/query server CPU per request, cold (no memo), full hit", XLabel: "prompt tokens (log)",
 		YLabel: "server CPU per query (log)", LogX: true, LogY: true, XTick: func(v float64) string { return count(int(v)) }, YTick: micros}
+	if len(lengths) > 0 {
+		md.WriteString("\nServer CPU per query by prompt length, measured once the server is idle after the ingest; in brackets conductor's collector CPU in the cycles that ended during the queries, per query.\n")
+		md.WriteString("\n| server | index blocks | " + strings.Join(mapStrings(lengths, func(n int) string { return tokens(n) + " tokens" }), " | ") +
+			" | 8k ÷ SHA-256 floor |\n|---|---|" + strings.Repeat("---|", len(lengths)+1) + "\n")
+	}
 	for _, row := range r.Rows {
 		if row.QueryCPU == nil {
 			continue
 		}
 		cells := mapStrings(lengths, func(n int) string {
-			return fmt.Sprintf("%s (GC %s)", micros(row.QueryCPU[n]), micros(row.QueryGC[n]))
+			v, ok := row.QueryCPU[n]
+			switch {
+			case !ok || math.IsNaN(v):
+				return "no answer"
+			case row.Server == serverCpp:
+				return micros(v)
+			}
+			return fmt.Sprintf("%s (GC %s)", micros(v), micros(row.QueryGC[n]))
 		})
-		fmt.Fprintf(&md, "| %s | %s | %.2f× |\n", count(row.Blocks), strings.Join(cells, " | "),
+		fmt.Fprintf(&md, "| %s | %s | %s | %.2f× |\n", row.Server, count(row.Blocks), strings.Join(cells, " | "),
 			row.QueryCPU[1<<13]*1e3/float64(r.Floor8k.Nanoseconds()))
-		line := Series{Name: count(row.Blocks) + " blocks"}
+		line := Series{Name: row.Server + ", " + count(row.Blocks) + " blocks"}
 		for _, n := range lengths {
-			line.X, line.Y = append(line.X, float64(n)), append(line.Y, row.QueryCPU[n])
+			if v, ok := row.QueryCPU[n]; ok && !math.IsNaN(v) {
+				line.X, line.Y = append(line.X, float64(n)), append(line.Y, v)
+			}
 		}
 		query.Series = append(query.Series, line)
 	}
-	charts := map[string]*Chart{
-		"fleet-ingest.svg": {Title: "ingest: server CPU per stored block", XLabel: "index blocks (log)", YLabel: "ns per block",
-			LogX: true, XTick: func(v float64) string { return count(int(v)) }},
-		"fleet-rss.svg": {Title: "RSS per indexed block at the end of the ingest", XLabel: "index blocks (log)", YLabel: "bytes per block",
-			LogX: true, XTick: func(v float64) string { return count(int(v)) }},
+	holders := &Chart{Title: "/query 8k tokens, server CPU by instances holding the prompt", XLabel: "instances holding the prompt (log)",
+		YLabel: "server CPU per query (log)", LogX: true, LogY: true, XTick: func(v float64) string { return count(int(v)) }, YTick: micros}
+	if len(r.Holders) > 0 {
+		var hs []int
+		for n := range r.Holders[0].CPU {
+			hs = append(hs, n)
+		}
+		slices.Sort(hs)
+		md.WriteString("\nServer CPU per cold 8k query by the number of instances holding the whole prompt (a popular system prompt); the answer lists every holder.\n")
+		md.WriteString("\n| server | " + strings.Join(mapStrings(hs, holdersName), " | ") +
+			" |\n|---|" + strings.Repeat("---|", len(hs)) + "\n")
+		for _, h := range r.Holders {
+			line := Series{Name: h.Server}
+			fmt.Fprintf(&md, "| %s | %s |\n", h.Server, strings.Join(mapStrings(hs, func(n int) string { return micros(h.CPU[n]) }), " | "))
+			for _, n := range hs {
+				line.X, line.Y = append(line.X, float64(n)), append(line.Y, h.CPU[n])
+			}
+			holders.Series = append(holders.Series, line)
+		}
 	}
-	for _, bs := range batches {
-		charts["fleet-ingest.svg"].Series = append(charts["fleet-ingest.svg"].Series, *ingest[bs])
-		charts["fleet-rss.svg"].Series = append(charts["fleet-rss.svg"].Series, *rss[bs])
+	if len(r.Tails) > 0 {
+		md.WriteString("\nQuery tails while engine-b streams fresh 64-block batches as fast as the server applies them, 4 connections querying the 8k prompt; the server's handler p99 and max are conductor's own histogram (bucket bounds).\n\n")
+		md.WriteString(strings.Replace(tailHeader, "| case |", "| server |", 1) + "\n")
+		for _, t := range r.Tails {
+			md.WriteString(t.Run.row(t.Server) + "\n")
+		}
 	}
+	charts := map[string]*Chart{"fleet-ingest.svg": ingest, "fleet-rss.svg": rss}
 	if len(query.Series) > 0 {
-		charts["fleet-query.svg"] = &query
+		charts["fleet-query.svg"] = query
+	}
+	if len(holders.Series) > 0 {
+		charts["fleet-holders.svg"] = holders
 	}
 	for name, c := range charts {
 		f, err := os.Create(filepath.Join(dir, name))
@@ -290,7 +518,163 @@ func (r *fleetResults) write(dir string, args []string) error {
 	if charts["fleet-query.svg"] != nil {
 		md.WriteString("![query server CPU against prompt length](bench/curves/fleet-query.svg)\n")
 	}
+	if charts["fleet-holders.svg"] != nil {
+		md.WriteString("![query server CPU against holders of the prompt](bench/curves/fleet-holders.svg)\n")
+	}
 	return os.WriteFile(filepath.Join(dir, "fleet.md"), []byte(md.String()), 0o644)
+}
+
+// sideBySide is the goals table: each figure for conductor and, when the
+// run had one, the C++ conductor, their ratio and the goal.
+func (r *fleetResults) sideBySide() string {
+	type line struct {
+		figure   string
+		us, them float64 // NaN: not measured
+		unit     func(float64) string
+		goal     string
+	}
+	var lines []line
+	nan := math.NaN()
+	ns := func(v float64) string { return fmt.Sprintf("%.0f ns", v) }
+	bytesPer := func(v float64) string { return fmt.Sprintf("%.1f B", v) }
+	rate := func(v float64) string { return fmt.Sprintf("%.2f M/s", v/1e6) }
+	ms := func(v float64) string { return fmt.Sprintf("%.2f ms", v) }
+	perS := func(v float64) string { return fmt.Sprintf("%.0f", v) }
+	find := func(server string, blocks, batch int) *fleetRow {
+		for i := range r.Rows {
+			if row := &r.Rows[i]; row.Server == server && row.Blocks == blocks && row.Batch == batch {
+				return row
+			}
+		}
+		return nil
+	}
+	get := func(row *fleetRow, f func(*fleetRow) float64) float64 {
+		if row == nil {
+			return nan
+		}
+		return f(row)
+	}
+	var queried *fleetRow // conductor's largest queried index
+	for i := range r.Rows {
+		row := &r.Rows[i]
+		if row.Server != serverConductor {
+			continue
+		}
+		us, them := row, find(serverCpp, row.Blocks, row.Batch)
+		lines = append(lines,
+			line{fmt.Sprintf("ingest %s blocks, %d-block batches: server CPU per block", count(row.Blocks), row.Batch),
+				us.CPUPerBlock, get(them, func(x *fleetRow) float64 { return x.CPUPerBlock }), ns, "≤ 0.35×"},
+			line{fmt.Sprintf("RSS per block at %s blocks (%d-block batches)", count(row.Blocks), row.Batch),
+				us.RSS / float64(us.Blocks), get(them, func(x *fleetRow) float64 { return x.RSS / float64(x.Blocks) }), bytesPer,
+				map[bool]string{true: "≤ 100 B", false: ""}[row.Blocks == 10_000_000]})
+		if row.QueryCPU != nil && (queried == nil || row.Blocks > queried.Blocks) {
+			queried = row
+		}
+	}
+	if queried != nil {
+		them := find(serverCpp, queried.Blocks, queried.Batch)
+		var ls []int
+		for n := range queried.QueryCPU {
+			ls = append(ls, n)
+		}
+		slices.Sort(ls)
+		for _, n := range ls {
+			goal := ""
+			if n == 1<<10 {
+				goal = "≤ 0.6×"
+			}
+			lines = append(lines, line{fmt.Sprintf("cold /query %s tokens at %s blocks: server CPU", tokens(n), count(queried.Blocks)),
+				queried.QueryCPU[n], get(them, func(x *fleetRow) float64 { return x.QueryCPU[n] }), micros, goal})
+		}
+		if v, ok := queried.QueryCPU[1<<13]; ok {
+			lines = append(lines, line{"cold /query 8k ÷ the SHA-256 floor", v * 1e3 / float64(r.Floor8k.Nanoseconds()), nan,
+				func(v float64) string { return fmt.Sprintf("%.2f×", v) }, "≤ 1.3 (conductor)"})
+		}
+	}
+	holding := func(server string) *fleetHolding {
+		for i := range r.Holders {
+			if r.Holders[i].Server == server {
+				return &r.Holders[i]
+			}
+		}
+		return nil
+	}
+	if us := holding(serverConductor); us != nil {
+		them := holding(serverCpp)
+		var hs []int
+		for n := range us.CPU {
+			hs = append(hs, n)
+		}
+		slices.Sort(hs)
+		for _, n := range hs {
+			t := nan
+			if them != nil {
+				t = them.CPU[n]
+			}
+			lines = append(lines, line{fmt.Sprintf("cold /query 8k, %s: server CPU", holdersName(n)), us.CPU[n], t, micros, ""})
+		}
+	}
+	tail := func(server string) *tailRun {
+		for i := range r.Tails {
+			if r.Tails[i].Server == server {
+				return &r.Tails[i].Run
+			}
+		}
+		return nil
+	}
+	if us := tail(serverConductor); us != nil {
+		them := tail(serverCpp)
+		tf := func(f func(*tailRun) float64) float64 {
+			if them == nil {
+				return nan
+			}
+			return f(them)
+		}
+		rateOf := func(t *tailRun) float64 { return float64(t.Blocks) / t.Elapsed.Seconds() }
+		msOf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+		lines = append(lines,
+			line{"under ingest: ingest rate", rateOf(us), tf(rateOf), rate, "≥ 2×"},
+			line{"under ingest: query client p99", msOf(us.Load.P99), tf(func(t *tailRun) float64 { return msOf(t.Load.P99) }), ms, "≤ 0.5×"},
+			line{"under ingest: query client max", msOf(us.Load.Max), tf(func(t *tailRun) float64 { return msOf(t.Load.Max) }), ms, "≤ 0.5×"},
+			line{"under ingest: queries per second", us.Load.RPS, tf(func(t *tailRun) float64 { return t.Load.RPS }), perS, ""},
+			line{"under ingest: server handler p99 (bucket bound)", us.Metrics.HandlerP99 * 1e3, nan, ms, "≤ 1 ms (conductor)"})
+	}
+	peer := false
+	for _, l := range lines {
+		peer = peer || !math.IsNaN(l.them)
+	}
+	var md strings.Builder
+	if peer {
+		md.WriteString("| figure | conductor | C++ conductor | conductor ÷ C++ | goal |\n|---|---|---|---|---|\n")
+	} else {
+		md.WriteString("No C++ conductor in this run (BENCH_CPP_CONDUCTOR unset): conductor's figures alone.\n\n| figure | conductor | goal |\n|---|---|---|\n")
+	}
+	for _, l := range lines {
+		if !peer {
+			fmt.Fprintf(&md, "| %s | %s | %s |\n", l.figure, l.unit(l.us), l.goal)
+			continue
+		}
+		them, ratio := "–", "–"
+		if !math.IsNaN(l.them) {
+			them = l.unit(l.them)
+			if l.them > 0 {
+				ratio = fmt.Sprintf("%.2f×", l.us/l.them)
+				if l.us/l.them < 0.1 {
+					ratio = fmt.Sprintf("%.2g×", l.us/l.them)
+				}
+			}
+		}
+		fmt.Fprintf(&md, "| %s | %s | %s | %s | %s |\n", l.figure, l.unit(l.us), them, ratio, l.goal)
+	}
+	return md.String()
+}
+
+// holdersName writes "1 holder", "10 holders", "1k holders".
+func holdersName(n int) string {
+	if n == 1 {
+		return "1 holder"
+	}
+	return count(n) + " holders"
 }
 
 // count writes a block count: 1M, 10M, 250k, else the number.
@@ -327,22 +711,62 @@ func mapStrings(ns []int, f func(int) string) []string {
 // TestFleetHarness runs the fleet harness briefly: every block streamed is
 // stored (the publisher's flow control waits for it), the server's CPU and
 // RSS are read, each query length is a full hit (measure checks every
-// answer), and the report and its three curves are written.
+// answer), three holders each hold the prompt, and the report and its four
+// curves are written.
 func TestFleetHarness(t *testing.T) {
 	qs := []int{1 << 10, 1 << 13}
-	row := runFleet(t, 64*100, 64, qs, []string{"--hash-memo-bytes", "0"})
+	args := []string{"--hash-memo-bytes", "0"}
+	row := runFleet(t, serverConductor, 64*100, 64, qs, args)
 	t.Logf("%+v", row)
 	if row.Blocks != 6400 || row.RSS <= 0 || row.Rate <= 0 || row.QueryCPU[1<<10] <= 0 || row.QueryCPU[1<<13] <= 0 {
 		t.Fatalf("row: %+v", row)
 	}
+	h := runHolders(t, serverConductor, []int{1, 3}, args)
+	if h.CPU[1] <= 0 || h.CPU[3] <= 0 {
+		t.Fatalf("holders: %+v", h)
+	}
 	dir := t.TempDir()
-	res := fleetResults{Rows: []fleetRow{row}, Floor8k: sha256Floor(t, loadBlocks)}
+	res := fleetResults{Rows: []fleetRow{row}, Holders: []fleetHolding{h}, Floor8k: sha256Floor(t, loadBlocks)}
 	if err := res.write(dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"fleet.md", "fleet-ingest.svg", "fleet-rss.svg", "fleet-query.svg"} {
+	for _, f := range []string{"fleet.md", "fleet-ingest.svg", "fleet-rss.svg", "fleet-query.svg", "fleet-holders.svg"} {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
+// TestSideBySide: the goals table against hand-computed ratios, with a C++
+// column and without one.
+func TestSideBySide(t *testing.T) {
+	us := fleetRow{Server: serverConductor, Blocks: 10_000_000, Batch: 64, CPUPerBlock: 1000, RSS: 800e6,
+		QueryCPU: map[int]float64{1 << 10: 30, 1 << 13: 130}, QueryGC: map[int]float64{1 << 10: 0, 1 << 13: 0}}
+	them := fleetRow{Server: serverCpp, Blocks: 10_000_000, Batch: 64, CPUPerBlock: 4000, RSS: 3200e6,
+		QueryCPU: map[int]float64{1 << 10: 60, 1 << 13: math.NaN()}}
+	r := fleetResults{Rows: []fleetRow{us, them}, Floor8k: 65 * time.Microsecond,
+		Holders: []fleetHolding{{Server: serverConductor, CPU: map[int]float64{1: 100, 1000: 200}},
+			{Server: serverCpp, CPU: map[int]float64{1: 150, 1000: 2e6}}}}
+	got := r.sideBySide()
+	for _, want := range []string{
+		"| figure | conductor | C++ conductor | conductor ÷ C++ | goal |",
+		"| ingest 10M blocks, 64-block batches: server CPU per block | 1000 ns | 4000 ns | 0.25× | ≤ 0.35× |",
+		"| RSS per block at 10M blocks (64-block batches) | 80.0 B | 320.0 B | 0.25× | ≤ 100 B |",
+		"| cold /query 1k tokens at 10M blocks: server CPU | 30 µs | 60 µs | 0.50× | ≤ 0.6× |",
+		"| cold /query 8k tokens at 10M blocks: server CPU | 130 µs | – | – |  |",
+		"| cold /query 8k ÷ the SHA-256 floor | 2.00× | – | – | ≤ 1.3 (conductor) |",
+		"| cold /query 8k, 1 holder: server CPU | 100 µs | 150 µs | 0.67× |  |",
+		"| cold /query 8k, 1k holders: server CPU | 200 µs | 2000 ms | 0.0001× |  |",
+	} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("missing %q in\n%s", want, got)
+		}
+	}
+	r.Rows, r.Holders = r.Rows[:1], r.Holders[:1]
+	got = r.sideBySide()
+	for _, want := range []string{"| figure | conductor | goal |", "| ingest 10M blocks, 64-block batches: server CPU per block | 1000 ns | ≤ 0.35× |"} {
+		if !strings.Contains(got, want+"\n") {
+			t.Errorf("missing %q in\n%s", want, got)
 		}
 	}
 }

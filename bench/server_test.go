@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"net/http"
 	"os"
@@ -87,6 +88,7 @@ type serverProc struct {
 	cmd  *exec.Cmd
 	addr string // HTTP host:port
 	logs *lockedBuffer
+	cpp  bool // the C++ Mooncake conductor (peer_test.go): no /metrics
 }
 
 type lockedBuffer struct {
@@ -219,8 +221,24 @@ type engine struct {
 }
 
 func registerEngine(tb testing.TB, s *serverProc) *engine {
+	return registerInstance(tb, s, "engine-a", PublisherOptions{})
+}
+
+// primeHash is the block an engine stores first, to learn when its
+// publisher reaches the server: one per instance name, and no prompt's chain
+// meets it.
+func primeHash(instance string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(instance))
+	return h.Sum64() | 1<<63
+}
+
+// registerInstance registers a fake vLLM engine named instance and primes
+// it past ZMQ's slow-joiner window: it publishes one block of its own
+// (primeHash) until the server's block count says a batch landed.
+func registerInstance(tb testing.TB, s *serverProc, instance string, opts PublisherOptions) *engine {
 	tb.Helper()
-	pub, err := NewPublisher(PublisherOptions{})
+	pub, err := NewPublisher(opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -229,41 +247,21 @@ func registerEngine(tb testing.TB, s *serverProc) *engine {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	code, body := s.post(tb, "/register", "application/json", fmt.Appendf(nil,
-		`{"endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"engine-a","block_size":16,"dp_rank":0,`+
-			`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
-		pub.Endpoint(), pub.ReplayEndpoint()))
-	if code != 200 {
-		tb.Fatalf("register: %d %s", code, body)
-	}
+	base := s.prefixCount(tb)
+	s.register(tb, instance, pub.Endpoint(), pub.ReplayEndpoint())
 	e := &engine{pub: pub, p: p}
-	// Prime past ZMQ's slow-joiner window: publish empty batches until one lands.
+	prime := EngineStored{Hashes: []uint64{primeHash(instance)}, Tokens: make([]int32, 16), BlockSize: 16, Medium: "GPU"}
 	deadline := time.Now().Add(waitBound)
-	for s.batches(tb) == 0 {
-		e.publish(tb)
-		if time.Now().After(deadline) {
-			tb.Fatalf("publisher never reached conductor:\n%s", s.logs)
-		}
+	for {
+		e.publish(tb, prime)
 		time.Sleep(20 * time.Millisecond)
+		if s.prefixCount(tb) > base {
+			return e
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("%s's publisher never reached the server:\n%s", instance, s.logs)
+		}
 	}
-	return e
-}
-
-var batchesRE = regexp.MustCompile(`(?m)^conductor_ingest_batches_total\{instance="engine-a"[^}]*\} (\d+)$`)
-
-func (s *serverProc) batches(tb testing.TB) int {
-	resp, err := http.Get(s.url("/metrics"))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	m := batchesRE.FindSubmatch(page)
-	if m == nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(string(m[1]))
-	return n
 }
 
 // publish sends one batch with the given events.
@@ -294,10 +292,10 @@ func (e *engine) store(tb testing.TB, tokens []int32, from int) {
 	}
 }
 
-// waitMatched polls a JSON query of tokens until engine-a matches want tokens.
+// waitMatched polls a msgpack query of tokens until engine-a matches want tokens.
 func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 	tb.Helper()
-	body, ct := queryBody("json", tokens)
+	body, ct := queryBody("bin", tokens)
 	deadline := time.Now().Add(waitBound)
 	for {
 		_, resp := s.post(tb, "/query", ct, body)
@@ -323,15 +321,18 @@ type serverRun struct {
 }
 
 // measure runs a warm-up, then n requests of body over conns connections
-// (every answer checked against want), and reads the server's CPU and memo
-// counters around the measured part only.
+// (every answer checked against want), and reads the server's CPU and (on
+// conductor) its collector and memo counters around the measured part only.
 func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect, conns, n int) serverRun {
 	tb.Helper()
 	if _, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
 		Connections: conns, Requests: min(n/10+conns, 500), Expect: want}); err != nil {
 		tb.Fatal(err)
 	}
-	m0 := s.scrape(tb)
+	var m0 metricsPage
+	if !s.cpp {
+		m0 = s.scrape(tb)
+	}
 	c0 := s.cpu(tb)
 	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
 		Connections: conns, Requests: n, Expect: want})
@@ -340,6 +341,9 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 	}
 	c1 := s.cpu(tb)
 	r := serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n)}
+	if s.cpp {
+		return r // no /metrics: the collector and memo figures are conductor's
+	}
 	m1 := s.scrape(tb)
 	r.GCPerReq = time.Duration((m1["go_gc_cpu_seconds_total"] - m0["go_gc_cpu_seconds_total"]) * 1e9 / float64(n))
 	d := memoCounts(tb, m0, m1)
@@ -348,9 +352,15 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 }
 
 // startLoadChild starts conductor with args and loads the DESIGN.md budget
-// fixture: engine-a holds the first 512 blocks of the load prompt on GPU.
+// fixture (loadFixture).
 func startLoadChild(tb testing.TB, args ...string) (*serverProc, []int32) {
 	s := startServer(tb, args...)
+	return s, loadFixture(tb, s)
+}
+
+// loadFixture registers engine-a on s, has it store the first 512 blocks of
+// the load prompt on GPU, and returns the prompt.
+func loadFixture(tb testing.TB, s *serverProc) []int32 {
 	e := registerEngine(tb, s)
 	prompt := make([]int32, loadMax)
 	for i := range prompt {
@@ -358,7 +368,7 @@ func startLoadChild(tb testing.TB, args ...string) (*serverProc, []int32) {
 	}
 	e.store(tb, prompt[:loadBlocks*loadBS], 0)
 	waitMatched(tb, s, prompt[:loadBlocks*loadBS], loadBlocks*loadBS)
-	return s, prompt
+	return prompt
 }
 
 // BenchmarkServerCPU measures /query the user's way: conductor as a child

@@ -38,16 +38,24 @@ const (
 
 // tailStream is the publishing loop shared by both placements: it stamps
 // fresh hashes into the template and keeps at most tailWindow batches
-// published but unapplied, reading conductor's applied sequence from
-// /metrics, so the run is lossless.
+// published but unapplied, so the run is lossless. It learns what the server
+// applied in one of two ways:
+//   - counted (fresh blocks only, the grow case): from the server's block
+//     count on GET /global_view, which conductor and the C++ conductor both
+//     serve; every batch adds its blocks.
+//   - sequenced (the steady case, whose count stays flat): from conductor's
+//     conductor_ingest_last_seq on /metrics.
 type tailStream struct {
-	addr string // conductor HTTP host:port
-	pub  *Publisher
-	tmpl *StoredTemplate
-	hs   []uint64
-	rm   []uint64
-	next int // batch index: block hashes derive from it
-	seq  uint64
+	addr    string // server HTTP host:port
+	pub     *Publisher
+	tmpl    *StoredTemplate
+	hs      []uint64
+	rm      []uint64
+	next    int // batch index: block hashes derive from it
+	seq     uint64
+	counted bool
+	base    int // counted: the block count once the priming batch landed
+	sent    int // counted: batches published since
 }
 
 func newTailStream(addr string, evict bool) (*tailStream, error) {
@@ -57,7 +65,7 @@ func newTailStream(addr string, evict bool) (*tailStream, error) {
 	}
 	n := tailBatch()
 	return &tailStream{addr: addr, pub: pub, tmpl: NewStoredTemplate(n, 16, 0, evict),
-		hs: make([]uint64, n), rm: make([]uint64, n)}, nil
+		hs: make([]uint64, n), rm: make([]uint64, n), counted: !evict}, nil
 }
 
 var lastSeqBRE = regexp.MustCompile(`(?m)^conductor_ingest_last_seq\{instance="engine-b"[^}]*\} (\S+)$`)
@@ -81,26 +89,52 @@ func (p *tailStream) lastSeq() (uint64, bool, error) {
 	return uint64(v), err == nil, nil
 }
 
-// prime publishes empty batches until one reached conductor (ZMQ's
-// slow-joiner window), then waits until it is applied.
+// prime gets past ZMQ's slow-joiner window and waits until what was
+// published is applied. Sequenced, it publishes empty batches until one is
+// applied; counted, it publishes the first batch of fresh blocks until the
+// count shows it.
 func (p *tailStream) prime() error {
+	var base int
+	if p.counted {
+		var err error
+		if base, err = globalViewCount(p.addr); err != nil {
+			return err
+		}
+	}
 	empty := AppendVLLMBatch(nil, EraMap, 1.7e9, 0)
 	for deadline := time.Now().Add(waitBound); ; {
-		seq, err := p.pub.Publish(empty)
+		msg := empty
+		if p.counted {
+			fillHashes(p.hs, p.next+1<<30)
+			msg = p.tmpl.Fill(make([]byte, 0, p.tmpl.Size()), p.hs, p.rm)
+		}
+		seq, err := p.pub.Publish(msg)
 		if err != nil {
 			return err
 		}
 		p.seq = seq
 		time.Sleep(20 * time.Millisecond)
-		last, ok, err := p.lastSeq()
-		if err != nil {
-			return err
+		landed := false
+		if p.counted {
+			n, err := globalViewCount(p.addr)
+			if err != nil {
+				return err
+			}
+			if landed = n >= base+len(p.hs); landed {
+				p.base, p.next = n, p.next+1
+			}
+		} else {
+			last, ok, err := p.lastSeq()
+			if err != nil {
+				return err
+			}
+			landed = ok && last > 0
 		}
-		if ok && last > 0 {
+		if landed {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("engine-b never reached conductor")
+			return fmt.Errorf("engine-b never reached the server")
 		}
 	}
 	return p.waitApplied(0)
@@ -120,6 +154,7 @@ func (p *tailStream) publish(n int) error {
 			return err
 		}
 		p.seq = seq
+		p.sent++
 		if i%512 == 511 {
 			if err := p.waitApplied(tailWindow); err != nil {
 				return err
@@ -129,23 +164,32 @@ func (p *tailStream) publish(n int) error {
 	return p.waitApplied(0)
 }
 
+// unapplied is the number of published batches the server has not applied.
+func (p *tailStream) unapplied() (int, error) {
+	if p.counted {
+		n, err := globalViewCount(p.addr)
+		return p.sent - (n-p.base)/len(p.hs), err
+	}
+	last, _, err := p.lastSeq()
+	return int(p.seq) - int(last), err
+}
+
 // waitApplied waits until at most window published batches are unapplied.
-// It reads conductor's /metrics every tailPoll: one scrape costs the server
+// It asks the server every tailPoll: one /metrics scrape costs conductor
 // about 2 ms of CPU (the process and Go runtime figures), so polling every
-// millisecond would bill the harness's flow control to conductor's CPU per
-// block.
-func (p *tailStream) waitApplied(window uint64) error {
+// millisecond would bill the harness's flow control to the CPU per block.
+func (p *tailStream) waitApplied(window int) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		last, _, err := p.lastSeq()
+		behind, err := p.unapplied()
 		if err != nil {
 			return err
 		}
-		if p.seq <= last+window {
+		if behind <= window {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("conductor stuck at seq %d of %d", last, p.seq)
+			return fmt.Errorf("server stuck %d batches behind", behind)
 		}
 		time.Sleep(tailPoll)
 	}
@@ -312,13 +356,7 @@ func newTailPublisher(tb testing.TB, s *serverProc, evict bool) tailPublisher {
 		tb.Fatalf("TAIL_PUBLISHER=%q: want process or inproc", mode)
 	}
 	pub, replay := p.endpoints()
-	code, body := s.post(tb, "/register", "application/json", fmt.Appendf(nil,
-		`{"endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"engine-b","block_size":16,"dp_rank":0,`+
-			`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
-		pub, replay))
-	if code != 200 {
-		tb.Fatalf("register engine-b: %d %s", code, body)
-	}
+	s.register(tb, "engine-b", pub, replay)
 	p.prime(tb)
 	return p
 }

@@ -53,6 +53,7 @@ type tailRun struct {
 	Elapsed   time.Duration
 	ServerCPU time.Duration
 	Metrics   tailMetrics // deltas over the measured part (RSS and apply max: at the end)
+	Peer      bool        // the C++ conductor: Metrics holds RSS alone
 }
 
 type tailMetrics struct {
@@ -192,16 +193,18 @@ func tailMetricsDelta(a, b metricsPage) tailMetrics {
 	m.SchedP99, m.SchedMax = histDelta(a, b, "go_sched_latencies_seconds", "", 0.99)
 	m.HandlerP99, m.HandlerMax = histDelta(a, b, "conductor_http_request_duration_seconds", `path="/query",`, 0.99)
 	m.ApplyMax = b.maxPrefix("conductor_ingest_apply_run_max_seconds")
-	m.RSS = b["process_resident_memory_bytes"]
 	m.Gaps = b.sumPrefix(`conductor_ingest_gaps_total{instance="engine-b"`) + b.sumPrefix(`conductor_ingest_stale_clears_total{instance="engine-b"`)
 	return m
 }
 
-// runTail measures one case: blocks stored by engine-b (steady: after a fill
-// of steadyWindow batches) while conns connections query the 8k prompt.
-func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tailRun {
+// runTail measures one case on the server named server (conductor or C++;
+// args are conductor's flags): blocks stored by engine-b (steady, conductor
+// only: after a fill of steadyWindow batches) while conns connections query
+// the 8k prompt. On the C++ conductor the /metrics figures stay zero.
+func runTail(tb testing.TB, server string, steady bool, blocks, conns int, args ...string) tailRun {
 	tb.Helper()
-	s, prompt := startLoadChild(tb, args...)
+	s := startNamed(tb, server, args...)
+	prompt := loadFixture(tb, s)
 	body, ct := queryBody("msgpack", prompt[:8192])
 	p := newTailPublisher(tb, s, steady)
 	if steady {
@@ -214,7 +217,10 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 			tb.Fatal(err)
 		}
 	}
-	m0 := s.scrape(tb)
+	var m0, m1 metricsPage
+	if !s.cpp {
+		m0 = s.scrape(tb)
+	}
 	c0 := s.cpu(tb)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -241,9 +247,12 @@ func runTail(tb testing.TB, steady bool, blocks, conns int, args ...string) tail
 		tb.Fatal(out.err)
 	}
 	c1 := s.cpu(tb)
-	m1 := s.scrape(tb)
+	if !s.cpp {
+		m1 = s.scrape(tb)
+	}
 	run := tailRun{Load: out.r, Blocks: blocks / tailBatch() * tailBatch(), Elapsed: elapsed, ServerCPU: c1 - c0,
-		Metrics: tailMetricsDelta(m0, m1)}
+		Metrics: tailMetricsDelta(m0, m1), Peer: s.cpp}
+	run.Metrics.RSS = s.rss(tb)
 	if run.Metrics.Gaps != 0 {
 		tb.Fatalf("lossy run (gaps or stale clears on engine-b): %v", run)
 	}
@@ -269,7 +278,7 @@ func BenchmarkTailUnderIngest(b *testing.B) {
 					n = envInt("TAIL_STEADY_BLOCKS", 2_000_000)
 				}
 				for range b.N {
-					r := runTail(b, mode == "steady", n, conns, tailArgs()...)
+					r := runTail(b, serverConductor, mode == "steady", n, conns, tailArgs()...)
 					b.Logf("%s/conns=%d: %v", mode, conns, r)
 					rows = append(rows, r.row(fmt.Sprintf("%s/conns=%d", mode, conns)))
 					b.ReportMetric(float64(r.Blocks)/r.Elapsed.Seconds(), "blocks/s")
@@ -303,13 +312,21 @@ func (r tailRun) row(name string) string {
 	if r.Load.Requests > 0 {
 		us := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1e3) }
 		q = fmt.Sprintf("%.0f | %s | %s | %s | %s", r.Load.RPS, us(r.Load.P50), us(r.Load.P99), us(r.Load.P999), us(r.Load.Max))
-		q += fmt.Sprintf(" | ≤%.3g / ≤%.3g ms", m.HandlerP99*1e3, m.HandlerMax*1e3)
+		if r.Peer {
+			q += " | –"
+		} else {
+			q += fmt.Sprintf(" | ≤%.3g / ≤%.3g ms", m.HandlerP99*1e3, m.HandlerMax*1e3)
+		}
 	} else {
 		q = "– | – | – | – | – | –"
 	}
-	return fmt.Sprintf("| %s | %d | %.2f | %.0f ns | %s | %.0f | ≤%.3g ms | %.2f s | %.0f ms | %.0f MB |",
+	runtime := fmt.Sprintf("%.0f | ≤%.3g ms | %.2f s | %.0f ms", m.GCs, m.GCPauseMax*1e3, m.AssistCPU, m.ApplyMax*1e3)
+	if r.Peer {
+		runtime = "– | – | – | –"
+	}
+	return fmt.Sprintf("| %s | %d | %.2f | %.0f ns | %s | %s | %.0f MB |",
 		name, r.Blocks, float64(r.Blocks)/r.Elapsed.Seconds()/1e6, float64(r.ServerCPU.Nanoseconds())/float64(max(r.Blocks, 1)),
-		q, m.GCs, m.GCPauseMax*1e3, m.AssistCPU, m.ApplyMax*1e3, m.RSS/1e6)
+		q, runtime, m.RSS/1e6)
 }
 
 // TestTailHarness runs the tail harness briefly: every published block is
@@ -317,7 +334,7 @@ func (r tailRun) row(name string) string {
 // server exports the GC and applier figures the benchmark reads.
 func TestTailHarness(t *testing.T) {
 	const blocks = 64 * 200
-	r := runTail(t, false, blocks, 2)
+	r := runTail(t, serverConductor, false, blocks, 2)
 	t.Logf("%v", r)
 	if r.Blocks != blocks || r.Load.Requests == 0 {
 		t.Fatalf("run: %+v", r)

@@ -1,6 +1,10 @@
 package core
 
-import "sync/atomic"
+import (
+	"bytes"
+	"sync/atomic"
+	"unsafe"
+)
 
 // A block entry is the immutable value stored per prefix key in a context's
 // concurrent map. Writers replace it whole (xsync.MapOf.Compute runs the update
@@ -32,6 +36,22 @@ type blockVal struct {
 type holdings struct {
 	w0   uint64
 	rest []uint64 // the other words; nil while the block has one
+}
+
+// same reports whether h and o hold the same words in the same order (o may
+// be nil). Long sets compare as bytes (the runtime's vectorised memequal).
+func (h *holdings) same(o *holdings) bool {
+	if h == o {
+		return true
+	}
+	if o == nil || h.w0 != o.w0 || len(h.rest) != len(o.rest) {
+		return false
+	}
+	if len(h.rest) == 0 {
+		return true
+	}
+	return bytes.Equal(unsafe.Slice((*byte)(unsafe.Pointer(&h.rest[0])), 8*len(h.rest)),
+		unsafe.Slice((*byte)(unsafe.Pointer(&o.rest[0])), 8*len(o.rest)))
 }
 
 // singles caches one holdings per single-copy word, shared by every block

@@ -183,7 +183,7 @@ func BenchmarkQuery(b *testing.B) {
 			if n == 131072 {
 				hit = 512
 			}
-			for _, inst := range []int{1, 8, 64} {
+			for _, inst := range []int{1, 8, 64, 1000} {
 				b.Run(fmt.Sprintf("%s/tokens=%d/instances=%d", prof.name, n, inst), func(b *testing.B) {
 					ix := benchIndex(b, prof.p, inst, hit, tokens)
 					res := &QueryResult{}

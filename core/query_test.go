@@ -2,6 +2,7 @@ package core
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -90,4 +91,71 @@ func tieredQueryFixtures(t *testing.T) {
 	if err := sc.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestQueryRunsOfSameHolders: a popular prefix, every block held by the same
+// owners in the same order, where the walk skips blocks whose owner set
+// repeats the last one. Worked by hand: twelve instances store 20 blocks on
+// GPU; i03 drops block 7 (7 blocks on device), i05 moves blocks 12..19 to
+// CPU (12 on device, 20 up to cpu_local), i08 drops block 19 (19 blocks),
+// and the shared pool holds blocks 0..3 on disk (no row changes: every
+// instance holds them on device). Then the same prefix stored in an
+// interleaved order (so the owner words of blocks 10..19 differ in order from
+// those of 0..9) gives the same rows.
+func TestQueryRunsOfSameHolders(t *testing.T) {
+	bothApplies(t, func(t *testing.T) {
+		p := cborProfile(t)
+		hashes := seq(20)
+		want := func(t *testing.T, ix *Index, special map[string][2]int64) {
+			t.Helper()
+			res := queryHashes(t, ix, "", hashes...)
+			checkInvariants(t, res, 20*testBS)
+			if len(res.Instances) != 12 {
+				t.Fatalf("%d rows, want 12", len(res.Instances))
+			}
+			for i := range 12 {
+				id := fmt.Sprintf("i%02d", i)
+				dev, cpu := int64(20), int64(20)
+				if s, ok := special[id]; ok {
+					dev, cpu = s[0], s[1]
+				}
+				r := row(res, id)
+				if r == nil || r.Device != dev*testBS || r.CPULocal != cpu*testBS || r.LongestMatched != cpu*testBS {
+					t.Fatalf("%s: %+v, want device %d cpu_local %d blocks", id, r, dev, cpu)
+				}
+			}
+		}
+
+		ix := New(Options{})
+		subs := make([]*Subscription, 12)
+		for i := range subs {
+			subs[i] = mustRegister(t, ix, engineReg(t, fmt.Sprintf("i%02d", i), 0, p))
+		}
+		pool := mustRegister(t, ix, poolReg("pool"))
+		for _, s := range subs {
+			s.Apply(stored("GPU", hashes...))
+		}
+		pool.Apply(poolStored("disk", "store-1", hashes[:4]...))
+		want(t, ix, nil)
+		subs[3].Apply(removed("GPU", hashes[7]))
+		subs[5].Apply(removed("GPU", hashes[12:]...))
+		subs[5].Apply(stored("CPU", hashes[12:]...))
+		subs[8].Apply(removed("GPU", hashes[19]))
+		want(t, ix, map[string][2]int64{"i03": {7, 7}, "i05": {12, 20}, "i08": {19, 19}})
+
+		ix = New(Options{})
+		for i := range subs {
+			subs[i] = mustRegister(t, ix, engineReg(t, fmt.Sprintf("i%02d", i), 0, p))
+		}
+		for _, s := range subs[:6] {
+			s.Apply(stored("GPU", hashes[:10]...))
+		}
+		for _, s := range subs[6:] {
+			s.Apply(stored("GPU", hashes...))
+		}
+		for _, s := range subs[:6] {
+			s.Apply(stored("GPU", hashes[10:]...))
+		}
+		want(t, ix, nil)
+	})
 }
