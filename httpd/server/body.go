@@ -81,10 +81,24 @@ func (c *Core) readBody(ctx *fasthttp.RequestCtx, st *State, maxBytes int) ([]by
 			if want <= int64(cap(back)) {
 				buf = back[:len(buf):want]
 			} else {
-				nb := make([]byte, len(buf), want)
-				copy(nb, buf)
+				// Past retainBytes, a buffer an earlier large body left
+				// (Core.big) serves; its capacity beyond want is
+				// reserved as the body grows over it, like the pooled
+				// buffer's.
+				var nb []byte
+				if want > retainBytes {
+					nb = c.big.take(want)
+				}
+				if nb == nil {
+					nb = make([]byte, 0, want)
+				}
+				nb = append(nb, buf...)
 				g.giveBody(h, int64(cap(buf)))
-				back, buf = nb, nb
+				if int64(cap(back)) > retainBytes {
+					// A large buffer outgrown: a request holds one.
+					c.lim.dropped(int64(cap(back)))
+				}
+				back, buf = nb, nb[:len(buf):want]
 			}
 		}
 		if rated && reads > 0 {
@@ -112,7 +126,11 @@ func (c *Core) readBody(ctx *fasthttp.RequestCtx, st *State, maxBytes int) ([]by
 			break
 		}
 	}
-	st.buf = back
+	if cap(back) > retainBytes {
+		st.big = back // back to Core.big (or dropped) by putState
+	} else {
+		st.buf = back
+	}
 	if rerr != nil {
 		ctx.SetConnectionClose()
 		g.releaseBody(h)

@@ -43,6 +43,8 @@ type Core struct {
 	// pool holds *State: per-request scratch (readers, token buffers, the
 	// query result, the response encoder), so a query allocates nothing.
 	pool sync.Pool
+	// big keeps request-body buffers too large for pool's States.
+	big bigBufs
 }
 
 // New returns the Core over ix that registers publishers through reg (behind
@@ -65,6 +67,7 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Core, error) {
 		c.opts.ExtraMetrics = append(append([]*metrics.Set(nil), opts.ExtraMetrics...), c.lim.Metrics())
 	}
 	c.pool.New = func() any { return new(State) }
+	c.big = newBigBufs(c.opts.MaxQueryTokens)
 	c.m = newQueryMetrics(ix)
 	return c, nil
 }

@@ -41,3 +41,14 @@ func (g *Limiter) MetricsText() []byte {
 // TestPolicy is testPolicy: spec parsed, DNS answered from dns only, the
 // ports 13333 and 50052 denied as conductor's own.
 var TestPolicy = testPolicy
+
+// DroppedBytes is what the Limiter counted of dropped request buffers since
+// its last release nudge.
+func (g *Limiter) DroppedBytes() int64 { return g.droppedBytes.Load() }
+
+// BigKept is how many large body buffers the Core keeps, and their bytes.
+func (c *Core) BigKept() (n, bytes int) {
+	c.big.mu.Lock()
+	defer c.big.mu.Unlock()
+	return len(c.big.bufs), c.big.bytes
+}

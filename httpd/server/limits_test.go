@@ -181,6 +181,40 @@ func TestLargeBodiesAreNotRetained(t *testing.T) {
 	}
 }
 
+// TestLargeQueryBodiesReuseBuffers: a stream of million-token queries (the
+// largest the default token limit allows, 4 MiB msgpack bodies) reads each
+// body into the buffer the last one left: after the first, nothing is
+// dropped (so no release
+// nudge, and no collection of a large heap per few queries), and one buffer
+// of the body's size is kept between them. An 8 MiB body over the token
+// limit is still dropped, not kept.
+func TestLargeQueryBodiesReuseBuffers(t *testing.T) {
+	lim := NewLimiter(0, 0, quietLogger())
+	env := startEnv(t, Options{Limiter: lim}, core.Options{})
+	body := mp(obj{"model", "m", "block_size", 16, "token_ids", leBin(seqTokens(1<<20, 0)...)})
+	var first int64 // the first body outgrows a buffer on its way up
+	for i := range 10 {
+		if r := env.postMP(t, "/query", body); r.status != 200 {
+			t.Fatalf("query %d: %d %s", i, r.status, r.body)
+		}
+		if i == 0 {
+			first = lim.DroppedBytes()
+		} else if d := lim.DroppedBytes() - first; d != 0 {
+			t.Fatalf("query %d: %d bytes of body buffers dropped", i, d)
+		}
+		if n, bytes := env.c.BigKept(); n != 1 || bytes < len(body) || bytes > 2*len(body) {
+			t.Fatalf("query %d: %d buffers kept, %d bytes; want one of about %d", i, n, bytes, len(body))
+		}
+	}
+	over := mp(obj{"model", "m", "block_size", 16, "token_ids", leBin(seqTokens(2<<20, 0)...)})
+	if r := env.postMP(t, "/query", over); r.status != 400 {
+		t.Fatalf("2M tokens: %d %s", r.status, r.body)
+	}
+	if d := lim.DroppedBytes(); d < int64(len(over)) {
+		t.Fatalf("the 8 MiB body's buffer was kept: %d bytes dropped", d)
+	}
+}
+
 // TestConnLimiterRefusesPastMax: when every connection is inside a request
 // (none idle to close, no control slot), a new one gets 503 and is closed; a
 // slot frees when a connection closes.

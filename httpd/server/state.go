@@ -31,7 +31,8 @@ type State struct {
 
 	rd      Reader
 	scratch []byte // unescaped JSON strings
-	buf     []byte // the owned buffer a streamed request body is read into
+	buf     []byte // the owned buffer a streamed request body is read into (≤ retainBytes)
+	big     []byte // a buffer past retainBytes the body was read into instead (Core.big)
 	b64     []byte // decoded base64 token_ids (the RPC dialect)
 	// reserved is the Limiter body budget this request holds (released by putState).
 	reserved bodyHold
@@ -39,7 +40,8 @@ type State struct {
 
 // Retention caps: a pooled state drops buffers grown beyond these by an
 // unusually large request, so the pool does not pin them (a large response
-// buffer is handed to fasthttp without a copy instead; see WriteBody).
+// buffer is handed to fasthttp without a copy instead; see WriteBody). A
+// request body past retainBytes goes to Core.big, which keeps a bounded few.
 // Proved by TestLargeBodiesAreNotRetained.
 const (
 	retainBytes  = 1 << 20
@@ -58,9 +60,11 @@ func (c *Core) getState() *State {
 // putState releases st's body budget, drops oversized buffers and pools it.
 func (c *Core) putState(st *State) {
 	c.lim.releaseBody(&st.reserved)
-	if cap(st.buf) > retainBytes {
-		c.lim.dropped(int64(cap(st.buf)))
-		st.buf = nil
+	if st.big != nil {
+		if !c.big.put(st.big) {
+			c.lim.dropped(int64(cap(st.big)))
+		}
+		st.big = nil
 	}
 	st.Body = nil
 	st.Who = Principal{}
