@@ -256,7 +256,7 @@ FLEET_SIZES ?= 1000000 10000000
 bench-fleet: deps
 	BENCH_CPP_CONDUCTOR="$(CPP_CONDUCTOR)" FLEET_SIZES="$(FLEET_SIZES)" FLEET_OUT=$(CURDIR)/bench/results/fleet \
 		$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 3h ./bench/
-	FLEET_CMD="$(if $(CPP_CONDUCTOR),BENCH_CPP_CONDUCTOR=<mooncake_conductor> )FLEET_SIZES='$(FLEET_SIZES)'$(foreach v,FLEET_BATCHES FLEET_TOKENS FLEET_ARGS FLEET_HOLDERS FLEET_TAIL_BLOCKS,$(if $($(v)), $(v)='$($(v))')) go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
+	FLEET_CMD="$(strip $(if $(CPP_CONDUCTOR),BENCH_CPP_CONDUCTOR=<mooncake_conductor>) FLEET_SIZES='$(FLEET_SIZES)' $(foreach v,FLEET_BATCHES FLEET_TOKENS FLEET_ARGS FLEET_HOLDERS FLEET_TAIL_BLOCKS,$(if $($(v)),$(v)='$($(v))'))) go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
 		./bench/report.sh fleet bench/results/fleet/fleet.md
 
 # bench-e2e: the harness in separate processes (BENCH_E2E_ARGS above). The

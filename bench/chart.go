@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // Chart is a line chart drawn as a standalone SVG: one polyline with a dot
@@ -93,12 +94,19 @@ func (c *Chart) SVG(w io.Writer) error {
 		}
 		return fmt.Sprintf("%g", v)
 	}
-	const (
-		W, H                 = 720, 420
-		left, right, top, bt = 70, 170, 40, 50
-	)
-	pw, ph := float64(W-left-right), float64(H-top-bt)
 	ax, ay := newAxis(c.LogX, xs), newAxis(c.LogY, ys)
+	// The margins fit the longest y tick and series name (about 7 px a
+	// character at 12 px); the plot is 480 × 330 px.
+	const H, top, bt, charW = 420, 40, 50, 7
+	left, right := 70, 170
+	for _, v := range ay.ticks() {
+		left = max(left, charW*utf8.RuneCountInString(label(c.YTick, v))+34)
+	}
+	for _, s := range c.Series {
+		right = max(right, charW*utf8.RuneCountInString(s.Name)+56)
+	}
+	W := left + 480 + right
+	pw, ph := float64(W-left-right), float64(H-top-bt)
 	x := func(v float64) float64 { return float64(left) + pw*ax.frac(v) }
 	y := func(v float64) float64 { return float64(top) + ph*(1-ay.frac(v)) }
 	var b strings.Builder

@@ -756,7 +756,7 @@ func TestSideBySide(t *testing.T) {
 		"| cold /query 8k tokens at 10M blocks: server CPU | 130 µs | – | – |  |",
 		"| cold /query 8k ÷ the SHA-256 floor | 2.00× | – | – | ≤ 1.3 (conductor) |",
 		"| cold /query 8k, 1 holder: server CPU | 100 µs | 150 µs | 0.67× |  |",
-		"| cold /query 8k, 1k holders: server CPU | 200 µs | 2000 ms | 0.0001× |  |",
+		"| cold /query 8k, 1k holders: server CPU | 200 µs | 2 s | 0.0001× |  |",
 	} {
 		if !strings.Contains(got, want+"\n") {
 			t.Errorf("missing %q in\n%s", want, got)
@@ -772,10 +772,12 @@ func TestSideBySide(t *testing.T) {
 }
 
 // micros writes a time in µs with three significant digits, as ms from
-// 1,000 µs (51.2 µs, 174 µs, 3.37 ms, 125 ms).
+// 1,000 µs and as s from 1,000 ms (51.2 µs, 174 µs, 3.37 ms, 125 ms, 43.4 s).
 func micros(us float64) string {
 	unit := "µs"
-	if us >= 1000 {
+	if us >= 1e6 {
+		us, unit = us/1e6, "s"
+	} else if us >= 1000 {
 		us, unit = us/1e3, "ms"
 	}
 	if us >= 100 {
@@ -787,7 +789,7 @@ func micros(us float64) string {
 // TestMicros: the fleet tables' times, against hand-written forms.
 func TestMicros(t *testing.T) {
 	for us, want := range map[float64]string{0: "0 µs", 0.145: "0.145 µs", 51.2: "51.2 µs", 173.7: "174 µs",
-		3368.4: "3.37 ms", 66000: "66 ms", 124750: "125 ms", 1.5e6: "1500 ms"} {
+		3368.4: "3.37 ms", 66000: "66 ms", 124750: "125 ms", 999_000: "999 ms", 1.5e6: "1.5 s", 4.336e7: "43.4 s"} {
 		if got := micros(us); got != want {
 			t.Errorf("micros(%g) = %q, want %q", us, got, want)
 		}
