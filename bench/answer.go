@@ -53,58 +53,71 @@ func (e *Expect) Check(contentType string, body []byte) error {
 // msgpackLongest reads instances[id].longest_matched with tinylib/msgp's
 // zero-copy readers; other keys are skipped.
 func msgpackLongest(b []byte, id string) (longest int64, found bool, err error) {
-	n, b, err := msgp.ReadMapHeaderBytes(b)
+	err = msgpackRows(b, func(k []byte, l int64, ok bool) {
+		if string(k) == id {
+			longest, found = l, ok
+		}
+	})
 	if err != nil {
 		return 0, false, err
+	}
+	return longest, found, nil
+}
+
+// msgpackRows calls row for each row of a msgpack /query answer's
+// "instances" map, with the row's longest_matched (ok false when the row has
+// none); other keys are skipped.
+func msgpackRows(b []byte, row func(id []byte, longest int64, ok bool)) error {
+	n, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return err
 	}
 	for ; n > 0; n-- {
 		var k []byte
 		if k, b, err = msgp.ReadStringZC(b); err != nil {
-			return 0, false, err
+			return err
 		}
 		if string(k) != "instances" {
 			if b, err = msgp.Skip(b); err != nil {
-				return 0, false, err
+				return err
 			}
 			continue
 		}
 		var rows uint32
 		if rows, b, err = msgp.ReadMapHeaderBytes(b); err != nil {
-			return 0, false, err
+			return err
 		}
 		for ; rows > 0; rows-- {
-			if k, b, err = msgp.ReadStringZC(b); err != nil {
-				return 0, false, err
-			}
-			if string(k) != id {
-				if b, err = msgp.Skip(b); err != nil {
-					return 0, false, err
-				}
-				continue
+			var id []byte
+			if id, b, err = msgp.ReadStringZC(b); err != nil {
+				return err
 			}
 			var fields uint32
 			if fields, b, err = msgp.ReadMapHeaderBytes(b); err != nil {
-				return 0, false, err
+				return err
 			}
+			var longest int64
+			ok := false
 			for ; fields > 0; fields-- {
 				if k, b, err = msgp.ReadStringZC(b); err != nil {
-					return 0, false, err
+					return err
 				}
 				if string(k) == "longest_matched" {
 					if longest, b, err = msgp.ReadInt64Bytes(b); err != nil {
-						return 0, false, err
+						return err
 					}
-					found = true
+					ok = true
 				} else if b, err = msgp.Skip(b); err != nil {
-					return 0, false, err
+					return err
 				}
 			}
+			row(id, longest, ok)
 		}
 	}
 	if len(b) != 0 {
-		return 0, false, errors.New("trailing bytes")
+		return errors.New("trailing bytes")
 	}
-	return longest, found, nil
+	return nil
 }
 
 // jsonLongest reads the longest_matched of id under the answer's only tenant.

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	sha256 "github.com/minio/sha256-simd"
-	"github.com/tinylib/msgp/msgp"
 
 	"github.com/seed-c7a81618/conductor/hash"
 )
@@ -288,48 +287,12 @@ func waitHolders(tb testing.TB, s *serverProc, engines []*engine, prompt []int32
 // longest_matched is n.
 func fullRows(b []byte, n int64) (map[string]bool, error) {
 	full := map[string]bool{}
-	m, b, err := msgp.ReadMapHeaderBytes(b)
-	if err != nil {
-		return nil, err
-	}
-	for ; m > 0; m-- {
-		var k []byte
-		if k, b, err = msgp.ReadStringZC(b); err != nil {
-			return nil, err
+	err := msgpackRows(b, func(id []byte, longest int64, ok bool) {
+		if ok && longest == n {
+			full[string(id)] = true
 		}
-		if string(k) != "instances" {
-			if b, err = msgp.Skip(b); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		var rows uint32
-		if rows, b, err = msgp.ReadMapHeaderBytes(b); err != nil {
-			return nil, err
-		}
-		for ; rows > 0; rows-- {
-			var id []byte
-			if id, b, err = msgp.ReadStringZC(b); err != nil {
-				return nil, err
-			}
-			var row []byte
-			start := b
-			if b, err = msgp.Skip(b); err != nil {
-				return nil, err
-			}
-			row = start[:len(start)-len(b)]
-			// A one-row answer for the Expect reader.
-			one := msgp.AppendMapHeader(nil, 1)
-			one = msgp.AppendString(one, "instances")
-			one = msgp.AppendMapHeader(one, 1)
-			one = msgp.AppendStringFromBytes(one, id)
-			one = append(one, row...)
-			if (&Expect{Instance: string(id), LongestMatched: n}).Check("application/msgpack", one) == nil {
-				full[string(id)] = true
-			}
-		}
-	}
-	return full, nil
+	})
+	return full, err
 }
 
 // settle waits until the server has been idle for a second (under 5 % of
