@@ -236,14 +236,6 @@ func (s *serverProc) rss(tb testing.TB) float64 {
 	return float64(pages) * float64(os.Getpagesize())
 }
 
-// name is the server's name in tables.
-func (s *serverProc) name() string {
-	if s.cpp {
-		return serverCpp
-	}
-	return serverConductor
-}
-
 // TestSumPrefixCounts: the /global_view reader against a hand-built page of
 // two contexts, and its refusals.
 func TestSumPrefixCounts(t *testing.T) {
