@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -229,8 +230,8 @@ func runHolders(tb testing.TB, server string, holders []int, args []string) flee
 	body, ct := queryBody("bin", prompt)
 	res := fleetHolding{Server: server, CPU: map[int]float64{}}
 	var engines []*engine
-	for _, holders := range holders {
-		for len(engines) < holders {
+	for _, n := range holders {
+		for len(engines) < n {
 			id := fmt.Sprintf("holder-%04d", len(engines))
 			e := registerInstance(tb, s, id, PublisherOptions{NoReplay: true})
 			e.store(tb, prompt, 0)
@@ -245,13 +246,13 @@ func runHolders(tb testing.TB, server string, holders []int, args []string) flee
 			tb.Fatal(err)
 		}
 		one, cpu := time.Since(start), s.cpu(tb)-c0
-		tb.Logf("%s, %d holders: one query in %v", server, holders, one)
+		tb.Logf("%s, %d holders: one query in %v", server, n, one)
 		if one >= time.Second {
-			res.CPU[holders] = float64(cpu.Nanoseconds()) / 1e3
+			res.CPU[n] = float64(cpu.Nanoseconds()) / 1e3
 			continue
 		}
 		r := measure(tb, s, ct, body, want, 4, int(min(20000, max(20, 2*time.Second/one))))
-		res.CPU[holders] = float64(r.CPUPerReq.Nanoseconds()) / 1e3
+		res.CPU[n] = float64(r.CPUPerReq.Nanoseconds()) / 1e3
 	}
 	return res
 }
@@ -432,11 +433,7 @@ func (r *fleetResults) write(dir string, args []string) error {
 	holders := &Chart{Title: "/query 8k tokens, server CPU by instances holding the prompt", XLabel: "instances holding the prompt (log)",
 		YLabel: "server CPU per query (log)", LogX: true, LogY: true, XTick: func(v float64) string { return count(int(v)) }, YTick: micros}
 	if len(r.Holders) > 0 {
-		var hs []int
-		for n := range r.Holders[0].CPU {
-			hs = append(hs, n)
-		}
-		slices.Sort(hs)
+		hs := slices.Sorted(maps.Keys(r.Holders[0].CPU))
 		md.WriteString("\nServer CPU per cold 8k query by the number of instances holding the whole prompt (a popular system prompt); the answer lists every holder.\n")
 		md.WriteString("\n| server | " + strings.Join(mapStrings(hs, holdersName), " | ") +
 			" |\n|---|" + strings.Repeat("---|", len(hs)) + "\n")
@@ -487,6 +484,14 @@ func (r *fleetResults) write(dir string, args []string) error {
 	return os.WriteFile(filepath.Join(dir, "fleet.md"), []byte(md.String()), 0o644)
 }
 
+// orNaN is f(p), or NaN when p is nil (a figure the run did not measure).
+func orNaN[T any](p *T, f func(*T) float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return f(p)
+}
+
 // sideBySide is the goals table: each figure for conductor and, when the
 // run had one, the C++ conductor, their ratio and the goal.
 func (r *fleetResults) sideBySide() string {
@@ -511,12 +516,6 @@ func (r *fleetResults) sideBySide() string {
 		}
 		return nil
 	}
-	get := func(row *fleetRow, f func(*fleetRow) float64) float64 {
-		if row == nil {
-			return nan
-		}
-		return f(row)
-	}
 	var queried *fleetRow // conductor's largest queried index
 	for i := range r.Rows {
 		row := &r.Rows[i]
@@ -526,9 +525,9 @@ func (r *fleetResults) sideBySide() string {
 		us, them := row, find(serverCpp, row.Blocks, row.Batch)
 		lines = append(lines,
 			line{fmt.Sprintf("ingest %s blocks, %d-block batches: server CPU per block", count(row.Blocks), row.Batch),
-				us.CPUPerBlock, get(them, func(x *fleetRow) float64 { return x.CPUPerBlock }), ns, "≤ 0.35×"},
+				us.CPUPerBlock, orNaN(them, func(x *fleetRow) float64 { return x.CPUPerBlock }), ns, "≤ 0.35×"},
 			line{fmt.Sprintf("RSS per block at %s blocks (%d-block batches)", count(row.Blocks), row.Batch),
-				us.RSS / float64(us.Blocks), get(them, func(x *fleetRow) float64 { return x.RSS / float64(x.Blocks) }), bytesPer,
+				us.RSS / float64(us.Blocks), orNaN(them, func(x *fleetRow) float64 { return x.RSS / float64(x.Blocks) }), bytesPer,
 				map[bool]string{true: "≤ 100 B", false: ""}[row.Blocks == 10_000_000]})
 		if row.QueryCPU != nil && (queried == nil || row.Blocks > queried.Blocks) {
 			queried = row
@@ -536,18 +535,13 @@ func (r *fleetResults) sideBySide() string {
 	}
 	if queried != nil {
 		them := find(serverCpp, queried.Blocks, queried.Batch)
-		var ls []int
-		for n := range queried.QueryCPU {
-			ls = append(ls, n)
-		}
-		slices.Sort(ls)
-		for _, n := range ls {
+		for _, n := range slices.Sorted(maps.Keys(queried.QueryCPU)) {
 			goal := ""
 			if n == 1<<10 {
 				goal = "≤ 0.6×"
 			}
 			lines = append(lines, line{fmt.Sprintf("cold /query %s tokens at %s blocks: server CPU", tokens(n), count(queried.Blocks)),
-				queried.QueryCPU[n], get(them, func(x *fleetRow) float64 { return x.QueryCPU[n] }), micros, goal})
+				queried.QueryCPU[n], orNaN(them, func(x *fleetRow) float64 { return x.QueryCPU[n] }), micros, goal})
 		}
 		if v, ok := queried.QueryCPU[1<<13]; ok {
 			lines = append(lines, line{"cold /query 8k ÷ the SHA-256 floor", v * 1e3 / float64(r.Floor8k.Nanoseconds()), nan,
@@ -564,17 +558,9 @@ func (r *fleetResults) sideBySide() string {
 	}
 	if us := holding(serverConductor); us != nil {
 		them := holding(serverCpp)
-		var hs []int
-		for n := range us.CPU {
-			hs = append(hs, n)
-		}
-		slices.Sort(hs)
-		for _, n := range hs {
-			t := nan
-			if them != nil {
-				t = them.CPU[n]
-			}
-			lines = append(lines, line{fmt.Sprintf("cold /query 8k, %s: server CPU", holdersName(n)), us.CPU[n], t, micros, ""})
+		for _, n := range slices.Sorted(maps.Keys(us.CPU)) {
+			lines = append(lines, line{fmt.Sprintf("cold /query 8k, %s: server CPU", holdersName(n)), us.CPU[n],
+				orNaN(them, func(h *fleetHolding) float64 { return h.CPU[n] }), micros, ""})
 		}
 	}
 	tail := func(server string) *tailRun {
@@ -587,19 +573,13 @@ func (r *fleetResults) sideBySide() string {
 	}
 	if us := tail(serverConductor); us != nil {
 		them := tail(serverCpp)
-		tf := func(f func(*tailRun) float64) float64 {
-			if them == nil {
-				return nan
-			}
-			return f(them)
-		}
 		rateOf := func(t *tailRun) float64 { return float64(t.Blocks) / t.Elapsed.Seconds() }
 		msOf := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 		lines = append(lines,
-			line{"under ingest: ingest rate", rateOf(us), tf(rateOf), rate, "≥ 2×"},
-			line{"under ingest: query client p99", msOf(us.Load.P99), tf(func(t *tailRun) float64 { return msOf(t.Load.P99) }), ms, "≤ 0.5×"},
-			line{"under ingest: query client max", msOf(us.Load.Max), tf(func(t *tailRun) float64 { return msOf(t.Load.Max) }), ms, "≤ 0.5×"},
-			line{"under ingest: queries per second", us.Load.RPS, tf(func(t *tailRun) float64 { return t.Load.RPS }), perS, ""},
+			line{"under ingest: ingest rate", rateOf(us), orNaN(them, rateOf), rate, "≥ 2×"},
+			line{"under ingest: query client p99", msOf(us.Load.P99), orNaN(them, func(t *tailRun) float64 { return msOf(t.Load.P99) }), ms, "≤ 0.5×"},
+			line{"under ingest: query client max", msOf(us.Load.Max), orNaN(them, func(t *tailRun) float64 { return msOf(t.Load.Max) }), ms, "≤ 0.5×"},
+			line{"under ingest: queries per second", us.Load.RPS, orNaN(them, func(t *tailRun) float64 { return t.Load.RPS }), perS, ""},
 			line{"under ingest: server handler p99 (bucket bound)", us.Metrics.HandlerP99 * 1e3, nan, ms, "≤ 1 ms (conductor)"})
 	}
 	peer := false

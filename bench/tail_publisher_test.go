@@ -94,50 +94,47 @@ func (p *tailStream) lastSeq() (uint64, bool, error) {
 // applied; counted, it publishes the first batch of fresh blocks until the
 // count shows it.
 func (p *tailStream) prime() error {
-	var base int
+	msg, landed := AppendVLLMBatch(nil, EraMap, 1.7e9, 0), p.lastSeqPast0
 	if p.counted {
-		var err error
-		if base, err = globalViewCount(p.addr); err != nil {
+		base, err := globalViewCount(p.addr)
+		if err != nil {
 			return err
 		}
-	}
-	empty := AppendVLLMBatch(nil, EraMap, 1.7e9, 0)
-	for deadline := time.Now().Add(waitBound); ; {
-		msg := empty
-		if p.counted {
-			fillHashes(p.hs, p.next+1<<30)
-			msg = p.tmpl.Fill(make([]byte, 0, p.tmpl.Size()), p.hs, p.rm)
+		fillHashes(p.hs, p.next+1<<30)
+		msg = p.tmpl.Fill(make([]byte, 0, p.tmpl.Size()), p.hs, p.rm)
+		landed = func() (bool, error) {
+			n, err := globalViewCount(p.addr)
+			if err != nil || n < base+len(p.hs) {
+				return false, err
+			}
+			p.base, p.next = n, p.next+1
+			return true, nil
 		}
+	}
+	for deadline := time.Now().Add(waitBound); ; {
 		seq, err := p.pub.Publish(msg)
 		if err != nil {
 			return err
 		}
 		p.seq = seq
 		time.Sleep(20 * time.Millisecond)
-		landed := false
-		if p.counted {
-			n, err := globalViewCount(p.addr)
-			if err != nil {
-				return err
-			}
-			if landed = n >= base+len(p.hs); landed {
-				p.base, p.next = n, p.next+1
-			}
-		} else {
-			last, ok, err := p.lastSeq()
-			if err != nil {
-				return err
-			}
-			landed = ok && last > 0
+		ok, err := landed()
+		if err != nil {
+			return err
 		}
-		if landed {
-			break
+		if ok {
+			return p.waitApplied(0)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("engine-b never reached the server")
 		}
 	}
-	return p.waitApplied(0)
+}
+
+// lastSeqPast0 reports whether conductor applied a batch of engine-b's.
+func (p *tailStream) lastSeqPast0() (bool, error) {
+	last, ok, err := p.lastSeq()
+	return ok && last > 0, err
 }
 
 // publish streams n batches of fresh blocks (each evicting the blocks of the
