@@ -143,6 +143,29 @@ type trackedConn struct {
 	controlBy time.Time
 
 	prev, next *trackedConn // its client's list; guarded by Limiter.mu
+
+	// raw does the socket I/O (nil: the Conn's own methods); used by the
+	// connection's goroutine only.
+	raw *rawIO
+}
+
+// connRawIO returns the raw I/O an admitted connection uses (nil: its own
+// methods). Race-detector builds use the Conn's own: the detector learns of
+// the ordering a socket gives (a write before the read that returns its
+// bytes) only from the net package's reads and writes.
+func connRawIO(c net.Conn) *rawIO {
+	if raceBuild {
+		return nil
+	}
+	return newRawIO(c)
+}
+
+// Write writes p (see rawIO).
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if c.raw == nil {
+		return c.Conn.Write(p)
+	}
+	return c.raw.Write(c.Conn, p)
 }
 
 // Read marks a connection whose response went out as idle again: fasthttp
@@ -151,7 +174,10 @@ func (c *trackedConn) Read(p []byte) (int, error) {
 	if c.state.CompareAndSwap(connResponded, connIdle) {
 		c.idleSince.Store(c.l.g.now())
 	}
-	return c.Conn.Read(p)
+	if c.raw == nil {
+		return c.Conn.Read(p)
+	}
+	return c.raw.Read(c.Conn, p)
 }
 
 // SetReadDeadline records t for readBody (a control connection's is never

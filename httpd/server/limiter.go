@@ -343,7 +343,7 @@ func (g *Limiter) admit(c net.Conn, l *guardedListener) (tc, victim *trackedConn
 		cl = &client{key: key}
 		g.clients[key] = cl
 	}
-	tc = &trackedConn{Conn: c, l: l, cl: cl}
+	tc = &trackedConn{Conn: c, l: l, cl: cl, raw: connRawIO(c)}
 	tc.idleSince.Store(g.now())
 	if g.gen >= g.o.MaxConns-max(g.o.ControlConns, 0) {
 		victim = g.victimLocked(cl)
