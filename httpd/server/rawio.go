@@ -78,35 +78,23 @@ func newRawIO(c net.Conn) *rawIO {
 	return x
 }
 
-// read is one read(2) into buf: true when it is done (data, the end of the
-// stream or an error), false when the socket has nothing yet.
-func (x *rawCall) read(fd uintptr) bool {
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&x.buf[0])), uintptr(len(x.buf)))
-		switch e {
-		case 0:
-			x.n = int(n)
-			return true
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			x.waits.Add(1)
-			return false
-		default:
-			x.err = e
-			return true
-		}
-	}
-}
+// read is one read(2) into buf; write writes buf whole. Each returns true
+// when it is done (data read, buf written, the end of the stream, or an
+// error), false when the socket is not ready.
+func (x *rawCall) read(fd uintptr) bool  { return x.call(syscall.SYS_READ, fd, false) }
+func (x *rawCall) write(fd uintptr) bool { return x.call(syscall.SYS_WRITE, fd, true) }
 
-// write writes buf from x.n on: true when all of it is written or an error
-// stopped it, false when the socket's buffer is full.
-func (x *rawCall) write(fd uintptr) bool {
-	for x.n < len(x.buf) {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&x.buf[x.n])), uintptr(len(x.buf)-x.n))
+// call makes the system call trap on buf from x.n on, until one call moved
+// bytes (or, with whole, until buf is done), or none can now.
+func (x *rawCall) call(trap, fd uintptr, whole bool) bool {
+	for {
+		n, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&x.buf[x.n])), uintptr(len(x.buf)-x.n))
 		switch e {
 		case 0:
 			x.n += int(n)
+			if !whole || n == 0 || x.n == len(x.buf) {
+				return true
+			}
 		case syscall.EINTR:
 		case syscall.EAGAIN:
 			x.waits.Add(1)
@@ -116,7 +104,6 @@ func (x *rawCall) write(fd uintptr) bool {
 			return true
 		}
 	}
-	return true
 }
 
 // Read reads like net.Conn.Read: at least one byte, io.EOF at the end of the
@@ -157,6 +144,8 @@ func (x *rawIO) Write(c net.Conn, p []byte) (int, error) {
 		return n, opError("write", c, err)
 	case w.err != 0:
 		return n, opError("write", c, os.NewSyscallError("write", w.err))
+	case n < len(p): // a write that moved nothing, as the net package says
+		return n, opError("write", c, io.ErrUnexpectedEOF)
 	}
 	return n, nil
 }
