@@ -131,7 +131,7 @@ func (x *rawIO) Read(c net.Conn, p []byte) (int, error) {
 // Write writes all of p like net.Conn.Write, or returns how much it wrote
 // and an *net.OpError.
 func (x *rawIO) Write(c net.Conn, p []byte) (int, error) {
-	if len(p) > rawMax {
+	if len(p) == 0 || len(p) > rawMax {
 		return c.Write(p)
 	}
 	w := &x.w

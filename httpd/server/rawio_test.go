@@ -111,7 +111,7 @@ func readerOf(x *rawIO, c net.Conn) io.Reader { return rawReader{x, c} }
 
 // TestRawIOAgreesWithConn: the same exchanges through net.Conn's methods and
 // through rawIO give the same bytes and the same outcomes: a round trip, a
-// zero-length read, a write many times the socket buffers (waits in the
+// zero-length read and write, a write many times the socket buffers (waits in the
 // poller), the end of the stream, a read deadline, a write deadline, a read
 // parked when the connection is closed, and a write to a reset peer.
 func TestRawIOAgreesWithConn(t *testing.T) {
@@ -136,6 +136,9 @@ func TestRawIOAgreesWithConn(t *testing.T) {
 			}
 			if n, err := rd(a, nil); n != 0 || err != nil {
 				t.Fatalf("zero-length read: %d %v", n, err)
+			}
+			if n, err := wr(a, nil); n != 0 || err != nil {
+				t.Fatalf("zero-length write: %d %v", n, err)
 			}
 
 			// 32 MiB in rawMax-sized writes, more than loopback's buffers
