@@ -22,10 +22,10 @@ import (
 // from a system call it finds in progress on two of its rounds (20 µs apart
 // when busy) while other goroutines wait to run, and hands it to another
 // thread: under query load that is most writes, so the monitor keeps polling
-// every 20 µs and threads keep waking each other, about a sixth of the
-// server's CPU per 1k-token query (BENCHMARKS.md, "/query, server CPU per
-// request"). With raw calls the monitor finds nothing to take and backs off
-// to its 10 ms rounds.
+// every 20 µs and threads keep waking each other, 13 % of the server's CPU
+// per cold 1k-token query (BENCHMARKS.md, "/query, server CPU per request").
+// With raw calls the monitor finds nothing to take and backs off to its
+// 10 ms rounds.
 //
 // A call that would block (EAGAIN) waits in the poller through
 // syscall.RawConn, which also applies the deadlines and holds the file
