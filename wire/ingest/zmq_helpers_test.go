@@ -279,6 +279,23 @@ func waitCount(t *testing.T, what string, count func() int, target int, up bool)
 	return n
 }
 
+// settledCount returns count once it has kept one value for a second (at
+// most waitLimit).
+func settledCount(t *testing.T, count func() int) int {
+	t.Helper()
+	n, since := count(), time.Now()
+	for deadline := time.Now().Add(waitLimit); time.Since(since) < time.Second; {
+		if time.Now().After(deadline) {
+			t.Fatalf("count never settled (last %d)", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+		if m := count(); m != n {
+			n, since = m, time.Now()
+		}
+	}
+	return n
+}
+
 // waitRow waits until inst's row for toks equals want (Ranks ignored), and
 // returns it.
 func (h *harness) waitRow(inst string, toks []int32, want core.InstanceResult) core.InstanceResult {
