@@ -115,13 +115,11 @@ func (x *rawIO) Read(c net.Conn, p []byte) (int, error) {
 	}
 	r := &x.r
 	r.buf, r.n, r.err = p, 0, 0
-	err := x.rc.Read(r.fn)
+	err := failed("read", c, x.rc.Read(r.fn), r.err)
 	r.buf = nil
 	switch {
 	case err != nil:
-		return 0, opError("read", c, err)
-	case r.err != 0:
-		return 0, opError("read", c, os.NewSyscallError("read", r.err))
+		return 0, err
 	case r.n == 0:
 		return 0, io.EOF
 	}
@@ -136,18 +134,28 @@ func (x *rawIO) Write(c net.Conn, p []byte) (int, error) {
 	}
 	w := &x.w
 	w.buf, w.n, w.err = p, 0, 0
-	err := x.rc.Write(w.fn)
+	err := failed("write", c, x.rc.Write(w.fn), w.err)
 	n := w.n
 	w.buf = nil
 	switch {
 	case err != nil:
-		return n, opError("write", c, err)
-	case w.err != 0:
-		return n, opError("write", c, os.NewSyscallError("write", w.err))
+		return n, err
 	case n < len(p): // a write that moved nothing, as the net package says
 		return n, opError("write", c, io.ErrUnexpectedEOF)
 	}
 	return n, nil
+}
+
+// failed is a raw call's error: the RawConn's (a deadline, a closed
+// connection) or the system call's errno; nil when neither.
+func failed(op string, c net.Conn, err error, errno syscall.Errno) error {
+	if err == nil && errno != 0 {
+		err = os.NewSyscallError(op, errno)
+	}
+	if err == nil {
+		return nil
+	}
+	return opError(op, c, err)
 }
 
 // opError names op as the Conn's own methods do (the RawConn's errors say

@@ -58,9 +58,9 @@ func ioOf(t *testing.T, impl string, c net.Conn) (x *rawIO, read, write func(net
 	return x, x.Read, x.Write
 }
 
-// TestRawIOOnlyForSockets: TCP and Unix sockets get raw I/O; a connection
-// without a socket of its own (a pipe, as TLS would wrap) does not, and a
-// trackedConn over it uses the Conn's own methods.
+// TestRawIOOnlyForSockets: TCP and Unix sockets get raw I/O (a Unix read
+// returns the peer's bytes); a connection without a socket of its own (a
+// pipe, as TLS would wrap) does not.
 func TestRawIOOnlyForSockets(t *testing.T) {
 	a, _ := tcpPair(t)
 	if newRawIO(a) == nil {
@@ -95,19 +95,10 @@ func TestRawIOOnlyForSockets(t *testing.T) {
 		t.Fatal("a Unix socket has no raw I/O")
 	}
 	buf := make([]byte, 8)
-	if n, err := io.ReadFull(readerOf(x, uc), buf[:4]); n != 4 || err != nil || string(buf[:4]) != "ping" {
+	if n, err := io.ReadFull(readFunc(func(p []byte) (int, error) { return x.Read(uc, p) }), buf[:4]); n != 4 || err != nil || string(buf[:4]) != "ping" {
 		t.Fatalf("unix read: %d %v %q", n, err, buf[:n])
 	}
 }
-
-type rawReader struct {
-	x *rawIO
-	c net.Conn
-}
-
-func (r rawReader) Read(p []byte) (int, error) { return r.x.Read(r.c, p) }
-
-func readerOf(x *rawIO, c net.Conn) io.Reader { return rawReader{x, c} }
 
 // TestRawIOAgreesWithConn: the same exchanges through net.Conn's methods and
 // through rawIO give the same bytes and the same outcomes: a round trip, a
@@ -236,6 +227,7 @@ func TestRawIOAgreesWithConn(t *testing.T) {
 	}
 }
 
+// readFunc is a read function as an io.Reader.
 type readFunc func(p []byte) (int, error)
 
 func (f readFunc) Read(p []byte) (int, error) { return f(p) }
