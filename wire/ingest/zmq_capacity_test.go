@@ -133,6 +133,10 @@ func TestZMQPendingListenersIdleCPU(t *testing.T) {
 	}
 }
 
+// idleThreadSlack bounds the idle runtime threads a baseline may hold that
+// listeners then reuse (at most a few per P).
+const idleThreadSlack = 8
+
 // TestZMQUnregisterReleasesThreads: the OS threads and memory of 1000 listeners
 // are returned when they are unregistered (they used to stay: 1008 threads and
 // ~224 MB RSS after unregistering 1000).
@@ -154,10 +158,13 @@ func TestZMQUnregisterReleasesThreads(t *testing.T) {
 	// one thread per listener.
 	baseThreads, baseRSS := settledCount(t, threadCount), procStatus(t, "VmRSS")
 	keys := registerPending(t, h.g, "thr", n)
-	// Every listener blocked in zmq_poll holds an OS thread: wait for them all
-	// (not a sleep), so the release below is measured from a real peak.
-	waitCount(t, fmt.Sprintf("%d listener threads", n), threadCount, baseThreads+n, true)
-	peakThreads, peakRSS := threadCount(), procStatus(t, "VmRSS")
+	// Every listener blocked in zmq_poll holds an OS thread, but a blocked
+	// listener's P may go to a thread the runtime already had idle, so the
+	// count can stop a few short of one new thread per listener: wait for
+	// all but idleThreadSlack of them, then for the count to settle, so the
+	// release below is measured from a real peak.
+	waitCount(t, fmt.Sprintf("%d listener threads", n), threadCount, baseThreads+n-idleThreadSlack, true)
+	peakThreads, peakRSS := settledCount(t, threadCount), procStatus(t, "VmRSS")
 	for _, k := range keys {
 		if _, err := h.g.Unregister(k); err != nil {
 			t.Fatal(err)
