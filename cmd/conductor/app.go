@@ -132,10 +132,10 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations,
 		fmt.Sprintf("most registrations, at most %d (past it → 400 limit_exceeded)", ingest.MaxListenersLimit))
 	fs.IntVar(&s.rxQueueBytes, "receive-queue-bytes", ingest.DefaultReceiveQueueBytes,
-		"bytes each queue of one registration may hold: its receive queue during a replay (past it: dropped, counted, healed as a gap) and libzmq's SUB and replay queues, sized at this ÷ --max-message-bytes messages (keep that ≥ 64)")
+		"bytes each queue of one registration may hold: its receive queue during a replay (past it: dropped, counted, healed as a gap) and libzmq's SUB and replay queues, sized at this ÷ the stream's largest message so far (at least 1 MiB) messages")
 	fs.Int64Var(&s.rxQueuedBytes, "max-queued-bytes", ingest.DefaultMaxQueuedBytes, "bytes all receive queues together may hold")
 	fs.Int64Var(&s.maxMessageBytes, "max-message-bytes", ingest.DefaultMaxMessageBytes,
-		"largest ZMQ message accepted from a publisher (a larger frame ends the connection, which is reopened; the loss is a gap, healed by replay or a stale clear); also sizes libzmq's queues (see --receive-queue-bytes)")
+		"largest ZMQ message applied: a larger one is dropped whole, counted and logged, and the messages after it apply as usual (a single frame above 4× this ends the connection in libzmq)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.DurationVar(&s.snapInterval, "snapshot-interval", 5*time.Minute,

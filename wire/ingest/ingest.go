@@ -32,9 +32,10 @@ var (
 	// with core.ErrLimit, which the HTTP layer answers 400 limit_exceeded.
 	ErrListenerLimit = errors.New("conductor: listener limit reached")
 	// ErrMessageTooBig: a ZMQ message whose frames together exceed
-	// IngestOptions.MaxMessageBytes (dropped: counted as a decode error, and a
-	// gap). A single larger frame never reaches the listener: libzmq refuses
-	// it and ends the connection (ZMQ_MAXMSGSIZE).
+	// IngestOptions.MaxMessageBytes (dropped whole, its sequence consumed,
+	// counted in ListenerStatus.Oversize). A single frame above four times
+	// the limit never reaches the listener: libzmq refuses it and ends the
+	// connection (ZMQ_MAXMSGSIZE).
 	ErrMessageTooBig = errors.New("conductor: ZMQ message above MaxMessageBytes")
 )
 
@@ -97,6 +98,14 @@ type ListenerStatus struct {
 	QueueDrops uint64
 	// QueuePeakBytes is the most bytes the receive queue has held.
 	QueuePeakBytes int64
+	// Oversize counts messages dropped whole for exceeding
+	// IngestOptions.MaxMessageBytes (their sequences were consumed).
+	Oversize uint64
+	// LargestMessage is the largest message the stream has sent, in bytes,
+	// and QueueMessages the high-water mark of its libzmq queues sized from
+	// it (IngestOptions.RcvHWM).
+	LargestMessage int64
+	QueueMessages  int
 }
 
 // Ingester subscribes to the ZMQ publishers of registered subscriptions and feeds

@@ -36,6 +36,7 @@ type streamMetrics struct {
 	restarts         *metrics.Counter
 	reconnects       *metrics.Counter
 	queueDrops       *metrics.Counter
+	oversize         *metrics.Counter
 	// dialectBlocks is the publisher dialect's total over every subscription
 	// (mDialectBlocks): shared, never unregistered.
 	dialectBlocks *metrics.Counter
@@ -71,8 +72,10 @@ const (
 	mRestarts         = "conductor_ingest_restarts_total"
 	mReconnects       = "conductor_ingest_reconnects_total"
 	mQueueDrops       = "conductor_ingest_queue_drops_total"
-	mLastSeq          = "conductor_ingest_last_seq"
-	mLag              = "conductor_ingest_lag_seconds"
+	// Messages above IngestOptions.MaxMessageBytes, dropped whole.
+	mOversize = "conductor_ingest_oversize_messages_total"
+	mLastSeq  = "conductor_ingest_last_seq"
+	mLag      = "conductor_ingest_lag_seconds"
 	// The applier's longest run without yielding its P, and its yields
 	// (core.ApplySliceBlocks).
 	mApplyRunMax = "conductor_ingest_apply_run_max_seconds"
@@ -107,6 +110,7 @@ func newStreamMetrics(set *metrics.Set, k core.ServiceKey, d wire.Dialect) *stre
 	m.restarts = counter(mRestarts, "")
 	m.reconnects = counter(mReconnects, "")
 	m.queueDrops = counter(mQueueDrops, "")
+	m.oversize = counter(mOversize, "")
 	gauge := func(name string, f func() float64) {
 		full := name + "{" + labels + "}"
 		m.names = append(m.names, full)

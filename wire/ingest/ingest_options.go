@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -20,14 +21,24 @@ const (
 	DefaultReplayMaxBuffered  = 10000
 	DefaultReceiveQueueBytes  = 64 << 20
 	DefaultMaxQueuedBytes     = 1 << 30
-	// DefaultMaxMessageBytes is a sixty-fourth of DefaultReceiveQueueBytes, so
-	// that a stream's libzmq queues hold 64 messages (IngestOptions.RcvHWM):
-	// 32 cost a sixth of the throughput of a stream of small batches, 16 a
-	// quarter (BenchmarkZMQIngestHWM). An engine's batch is usually far
-	// smaller (a 16k-token vLLM step with its token ids is ~100 KB), but a
-	// stored 16-token page takes ~100 bytes, so a batch storing 128k tokens
-	// nears the limit: raise both limits for engines that send such batches.
-	DefaultMaxMessageBytes = 1 << 20
+	// DefaultMaxMessageBytes is four times the largest message real
+	// producers send: a Mooncake store master flushes a request's stores
+	// and evictions as one batch (16 MB and 60k events for long prompts,
+	// ~262 bytes an event), and one vLLM step storing a 1M-token prompt
+	// carries its token ids and 65,536 block hashes (~8 MB).
+	DefaultMaxMessageBytes = 64 << 20
+	// queueMsgFloor is the message size libzmq's queues are sized for
+	// until a stream sends a larger one (IngestOptions.RcvHWM): with
+	// DefaultReceiveQueueBytes, 64 messages, the depth below which libzmq's
+	// hand-offs between its I/O thread and the listener cut the throughput
+	// of streams of small batches (32 cost a sixth of it, 4 half:
+	// BenchmarkZMQIngestHWM).
+	queueMsgFloor = 1 << 20
+	// frameGuardFactor: libzmq ends the connection of a peer that sends a
+	// single frame above this many times MaxMessageBytes (ZMQ_MAXMSGSIZE),
+	// since it cannot skip a frame without holding it whole; messages
+	// between the two are read and dropped by the listener.
+	frameGuardFactor = 4
 	// DefaultRestartThreshold equals vLLM's and SGLang's default replay ring
 	// (buffer_steps = 10 000 batches): a message can only be a late duplicate of
 	// something within one ring's reach of the newest applied sequence, so a drop
@@ -95,19 +106,18 @@ type IngestOptions struct {
 	// MaxQueuedBytes bounds the bytes of every subscriber's receive queue
 	// together. Default 1 GiB.
 	MaxQueuedBytes int64
-	// MaxMessageBytes bounds one live message or replay reply. It is the SUB
-	// and replay sockets' ZMQ_MAXMSGSIZE, so libzmq never holds more than this
-	// of one frame: a peer that sends a larger frame is disconnected as soon
-	// as its size is read. libzmq does not reconnect such a session; the
-	// listener replaces its SUB socket after the reconnection backoff
-	// (ReconnectMin, doubling until a handshake succeeds), and the messages
-	// lost meanwhile are a gap (replayed, or the stream cleared as stale; a
-	// replay whose reply is too large times out and fails). A message whose
-	// frames are each within the limit but together exceed it is dropped by
-	// the listener before it is copied (ErrMessageTooBig, counted as a
-	// decode error; a gap as above).
-	// Default 1 MiB (DefaultMaxMessageBytes); -1: no limit, and libzmq's
-	// queues are then bounded in messages only.
+	// MaxMessageBytes bounds one live message or replay reply. A larger
+	// one is read and dropped whole by the listener, without being copied
+	// or decoded: its sequence is consumed (so the messages after it are
+	// applied as usual and no gap is seen), and it is counted in
+	// conductor_ingest_oversize_messages_total and logged with its size.
+	// Its events are lost: what it stored is missing from the index, what
+	// it removed stays. libzmq reads a message whole before the listener
+	// sees it, so ZMQ_MAXMSGSIZE is set to frameGuardFactor (4) times this:
+	// a single frame above that ends the connection (libzmq cannot skip
+	// it), which the listener reopens after ReconnectMin, and the messages
+	// lost meanwhile are a gap. Default 64 MiB (DefaultMaxMessageBytes);
+	// -1: no limit, and libzmq's queues are then bounded in messages only.
 	MaxMessageBytes int64
 	// RestartThreshold: a live sequence s below the last applied sequence L is an
 	// engine restart when the live stream itself went backwards (s ≤ the previous
@@ -116,20 +126,25 @@ type IngestOptions struct {
 	// a replayed message and is dropped. Default 10000 (DefaultRestartThreshold).
 	RestartThreshold uint64
 	// RcvHWM caps the ZMQ_RCVHWM, in messages, of the SUB and replay sockets.
-	// Their high-water mark is ReceiveQueueBytes/MaxMessageBytes (at least 1,
-	// at most RcvHWM; RcvHWM alone with MaxMessageBytes -1), so libzmq holds
-	// at most ReceiveQueueBytes (or one message, when MaxMessageBytes is
-	// larger) per socket, plus the message it is receiving; libzmq counts
-	// messages, not bytes, and bounds the size of frames, not their number in
-	// one message. When the SUB's queue is full, libzmq stops reading the
+	// libzmq counts messages, not bytes, so their high-water mark is
+	// ReceiveQueueBytes/L messages (at least 1, at most RcvHWM; RcvHWM alone
+	// with MaxMessageBytes -1), where L is the largest message the stream
+	// has sent, or 1 MiB until it sent a larger one; the listener lowers the
+	// mark of its open sockets as soon as it reads a larger message. So
+	// libzmq holds at most max(ReceiveQueueBytes, L) per socket plus the
+	// message it is receiving — with one exception: messages larger than
+	// any before, arriving while the mark is still sized for smaller ones,
+	// can fill the queue to the old mark (at most ReceiveQueueBytes/1 MiB
+	// of them). When the SUB's queue is full, libzmq stops reading the
 	// connection: the publisher queues up to its own send high-water mark,
 	// then drops, and the subscriber sees a gap. The replay socket pushes
 	// back the same way; a replay whose replies the publisher dropped is
 	// requested again from its last applied sequence. Below 64 messages,
 	// libzmq's hand-offs between its I/O thread and the listener cut the
-	// throughput of streams of small messages (BenchmarkZMQIngestHWM): raise
-	// ReceiveQueueBytes with MaxMessageBytes, to at least 64 times it.
-	// Default 200000 (the other defaults give 64).
+	// throughput of streams of small messages (BenchmarkZMQIngestHWM), so
+	// a stream of large messages trades throughput it does not need (each
+	// carries thousands of events) for the byte bound.
+	// Default 200000.
 	RcvHWM int
 	// MaxListeners bounds the listeners (registrations) of the Ingester: one
 	// more is refused with ErrListenerLimit, which wraps core.ErrLimit (HTTP 400
@@ -168,13 +183,26 @@ type IngestOptions struct {
 	ListenerNice int
 }
 
-// queueHWM is the ZMQ_RCVHWM of the SUB and replay sockets (see RcvHWM):
-// ReceiveQueueBytes/MaxMessageBytes messages, at least 1, at most RcvHWM.
-func (o *IngestOptions) queueHWM() int {
+// queueHWM is the ZMQ_RCVHWM of the SUB and replay sockets of a stream
+// whose largest message so far is largest bytes (see RcvHWM):
+// ReceiveQueueBytes/max(largest, 1 MiB) messages, at least 1, at most RcvHWM.
+func (o *IngestOptions) queueHWM(largest int64) int {
 	if o.MaxMessageBytes <= 0 {
 		return o.RcvHWM
 	}
-	return int(min(max(int64(o.ReceiveQueueBytes)/o.MaxMessageBytes, 1), int64(o.RcvHWM)))
+	return int(min(max(int64(o.ReceiveQueueBytes)/max(largest, queueMsgFloor), 1), int64(o.RcvHWM)))
+}
+
+// frameGuard is the ZMQ_MAXMSGSIZE of the SUB and replay sockets (see
+// MaxMessageBytes); 0: none.
+func (o *IngestOptions) frameGuard() int64 {
+	if o.MaxMessageBytes <= 0 {
+		return 0
+	}
+	if o.MaxMessageBytes > math.MaxInt64/frameGuardFactor {
+		return math.MaxInt64
+	}
+	return frameGuardFactor * o.MaxMessageBytes
 }
 
 // EnsureDefaults fills zero fields with their documented defaults.

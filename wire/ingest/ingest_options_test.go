@@ -16,7 +16,7 @@ func TestIngestOptions(t *testing.T) {
 	if o.PollInterval != DefaultPollInterval || o.RcvHWM != DefaultRcvHWM ||
 		o.RestartThreshold != DefaultRestartThreshold || o.Logger == nil || o.Metrics == nil ||
 		o.MaxListeners != 4096 || o.MaxSockets != 4096*4+64 || o.ReceiveQueueBytes != 64<<20 ||
-		o.MaxQueuedBytes != 1<<30 || o.MaxMessageBytes != 1<<20 || o.queueHWM() != 64 {
+		o.MaxQueuedBytes != 1<<30 || o.MaxMessageBytes != 64<<20 || o.queueHWM(0) != 64 {
 		t.Fatalf("defaults not applied: %+v", o)
 	}
 	// The socket cap follows MaxListeners unless set.
@@ -44,17 +44,19 @@ func TestIngestOptions(t *testing.T) {
 }
 
 // TestQueueLimits: the SUB and replay sockets' options bound what libzmq can
-// hold in bytes. ZMQ_RCVHWM is ReceiveQueueBytes/MaxMessageBytes messages
-// (at least 1, at most RcvHWM) and ZMQ_MAXMSGSIZE is MaxMessageBytes, so the
-// complete messages libzmq queues take at most max(ReceiveQueueBytes,
-// MaxMessageBytes) per frame; both are read back from a socket.
+// hold in bytes. ZMQ_RCVHWM is ReceiveQueueBytes/max(largest, 1 MiB)
+// messages, largest being the stream's largest message so far (at least 1, at
+// most RcvHWM), so the complete messages libzmq queues take at most
+// max(ReceiveQueueBytes, largest) while no larger one arrives; ZMQ_MAXMSGSIZE
+// is four times MaxMessageBytes (the frame guard). Both are read back from a
+// socket.
 func TestQueueLimits(t *testing.T) {
 	ctx, err := newZContext()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = ctx.term() }()
-	f := func(queue int, maxMsg int64, rcvHWM, wantHWM int) {
+	f := func(queue int, maxMsg, largest int64, rcvHWM, wantHWM int, wantGuard int64) {
 		t.Helper()
 		o := IngestOptions{ReceiveQueueBytes: queue, MaxMessageBytes: maxMsg, RcvHWM: rcvHWM}
 		o.EnsureDefaults()
@@ -63,32 +65,34 @@ func TestQueueLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer closeSocket(s)
-		if err := setQueueLimits(s, &o); err != nil {
+		if err := setQueueLimits(s, &o, o.queueHWM(largest)); err != nil {
 			t.Fatal(err)
 		}
-		hwm, msg := s.getInt(optRcvHWM), s.getInt64(optMaxMsgSize)
-		name := fmt.Sprintf("queue=%d max=%d rcvhwm=%d", queue, maxMsg, rcvHWM)
+		hwm, guard := s.getInt(optRcvHWM), s.getInt64(optMaxMsgSize)
+		name := fmt.Sprintf("queue=%d max=%d largest=%d rcvhwm=%d", queue, maxMsg, largest, rcvHWM)
 		if hwm != wantHWM {
 			t.Errorf("%s: ZMQ_RCVHWM %d, want %d", name, hwm, wantHWM)
 		}
+		if guard != wantGuard {
+			t.Errorf("%s: ZMQ_MAXMSGSIZE %d, want %d", name, guard, wantGuard)
+		}
 		if maxMsg < 0 {
-			if msg != -1 {
-				t.Errorf("%s: ZMQ_MAXMSGSIZE %d, want -1", name, msg)
-			}
 			return
 		}
-		if msg != o.MaxMessageBytes {
-			t.Errorf("%s: ZMQ_MAXMSGSIZE %d, want %d", name, msg, o.MaxMessageBytes)
-		}
-		if bound := max(int64(o.ReceiveQueueBytes), o.MaxMessageBytes); int64(hwm)*msg > bound {
-			t.Errorf("%s: libzmq may queue %d × %d bytes, above %d", name, hwm, msg, bound)
+		m := max(largest, 1<<20)
+		if bound := max(int64(o.ReceiveQueueBytes), m); int64(hwm)*m > bound {
+			t.Errorf("%s: libzmq may queue %d × %d bytes, above %d", name, hwm, m, bound)
 		}
 	}
-	f(0, 0, 0, 64)                  // defaults: 64 MiB / 1 MiB
-	f(8<<20, 4<<20, 0, 2)           // TestZMQBurstMemory's
-	f(64<<20, 64<<20, 0, 1)         // one message of the largest size
-	f(1<<20, 64<<20, 0, 1)          // larger than the queue: still one
-	f(64<<20, 1<<10, 0, 65536)      // small messages: many
-	f(64<<20, 1<<10, 1000, 1000)    // capped by RcvHWM
-	f(64<<20, -1, 0, DefaultRcvHWM) // no size limit: bounded in messages only
+	f(0, 0, 0, 0, 64, 256<<20)                  // defaults: 64 MiB / 1 MiB; guard 4 × 64 MiB
+	f(0, 0, 100<<10, 0, 64, 256<<20)            // small messages keep the 1 MiB floor
+	f(0, 0, 4025189, 0, 16, 256<<20)            // the trace's largest store flush: 64 MiB / 3.8 MiB
+	f(0, 0, 16<<20, 0, 4, 256<<20)              // a 16 MiB flush
+	f(0, 0, 64<<20, 0, 1, 256<<20)              // one message of the largest size
+	f(8<<20, 4<<20, 0, 0, 8, 16<<20)            // TestZMQBurstMemory's, before its first message
+	f(8<<20, 4<<20, 2<<20, 0, 4, 16<<20)        // … after a 2 MiB one
+	f(1<<20, 64<<20, 64<<20, 0, 1, 256<<20)     // larger than the queue: still one
+	f(64<<20, 1<<10, 0, 1000, 64, 4<<10)        // under RcvHWM: the floor decides
+	f(64<<20, 1<<10, 0, 16, 16, 4<<10)          // capped by RcvHWM
+	f(64<<20, -1, 64<<20, 0, DefaultRcvHWM, -1) // no size limit: bounded in messages only
 }

@@ -144,36 +144,43 @@ func resetPeakRSS(t *testing.T) {
 	}
 }
 
-// TestZMQBurstMemory: a burst of large live messages, 32 times the receive
+// TestZMQBurstMemory: a burst of large live messages, far above the receive
 // queue's budget, from a publisher in another process (so that this
 // process's RSS is the subscriber's alone) while the listener is busy with
 // the first. libzmq's queues push back instead of taking the burst in, so the
 // subscriber's peak RSS stays within the ingest bound (the "Memory" section
-// on listener). When the publisher keeps what the subscriber does not take
-// yet (a send high-water mark above the burst), every batch arrives; when it
-// drops (a high-water mark of 4), the gaps are healed by replay, through a
-// replay socket bounded the same way. Either way the index ends holding every
-// block of the burst, with no stale clear. A libzmq queue bounded in messages
-// only takes most of the burst in, far above the bound. Under -race (slower,
-// and whose shadow memory counts in RSS) the burst is smaller and RSS is not
-// checked.
+// on listener), which follows the stream's largest message L: the queues
+// are resized for it as soon as the first one is read. When the publisher
+// keeps what the subscriber does not take yet (a send high-water mark above
+// the burst), every batch arrives; when it drops (a high-water mark of 4),
+// the gaps are healed by replay, through a replay socket bounded the same
+// way. Either way the index ends holding every block of the burst, with no
+// stale clear. The "defaults" case runs with the default limits (64 MiB
+// messages accepted, 64 MiB queues) and 8 MiB messages, the size of a
+// store master's largest flushes: 512 MiB of burst against a bound of
+// 336 MiB. A libzmq queue bounded in messages only takes most of the burst
+// in, far above the bound. Under -race (slower, and whose shadow memory
+// counts in RSS) the bursts are smaller and RSS is not checked.
 func TestZMQBurstMemory(t *testing.T) {
-	n, size := 128, 2<<20
-	if raceEnabled {
-		n, size = 32, 1<<20
-	}
 	for _, tc := range []struct {
-		name   string
-		sndHWM int // the publisher's
-		gaps   bool
+		name       string
+		sndHWM     int // the publisher's
+		gaps       bool
+		n, size    int
+		queue, max int // IngestOptions' (0: the defaults)
 	}{
-		{"publisher-keeps", 100000, false},
-		{"publisher-drops", 4, true},
+		{"publisher-keeps", 100000, false, 128, 2 << 20, 8 << 20, 4 << 20},
+		{"publisher-drops", 4, true, 128, 2 << 20, 8 << 20, 4 << 20},
+		{"defaults", 100000, false, 64, 8 << 20, 0, 0},
 	} {
+		if raceEnabled {
+			tc.n, tc.size = 32, 1<<20
+		}
 		t.Run(tc.name, func(t *testing.T) {
+			n, size := tc.n, tc.size
 			opts := fastOpts(t)
-			opts.ReceiveQueueBytes = 8 << 20
-			opts.MaxMessageBytes = 4 << 20
+			opts.ReceiveQueueBytes = tc.queue
+			opts.MaxMessageBytes = int64(tc.max)
 			opts.ReplayTimeout = 5 * time.Second
 			opts.ReplayTotalTimeout = waitLimit
 			h := newHarness(t, opts)
@@ -205,11 +212,13 @@ func TestZMQBurstMemory(t *testing.T) {
 			peak := (procStatus(t, "VmHWM") - base) << 10
 			st := h.status(k)
 			// The listener's bound: libzmq's SUB and replay queues, each
-			// max(queue, message) plus the message being received; the Go
-			// share, the receive queue and three times a message (its copy,
-			// a replay's held copy, its decoded batch), counted twice for
+			// max(queue, L) plus the message being received; the Go share,
+			// the receive queue and three times a message (its copy, a
+			// replay's held copy, its decoded batch), counted twice for
 			// GOGC=100; 16 MiB for the runtime and the allocators.
-			q, m := opts.ReceiveQueueBytes, int(opts.MaxMessageBytes)
+			o := opts
+			o.EnsureDefaults()
+			q, m := o.ReceiveQueueBytes, int(st.LargestMessage)
 			bound := 2*(max(q, m)+m) + 2*(q+3*m) + 16<<20
 			t.Logf("burst of %d × %d MiB: peak RSS +%d MiB (bound %d MiB); %d gaps, %d replays, %d queue drops",
 				n, size>>20, peak>>20, bound>>20, st.Gaps, st.ReplaysSucceeded, st.QueueDrops)

@@ -333,16 +333,20 @@ func TestZMQReceiveQueueBytes(t *testing.T) {
 	}
 }
 
-// TestZMQMaxMessageBytes: a frame above MaxMessageBytes is refused by libzmq
-// as soon as its size is read (ZMQ_MAXMSGSIZE: libzmq never holds it), which
-// ends the connection; the listener replaces its SUB socket and reconnects.
-// The message is a gap whose replayed copy is refused too (the replay times
-// out), so the stream is cleared as stale; later messages are applied. A
-// message whose frames each fit but together exceed the limit is dropped by
-// the listener (a decode error) without a reconnection.
+// TestZMQMaxMessageBytes: a message above MaxMessageBytes is read and dropped
+// whole, without being copied: its sequence is consumed, so the messages
+// after it are applied with no gap, no replay and no reconnection, and it is
+// counted (Oversize) and named in the listener's last error with the flag
+// that raises the limit. The same holds for such a message in a replay: the
+// replay consumes it and goes on. A single frame above four times the limit
+// (the frame guard) is refused by libzmq as soon as its size is read, which
+// ends the connection; the listener replaces its SUB socket and reconnects,
+// and the lost message is a gap whose replayed copy is refused too (the
+// replay times out), so the stream is cleared as stale; later messages are
+// applied.
 func TestZMQMaxMessageBytes(t *testing.T) {
 	opts := fastOpts(t)
-	opts.MaxMessageBytes = 256 << 10
+	opts.MaxMessageBytes = 256 << 10 // guard: 1 MiB
 	opts.ReplayTimeout = 200 * time.Millisecond
 	opts.ReplayTotalTimeout = 400 * time.Millisecond
 	h := newHarness(t, opts)
@@ -359,25 +363,49 @@ func TestZMQMaxMessageBytes(t *testing.T) {
 			return h.holds("vllm-a", x-1)
 		})
 	}
-	publish(t, pub, bigBatch(7, 1<<20)) // over the limit (the replay's copy too)
-	applied("a batch applied after the oversized one")
-	if h.holds("vllm-a", 7) {
-		t.Fatal("the oversized batch was applied")
-	}
+	before := h.status(k)
+
+	// Live, above the limit and below the guard.
+	publish(t, pub, bigBatch(7, 512<<10))
+	publish(t, pub, storeOne(8)) // the very next message
+	waitFor(t, "the message after the oversized one", func() bool { return h.holds("vllm-a", 8) })
 	st := h.status(k)
-	if st.Reconnects == 0 || st.StaleClears == 0 || st.State != ingest.ListenerActive {
-		t.Fatalf("want the connection replaced and the lost message cleared as stale: %+v", st)
+	if h.holds("vllm-a", 7) || st.Oversize != 1 || st.Gaps != before.Gaps || st.ReplaysRequested != before.ReplaysRequested ||
+		st.Reconnects != before.Reconnects || st.StaleClears != 0 || st.DecodeErrors != 0 {
+		t.Fatalf("want the oversized message dropped alone (counted, no gap, replay or reconnection): %+v", st)
 	}
-	// Three frames of 200 KiB each pass libzmq's per-frame limit; together
-	// they exceed MaxMessageBytes.
-	frame := make([]byte, 200<<10)
-	if err := pub.SendRaw(frame, []byte{0, 0, 0, 0, 0, 0, 0, 1}, frame); err != nil {
+	if !strings.Contains(st.LastError, "--max-message-bytes") || !strings.Contains(st.LastError, "524") {
+		t.Fatalf("last error does not give the size and the flag: %q", st.LastError)
+	}
+	if st.LargestMessage < 512<<10 || st.QueueMessages != 64 {
+		t.Fatalf("largest message %d, queue %d messages; want >= 512 KiB and 64 (the 1 MiB floor)", st.LargestMessage, st.QueueMessages)
+	}
+
+	// In a replay: both messages are published while the listener is
+	// paused, and come back through the replay on resume.
+	if err := h.g.Pause(k); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the decode error", func() bool { return h.status(k).DecodeErrors > 0 })
-	applied("a batch applied after the two-frame one")
-	if st2 := h.status(k); st2.Reconnects != st.Reconnects {
-		t.Fatalf("want the connection kept: %+v", st2)
+	publish(t, pub, bigBatch(9, 512<<10))
+	publish(t, pub, storeOne(10))
+	if err := h.g.Resume(k); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the replayed message after an oversized one", func() bool { return h.holds("vllm-a", 10) })
+	st = h.status(k)
+	if h.holds("vllm-a", 9) || st.Oversize != 2 || st.StaleClears != 0 || st.ReplaysFailed != 0 || st.DecodeErrors != 0 {
+		t.Fatalf("want the replay to drop the oversized reply and go on: %+v", st)
+	}
+
+	// Above the guard: libzmq ends the connection.
+	publish(t, pub, bigBatch(11, 2<<20)) // the replay's copy too
+	applied("a batch applied after the one above the guard")
+	if h.holds("vllm-a", 11) {
+		t.Fatal("the message above the guard was applied")
+	}
+	st = h.status(k)
+	if st.Reconnects == 0 || st.StaleClears == 0 || st.State != ingest.ListenerActive {
+		t.Fatalf("want the connection replaced and the lost message cleared as stale: %+v", st)
 	}
 }
 
@@ -466,4 +494,75 @@ func TestZMQListenerSocketsAndFDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "resumed listener active", func() bool { return h.status(keys[0]).State == ingest.ListenerActive })
+}
+
+// TestZMQProducerSizedMessages: the messages real producers send are applied
+// with the default limits. A Mooncake store master flushes a request's stores
+// as one batch — 60,000 events, over 15 MB at ~262 bytes an event, as on
+// the Mooncake conversation trace's longest prompts — on a stream without a
+// replay endpoint; a vLLM engine storing a 1M-token prompt in one step sends
+// its 65,536 block hashes and token ids (vocabulary-sized ids: 5 bytes each)
+// in one message. Each is applied whole, the message after it too, with no
+// gap, reconnection or drop, and the stream's libzmq queues are resized for
+// its largest message (ReceiveQueueBytes ÷ its size, at least 1).
+func TestZMQProducerSizedMessages(t *testing.T) {
+	opts := fastOpts(t) // default MaxMessageBytes and ReceiveQueueBytes
+	h := newHarness(t, opts)
+	prof := vllmProfile(t)
+
+	master := newPublisher(t, bench.PublisherOptions{NoReplay: true, Topic: []byte("mooncake")})
+	mr := registration("mooncake-master", core.PublisherMooncake, master, prof)
+	mr.ReplayEndpoint = ""
+	mk := h.register(mr)
+	h.prime(mk, master, bench.AppendMooncakeBatch(nil, 1700000000000, 0))
+	const objects = 60000
+	evs := make([]bench.MooncakeEvent, objects)
+	for i := range evs {
+		k := uint64(i+1) * 0x9e3779b97f4a7c15
+		evs[i] = bench.MooncakeEvent{EventID: uint64(i + 1), Type: "stored", SeqHashes: []uint64{k},
+			ObjectKey: fmt.Sprintf("%s/%016x/layer-all/rank-0/chunk-%06d", testModel, k, i), Medium: "cpu",
+			TenantID: "default", BackendID: "mooncake-store-a", ModelName: testModel, BlockSize: testBS}
+	}
+	flush := bench.AppendMooncakeBatch(nil, 1700000000001, 0, evs...)
+	if len(flush) < 15<<20 {
+		t.Fatalf("store flush of %d bytes, want a real-sized one (> 15 MiB)", len(flush))
+	}
+	publish(t, master, flush)
+	publish(t, master, bench.AppendMooncakeBatch(nil, 1700000000002, 0, bench.MooncakeEvent{EventID: objects + 1,
+		Type: "stored", SeqHashes: []uint64{42}, ObjectKey: "next", Medium: "cpu", TenantID: "default",
+		BackendID: "mooncake-store-a", ModelName: testModel, BlockSize: testBS}))
+	waitFor(t, "the store flush and the message after it", func() bool { return h.status(mk).Blocks == objects+1 })
+
+	engine := newPublisher(t, bench.PublisherOptions{})
+	ek := h.register(registration("vllm-a", core.PublisherVLLM, engine, prof))
+	h.prime(ek, engine, emptyVLLM())
+	const tokensN, blocks = 1 << 20, (1 << 20) / testBS
+	toks := make([]int32, tokensN)
+	for i := range toks {
+		toks[i] = int32(100000 + i%50000) // msgpack uint32: 5 bytes
+	}
+	hs := make([]uint64, blocks)
+	for i := range hs {
+		hs[i] = uint64(i+1)*0xbf58476d1ce4e5b9 | 1
+	}
+	prompt := bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
+		bench.EngineStored{Hashes: hs, Tokens: toks, BlockSize: testBS, Medium: "GPU"})
+	publish(t, engine, prompt)
+	publish(t, engine, storeOne(7))
+	waitFor(t, "the 1M-token prompt and the message after it", func() bool { return h.holds("vllm-a", 7) })
+	if !h.holds("vllm-a", hs[0]) || !h.holds("vllm-a", hs[blocks-1]) {
+		t.Fatal("the 1M-token prompt's blocks are not held")
+	}
+
+	for _, c := range []struct {
+		k    core.ServiceKey
+		size int
+	}{{mk, len(flush)}, {ek, len(prompt)}} {
+		st := h.status(c.k)
+		wantHWM := max(1, (64<<20)/int(st.LargestMessage))
+		if st.Oversize != 0 || st.DecodeErrors != 0 || st.Gaps != 0 || st.Reconnects != 0 || st.StaleClears != 0 ||
+			st.LargestMessage < int64(c.size) || st.QueueMessages != wantHWM {
+			t.Errorf("%s: want the message applied and the queue sized for it (%d messages): %+v", c.k.InstanceID, wantHWM, st)
+		}
+	}
 }

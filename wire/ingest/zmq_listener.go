@@ -90,13 +90,16 @@ import (
 //
 // Outside a replay, live messages are handled straight from the SUB socket,
 // without a copy; what arrives meanwhile waits in libzmq's queue, which the
-// socket options bound in bytes (IngestOptions.RcvHWM): ReceiveQueueBytes, or
-// one message when MaxMessageBytes is larger, plus the message being
-// received. When it is full libzmq stops reading the connection, and the
-// publisher queues, then drops: a gap, replayed from its ring. Beside the
-// index, a registration holds at most:
+// socket options bound in bytes (IngestOptions.RcvHWM): ReceiveQueueBytes of
+// messages the size of the stream's largest so far, L (at least 1 MiB), plus
+// the message being received. The listener lowers the queue's high-water
+// mark as soon as it reads a message larger than any before (sized), so
+// only such a first larger message, and the ones like it already queued
+// behind it, can exceed the bound. When it is full libzmq stops reading the
+// connection, and the publisher queues, then drops: a gap, replayed from
+// its ring. Beside the index, a registration holds at most:
 //
-//   - libzmq's SUB queue: max(ReceiveQueueBytes, MaxMessageBytes) + MaxMessageBytes;
+//   - libzmq's SUB queue: max(ReceiveQueueBytes, L) + L;
 //   - during a replay, libzmq's replay queue, the same, and the receive queue,
 //     ReceiveQueueBytes (all registrations' together at most MaxQueuedBytes);
 //   - the message being handled: its copy out of libzmq (in a buffer rounded
@@ -106,15 +109,19 @@ import (
 //     takes a core.Event (400 bytes), so a batch of many empty events
 //     decodes to many times its size.
 //
-// With the defaults that is 65 MiB outside a replay and 194 MiB during one,
-// plus the message being handled (TestZMQBurstMemory measures it). libzmq's
-// queues are per registration: size ReceiveQueueBytes for the number of
+// With the defaults and messages up to 1 MiB that is 65 MiB outside a replay
+// and 194 MiB during one, plus the message being handled; a store master
+// whose flushes reach 8 MiB holds up to 336 MiB (TestZMQBurstMemory
+// measures both). A message above MaxMessageBytes is dropped whole without a
+// copy (handleLive, consume); libzmq holds it until it is read, and ends the
+// connection for a single frame above four times the limit. libzmq's queues
+// are per registration: size ReceiveQueueBytes for the number of
 // registrations. The Go share (receive queue, copies, batch) is heap, which
 // the garbage collector lets grow past what is live by GOGC percent. Buffers
 // kept between messages are released after a message above maxKeptFrameBuf
 // (4 MiB). libzmq bounds each frame, not the number of frames of one message:
 // a message of many large frames is received whole before the listener
-// refuses it (ErrMessageTooBig).
+// drops it.
 //
 // # Control
 //
@@ -139,6 +146,9 @@ type listener struct {
 	hasSeq  atomic.Bool
 	// queuePeak is the most bytes the receive queue has held.
 	queuePeak atomic.Int64
+	// largest and hwm publish rx.largest and rx.hwm.
+	largest atomic.Int64
+	hwm     atomic.Int32
 	// tid is the OS thread the goroutine is locked to with ListenerNice
 	// (0: not locked).
 	tid atomic.Int64
@@ -193,8 +203,12 @@ type receiver struct {
 	// held keeps the payload of the live message that triggered a replay: the
 	// replay reads through reader, whose buffer the payload aliases.
 	held []byte
+	// largest is the largest message the stream has sent (0: none yet), and
+	// hwm the high-water mark of its sockets, sized from it (sized).
+	largest int64
+	hwm     int
 
-	pending      [][][]byte // live messages buffered by a replay, FIFO from head
+	pending      []pendingMsg // live messages buffered by a replay, FIFO from head
 	pendingHead  int
 	pendingBytes int // of pending[pendingHead:], also reserved in Ingester.queued
 	// tailDrop: a live message was dropped (queue full) after the last one
@@ -217,6 +231,8 @@ type receiver struct {
 	heldDirty         bool // RFC events may be held in core: FlushHeld when idle
 	errLogNext        time.Time
 	errLogSuppressed  int
+	bigLogNext        time.Time
+	bigLogSuppressed  int
 	monLogNext        time.Time
 	monLogSuppressed  int
 	dropLogNext       time.Time
@@ -263,6 +279,8 @@ func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64)
 		l.rx.reader.max = int(min(g.opts.MaxMessageBytes, math.MaxInt))
 	}
 	l.rx.seed = maphash.MakeSeed()
+	l.rx.hwm = g.opts.queueHWM(0)
+	l.hwm.Store(int32(l.rx.hwm))
 	l.rx.backoff = g.opts.ReconnectMin
 	l.rx.replayBackoff = g.opts.ReconnectMin
 	l.state.Store(uint32(ListenerPending))
@@ -345,6 +363,9 @@ func (l *listener) status() ListenerStatus {
 		Reconnects:       l.m.reconnects.Get(),
 		QueueDrops:       l.m.queueDrops.Get(),
 		QueuePeakBytes:   l.queuePeak.Load(),
+		Oversize:         l.m.oversize.Get(),
+		LargestMessage:   l.largest.Load(),
+		QueueMessages:    int(l.hwm.Load()),
 	}
 	if e := l.lastErr.Load(); e != nil {
 		st.LastError = *e
@@ -491,7 +512,8 @@ func (l *listener) step() {
 	if rx.pendingHead < len(rx.pending) {
 		epoch := rx.epoch
 		for i := 0; i < drainMax && rx.pendingHead < len(rx.pending); i++ {
-			l.handleLive(l.popPending())
+			m := l.popPending()
+			l.handleLive(m.frames, m.refused)
 			if l.changed(epoch) {
 				return
 			}
@@ -632,19 +654,18 @@ func (l *listener) drainSub() (empty bool) {
 	epoch := rx.epoch
 	for i := 0; i < drainMax; i++ {
 		frames, err := l.recv(rx.subSoc)
-		if err != nil {
-			if errors.Is(err, ErrMessageTooBig) {
-				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
-				continue
-			}
-			if !isEAGAIN(err) {
-				l.fail(fmt.Errorf("receive: %w", err))
-				return false
-			}
+		refused := 0
+		switch {
+		case errors.Is(err, ErrMessageTooBig):
+			refused = rx.reader.size
+		case isEAGAIN(err):
 			return true
+		case err != nil:
+			l.fail(fmt.Errorf("receive: %w", err))
+			return false
 		}
-		big := framesSize(frames) >= testBigLive
-		l.handleLive(frames)
+		big := rx.reader.size >= testBigLive
+		l.handleLive(frames, refused)
 		if h := l.g.testLiveHook; h != nil {
 			h(l, big)
 		}
@@ -660,7 +681,10 @@ func (l *listener) drainSub() (empty bool) {
 const testBigLive = 64 << 10
 
 // handleLive processes one live message (see the protocol on listener).
-func (l *listener) handleLive(frames [][]byte) {
+// refused > 0: the message was above MaxMessageBytes (refused bytes), and
+// its payload was not read; it takes its place in the stream all the same,
+// and consume drops it.
+func (l *listener) handleLive(frames [][]byte, refused int) {
 	rx := &l.rx
 	_, s, payload, err := wire.ParseLive(frames)
 	if err != nil {
@@ -674,12 +698,12 @@ func (l *listener) handleLive(frames [][]byte) {
 	v := rx.seq.live(s)
 	switch v {
 	case seqNext:
-		l.consume(s, payload)
+		l.consume(s, payload, refused)
 		return
 	case seqDuplicate:
 		// A replay may have delivered s before its live copy; a different
 		// payload under s means a new incarnation instead.
-		if !l.canReplay() || !rx.seq.conflicts(s, l.payloadSum(payload)) {
+		if !l.canReplay() || !rx.seq.conflicts(s, l.payloadSum(payload, refused)) {
 			l.m.duplicates.Inc()
 			return
 		}
@@ -717,25 +741,31 @@ func (l *listener) handleLive(frames [][]byte) {
 	// Place the message after whatever the replay applied.
 	switch rx.seq.replayed(s) {
 	case seqFirst, seqNext:
-		l.consume(s, payload)
+		l.consume(s, payload, refused)
 	case seqDuplicate:
 		l.m.duplicates.Inc()
 	case seqGap:
 		l.stale(fmt.Sprintf("seq %d..%d lost", rx.seq.last+1, s-1))
-		l.consume(s, payload)
+		l.consume(s, payload, refused)
 	}
 }
 
-// consume decodes and applies the message at sequence s.
-func (l *listener) consume(s uint64, payload []byte) {
+// consume decodes and applies the message at sequence s; one above
+// MaxMessageBytes (refused > 0: refused bytes, payload not read) is dropped
+// and counted instead.
+func (l *listener) consume(s uint64, payload []byte, refused int) {
 	rx := &l.rx
 	var sum uint64
 	if l.canReplay() {
-		sum = l.payloadSum(payload)
+		sum = l.payloadSum(payload, refused)
 	}
 	rx.seq.consumed(s, sum)
 	l.m.lastSeq.Store(s)
 	l.hasSeq.Store(true)
+	if refused > 0 {
+		l.oversize(s, refused)
+		return
+	}
 	if err := rx.dec.Decode(l.dialect, payload, &rx.batch); err != nil {
 		l.decodeError(fmt.Errorf("seq=%d: %w", s, err))
 		return
@@ -757,7 +787,33 @@ func (l *listener) consume(s uint64, payload []byte) {
 
 // payloadSum fingerprints a payload so a replayed message can be compared with the
 // one applied under the same sequence. maphash is process-local, which suffices.
-func (l *listener) payloadSum(p []byte) uint64 { return maphash.Bytes(l.rx.seed, p) }
+// A refused message (refused > 0 bytes, payload not read) is fingerprinted by
+// its size.
+func (l *listener) payloadSum(p []byte, refused int) uint64 {
+	if refused > 0 {
+		return maphash.Comparable(l.rx.seed, refused) ^ refusedSum
+	}
+	return maphash.Bytes(l.rx.seed, p)
+}
+
+// refusedSum keeps a refused message's fingerprint apart from a payload's.
+const refusedSum = 0x9e3779b97f4a7c15
+
+// oversize counts and logs (at most once per errLogEvery) a message dropped
+// for exceeding MaxMessageBytes at sequence s.
+func (l *listener) oversize(s uint64, n int) {
+	rx := &l.rx
+	l.m.oversize.Inc()
+	l.setErr(fmt.Sprintf("seq=%d: a %d-byte message above the %d-byte limit was dropped (--max-message-bytes)", s, n, l.opts.MaxMessageBytes))
+	now := time.Now()
+	if now.Before(rx.bigLogNext) {
+		rx.bigLogSuppressed++
+		return
+	}
+	l.log.Warn("dropped a message above the message size limit; its events are lost: raise --max-message-bytes (config max_message_bytes) to accept such messages",
+		"seq", s, "bytes", n, "max_message_bytes", l.opts.MaxMessageBytes, "suppressed", rx.bigLogSuppressed)
+	rx.bigLogNext, rx.bigLogSuppressed = now.Add(errLogEvery), 0
+}
 
 func (l *listener) account(st *core.ApplyStats, skipped int) {
 	m := l.m

@@ -73,6 +73,24 @@ static int cd_recv(void *s, cd_rx *rx, char *buf, size_t cap, size_t *lens, int 
 	return 0;
 }
 
+// cd_copy_small copies the kept frames of at most small bytes back to back
+// into buf, sets big (bit i) for each larger frame, which it skips, and
+// releases them all.
+static void cd_copy_small(cd_rx *rx, char *buf, size_t small, int *big) {
+	*big = 0;
+	for (int i = 0; i < rx->kept; i++) {
+		size_t n = zmq_msg_size(&rx->msg[i]);
+		if (n <= small) {
+			if (n > 0) memcpy(buf, zmq_msg_data(&rx->msg[i]), n);
+			buf += n;
+		} else {
+			*big |= 1 << i;
+		}
+		zmq_msg_close(&rx->msg[i]);
+	}
+	rx->kept = 0;
+}
+
 */
 import "C"
 
@@ -98,7 +116,25 @@ type frameReader struct {
 	// max refuses messages whose kept frames exceed it with ErrMessageTooBig,
 	// before they are copied (so the buffer never grows for them). 0: no limit.
 	max int
+	// size is the total of the kept frames of the last message read, refused
+	// or not.
+	size int
+	// elided has bit i set when frame i of the last message read was
+	// refused with ErrMessageTooBig and was larger than smallFrame: it is not
+	// copied, and read returns elidedFrame in its place.
+	elided int
+	small  [maxKeptFrames * smallFrame]byte
 }
+
+// smallFrame is the largest frame of a refused message that read still
+// copies, so that the caller can read the sequence (8 bytes) and topic of a
+// message it drops.
+const smallFrame = 256
+
+// elidedFrame stands for a frame read did not copy (frameReader.elided): it
+// is not empty, so that a replay reply whose payload was elided does not
+// read as the end marker.
+var elidedFrame = []byte{0}
 
 const (
 	// initialFrameBuf is small: a listener that never receives (a publisher
@@ -135,7 +171,11 @@ func (r *frameReader) free() {
 // read receives one whole message from s without blocking. Frames beyond
 // maxKeptFrames are received and dropped (the caller then sees maxKeptFrames
 // frames and refuses the message), so the stream never desynchronises. An empty
-// socket returns an error for which isEAGAIN is true.
+// socket returns an error for which isEAGAIN is true. A message whose kept
+// frames exceed max returns ErrMessageTooBig with its frames of at most
+// smallFrame bytes (topic, sequence) and elidedFrame for each larger one
+// (see elided), valid until the next read: the caller can still place the
+// message in its stream.
 func (r *frameReader) read(s *zsocket) ([][]byte, error) {
 	if len(r.buf) > maxKeptFrameBuf {
 		r.buf = make([]byte, r.init) // the previous frames are no longer in use
@@ -150,11 +190,9 @@ func (r *frameReader) read(s *zsocket) ([][]byte, error) {
 	for i := 0; i < kept; i++ {
 		total += int(r.lens[i])
 	}
+	r.size, r.elided = total, 0
 	if r.max > 0 && total > r.max {
-		if rc == 1 {
-			C.cd_release(r.rx)
-		}
-		return nil, ErrMessageTooBig
+		return r.refuse(rc, kept), ErrMessageTooBig
 	}
 	if rc == 1 { // did not fit: grow (next power of two) and copy
 		n := len(r.buf)
@@ -172,4 +210,37 @@ func (r *frameReader) read(s *zsocket) ([][]byte, error) {
 		off += n
 	}
 	return r.frames, nil
+}
+
+// refuse returns the frames of a message above max: those of at most
+// smallFrame bytes copied into r.small, elidedFrame for the others. rc is
+// cd_recv's result (1: the frames are still held in r.rx).
+func (r *frameReader) refuse(rc C.int, kept int) [][]byte {
+	small := r.buf
+	if rc == 1 {
+		var big C.int
+		C.cd_copy_small(r.rx, (*C.char)(unsafe.Pointer(&r.small[0])), smallFrame, &big)
+		r.elided, small = int(big), r.small[:]
+	} else {
+		for i := 0; i < kept; i++ { // copied already: elide by size alike
+			if int(r.lens[i]) > smallFrame {
+				r.elided |= 1 << i
+			}
+		}
+	}
+	r.frames = r.frames[:0]
+	off := 0
+	for i := 0; i < kept; i++ {
+		n := int(r.lens[i])
+		if r.elided&(1<<i) != 0 {
+			r.frames = append(r.frames, elidedFrame)
+			if rc == 0 {
+				off += n
+			}
+			continue
+		}
+		r.frames = append(r.frames, small[off:off+n:off+n])
+		off += n
+	}
+	return r.frames
 }

@@ -209,6 +209,19 @@ func TestFrameReaderMax(t *testing.T) {
 	f([][]byte{make([]byte, 600), make([]byte, 401)}, ErrMessageTooBig)  // fits the buffer, above max
 	f([][]byte{make([]byte, 10), make([]byte, 1<<20)}, ErrMessageTooBig) // would grow the buffer
 	f([][]byte{[]byte("next"), []byte("message")}, nil)
+	// A refused message still yields its frames of at most smallFrame
+	// bytes (topic, sequence) and elidedFrame for the larger ones, whether
+	// its frames had been copied (it fitted the buffer) or not, and its size.
+	seq := []byte{0, 0, 0, 0, 0, 0, 1, 2}
+	for _, payload := range [][]byte{make([]byte, 1200), make([]byte, 1<<20)} {
+		sendMsg(t, tx, []byte("kv"), seq, payload)
+		got, err := r.read(rx)
+		if !errors.Is(err, ErrMessageTooBig) || len(got) != 3 || string(got[0]) != "kv" || !bytes.Equal(got[1], seq) ||
+			&got[2][0] != &elidedFrame[0] || r.elided != 1<<2 || r.size != 2+8+len(payload) {
+			t.Fatalf("refused %d-byte payload: frames %q, elided %b, size %d, err %v", len(payload), got, r.elided, r.size, err)
+		}
+	}
+	f([][]byte{[]byte("after"), []byte("refused")}, nil)
 	if len(r.buf) != initialFrameBuf {
 		t.Fatalf("buffer grew to %d bytes for refused messages", len(r.buf))
 	}

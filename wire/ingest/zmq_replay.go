@@ -160,6 +160,10 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 		}
 		for {
 			frames, err := l.recv(rx.dealer)
+			refused := 0
+			if errors.Is(err, ErrMessageTooBig) {
+				refused, err = rx.reader.size, nil // placed, then dropped by consume
+			}
 			if err != nil {
 				if isEAGAIN(err) {
 					break
@@ -191,7 +195,7 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 				verify = false
 				if seq == from {
 					started = true
-					if l.payloadSum(payload) != rx.seq.lastSum {
+					if l.payloadSum(payload, refused) != rx.seq.lastSum {
 						l.resetDealer() // the rest of this reply is the wrong incarnation's
 						return replayRestart, false
 					}
@@ -201,7 +205,7 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 			}
 			switch rx.seq.replayed(seq) {
 			case seqFirst, seqNext:
-				l.consume(seq, payload)
+				l.consume(seq, payload, refused)
 				applied = true
 			case seqDuplicate:
 			case seqGap:
@@ -220,7 +224,7 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 				}
 				*staleSeen = true
 				l.stale(fmt.Sprintf("replay ring starts at seq %d, after seq %d", seq, rx.seq.last+1))
-				l.consume(seq, payload)
+				l.consume(seq, payload, refused)
 				applied = true
 			}
 			started = true
@@ -266,14 +270,13 @@ func (l *listener) bufferLive() error {
 	rx := &l.rx
 	for i := 0; i < drainMax; i++ {
 		frames, err := l.recv(rx.subSoc)
-		if err != nil {
-			if errors.Is(err, ErrMessageTooBig) {
-				l.decodeError(fmt.Errorf("live message: %w", err)) // a gap
-				continue
-			}
-			if isEAGAIN(err) {
-				return nil
-			}
+		refused := 0
+		switch {
+		case errors.Is(err, ErrMessageTooBig):
+			refused = rx.reader.size // queued without its payload
+		case isEAGAIN(err):
+			return nil
+		case err != nil:
 			return fmt.Errorf("receive: %w", err)
 		}
 		n := framesSize(frames)
@@ -284,7 +287,7 @@ func (l *listener) bufferLive() error {
 			continue
 		}
 		rx.tailDrop = false // this message shows the gap of any drop before it
-		rx.pending = append(rx.pending, copyFrames(frames))
+		rx.pending = append(rx.pending, pendingMsg{copyFrames(frames), refused})
 		rx.pendingBytes += n
 		if int64(rx.pendingBytes) > l.queuePeak.Load() {
 			l.queuePeak.Store(int64(rx.pendingBytes))
@@ -309,16 +312,24 @@ func (l *listener) queueDrop(n int) {
 	rx.dropLogNext, rx.dropLogSuppressed = now.Add(errLogEvery), 0
 }
 
+// pendingMsg is a live message in the receive queue: its own copy of the
+// frames, and refused > 0 for one above MaxMessageBytes (kept without its
+// payload, see handleLive).
+type pendingMsg struct {
+	frames  [][]byte
+	refused int
+}
+
 // popPending takes the oldest queued message and releases its bytes.
-func (l *listener) popPending() [][]byte {
+func (l *listener) popPending() pendingMsg {
 	rx := &l.rx
-	frames := rx.pending[rx.pendingHead]
-	rx.pending[rx.pendingHead] = nil
+	m := rx.pending[rx.pendingHead]
+	rx.pending[rx.pendingHead] = pendingMsg{}
 	rx.pendingHead++
-	n := framesSize(frames)
+	n := framesSize(m.frames)
 	rx.pendingBytes -= n
 	l.g.releaseQueue(n)
-	return frames
+	return m
 }
 
 func framesSize(frames [][]byte) int {

@@ -14,7 +14,15 @@ import (
 
 // recv reads one whole multipart message from s without blocking, through the
 // frame reader. The frames are valid until the next recv.
-func (l *listener) recv(s *zsocket) ([][]byte, error) { return l.rx.reader.read(s) }
+// A message above MaxMessageBytes returns ErrMessageTooBig with the frames
+// frameReader.read describes (its size in rx.reader.size).
+func (l *listener) recv(s *zsocket) ([][]byte, error) {
+	frames, err := l.rx.reader.read(s)
+	if err == nil || errors.Is(err, ErrMessageTooBig) {
+		l.sized(l.rx.reader.size)
+	}
+	return frames, err
+}
 
 func isEAGAIN(err error) bool { return errors.Is(err, syscall.EAGAIN) }
 
@@ -30,20 +38,48 @@ func setInts(s *zsocket, kv ...int) error {
 
 func ms(d time.Duration) int { return int(d / time.Millisecond) }
 
-// setQueueLimits bounds what libzmq buffers for s in bytes: ZMQ_RCVHWM
-// messages (IngestOptions.RcvHWM) of at most ZMQ_MAXMSGSIZE per frame
-// (MaxMessageBytes), so max(ReceiveQueueBytes, MaxMessageBytes) plus the
-// message being received (TestQueueLimits).
-func setQueueLimits(s *zsocket, o *IngestOptions) error {
-	if err := setInts(s, optRcvHWM, o.queueHWM()); err != nil {
+// setQueueLimits bounds what libzmq buffers for s in bytes: ZMQ_RCVHWM hwm
+// messages (IngestOptions.queueHWM of the stream's largest message) and
+// ZMQ_MAXMSGSIZE the frame guard (IngestOptions.frameGuard), so
+// max(ReceiveQueueBytes, largest message) plus the message being received
+// (TestQueueLimits).
+func setQueueLimits(s *zsocket, o *IngestOptions, hwm int) error {
+	if err := setInts(s, optRcvHWM, hwm); err != nil {
 		return err
 	}
-	if m := o.MaxMessageBytes; m > 0 {
+	if m := o.frameGuard(); m > 0 {
 		if err := s.setInt64(optMaxMsgSize, m); err != nil {
 			return fmt.Errorf("option %d=%d: %w", optMaxMsgSize, m, err)
 		}
 	}
 	return nil
+}
+
+// sized records that the stream sent a message of n bytes: past the largest
+// so far, the high-water mark of its open sockets is lowered at once (libzmq
+// applies it to their connections' queues), so that they hold about
+// ReceiveQueueBytes of messages that size (TestZMQQueueFollowsMessageSize).
+func (l *listener) sized(n int) {
+	rx := &l.rx
+	if int64(n) <= rx.largest {
+		return
+	}
+	rx.largest = int64(n)
+	l.largest.Store(rx.largest)
+	hwm := l.opts.queueHWM(rx.largest)
+	if hwm == rx.hwm {
+		return
+	}
+	rx.hwm = hwm
+	l.hwm.Store(int32(hwm))
+	for _, s := range [...]*zsocket{rx.subSoc, rx.dealer} {
+		if s != nil {
+			if err := s.setInt(optRcvHWM, hwm); err != nil {
+				l.log.Warn("could not lower the receive queue's high-water mark", "hwm", hwm, "err", err)
+			}
+		}
+	}
+	l.log.Info("receive queue resized for larger messages", "largest_message_bytes", n, "queue_messages", hwm)
 }
 
 // openSub creates the SUB socket and its monitor and starts connecting. A connect
@@ -60,7 +96,7 @@ func (l *listener) openSub() error {
 	err = firstErr(
 		setInts(s, optLinger, 0, optIPv6, 1,
 			optReconnectIvl, ms(l.opts.ReconnectMin), optReconnectIvlMax, ms(l.opts.ReconnectMax)),
-		setQueueLimits(s, l.opts),
+		setQueueLimits(s, l.opts, rx.hwm),
 		s.subscribeAll(),
 		s.monitor(monAddr, monitorEvents),
 	)
@@ -133,7 +169,7 @@ func (l *listener) ensureDealer() error {
 	// libzmq. The publisher's ROUTER then waits for the reader, and drops what
 	// does not fit its own high-water mark; replay requests such replies
 	// again (replayOnce).
-	if err = firstErr(setInts(d, optLinger, 0, optIPv6, 1), setQueueLimits(d, l.opts)); err != nil {
+	if err = firstErr(setInts(d, optLinger, 0, optIPv6, 1), setQueueLimits(d, l.opts, rx.hwm)); err != nil {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}

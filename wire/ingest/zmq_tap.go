@@ -60,7 +60,7 @@ func OpenTap(endpoint string, opts IngestOptions) (*Tap, error) {
 		err = firstErr(
 			setInts(t.sub, optLinger, 0, optIPv6, 1,
 				optReconnectIvl, ms(opts.ReconnectMin), optReconnectIvlMax, ms(opts.ReconnectMax)),
-			setQueueLimits(t.sub, &t.opts),
+			setQueueLimits(t.sub, &t.opts, t.opts.queueHWM(0)),
 			t.sub.subscribeAll(),
 			t.sub.monitor(monAddr, monitorEvents),
 		)
@@ -157,7 +157,7 @@ func (t *Tap) Replay(endpoint string, startSeq uint64, timeout time.Duration, ea
 		return fmt.Errorf("DEALER socket: %w", err)
 	}
 	defer closeSocket(d)
-	if err := firstErr(setInts(d, optLinger, 0, optIPv6, 1), setQueueLimits(d, &t.opts)); err != nil {
+	if err := firstErr(setInts(d, optLinger, 0, optIPv6, 1), setQueueLimits(d, &t.opts, t.opts.queueHWM(0))); err != nil {
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}
 	if err := d.connect(endpoint); err != nil {
