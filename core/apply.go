@@ -16,6 +16,9 @@ type ApplyStats struct {
 	// Recovered is set when the batch was skipped because a restored dump
 	// already contains it (its Seq is at or below the dumped watermark).
 	Recovered bool
+	// Evicted counts (owner, block) pairs evicted because the subscription
+	// went over its block bound (Registration.MaxBlocks).
+	Evicted int
 }
 
 // subCtx is a subscription's private state in one context; only the
@@ -163,6 +166,9 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 		s.applyEngine(s.state[s.home], ev, rank, &st)
 	}
 	s.run.end()
+	if b := s.blockBound(); b > 0 && s.heldKeys > b {
+		st.Evicted += s.evictOver(b)
+	}
 	c := &s.ix.counters
 	c.Events.Add(uint64(st.Events))
 	c.Dropped.Add(uint64(st.Dropped))
@@ -378,12 +384,17 @@ func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier,
 	if s.ix.large() {
 		c.blocks.Prefetch(keys)
 	}
+	marked := len(s.marks) > 0
 	for _, k := range keys {
 		s.run.tick()
-		s.opNew = false
+		s.opNew, s.opHeld = false, false
 		c.blocks.Compute(k, s.addFn)
-		if s.opNew {
+		switch {
+		case s.opNew:
 			set.add(k)
+			s.heldKeys++
+		case marked && s.opHeld:
+			set.refresh(k) // announced again: behind any gap's mark
 		}
 	}
 	s.ix.holdings[t].Add(s.opHoldings)
@@ -396,10 +407,12 @@ func (s *Subscription) addBlocks(sc *subCtx, keys []uint64, id ownerRef, t Tier,
 // minus dropped, for the per-tier gauges.
 func (s *Subscription) addOne(old blockVal, _ bool) (blockVal, bool) {
 	nv, created := old.withAdded(s.opID, s.opTier, s.opCopies)
+	held := old.holds(s.opID.id())
 	if created {
 		s.opHoldings++
-		s.opNew = !old.holds(s.opID.id())
+		s.opNew = !held
 	}
+	s.opHeld = held
 	return nv, false
 }
 
@@ -465,6 +478,7 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 		c.blocks.Compute(k, s.removeFn)
 		if s.opGone {
 			set.remove(k)
+			s.heldKeys--
 		}
 		if s.opChanged {
 			st.Blocks++
@@ -483,6 +497,7 @@ func (s *Subscription) clearOwners(sc *subCtx, keep func(ownerInfo) bool) int {
 	for id := range ids {
 		keys := sc.keys[id]
 		n += sc.ctx.dropOwnerKeys(id, keys, &s.ix.holdings)
+		s.heldKeys -= keys.Len()
 		keys.reset()
 	}
 	s.ix.counters.ClearedBlocks.Add(uint64(n))
@@ -520,11 +535,19 @@ func (s *Subscription) clearLocked() int {
 	if o := s.ix.opts.Observer; o != nil {
 		o.Cleared(s)
 	}
+	return s.clearAll()
+}
+
+// clearAll drops every block of the subscription and its RFC cursors and
+// pending expiries; the caller holds s.mu.
+func (s *Subscription) clearAll() int {
 	n := 0
 	for _, sc := range s.state {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
 		sc.engine = nil
 	}
 	s.rfc, s.heldTotal, s.hasPubLast = nil, 0, false
+	s.marks = nil
+	s.publishExpiry()
 	return n
 }

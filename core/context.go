@@ -248,25 +248,34 @@ func (c *context) rebuildLocked() {
 // in keys, the owner's own key set. Cost is proportional to the owner's
 // blocks, not to the context's. It returns the number of blocks changed.
 func (c *context) dropOwnerKeys(id uint32, keys *keySet, holdings *[NumTiers]padI64) (blocks int) {
-	drop := func(o uint32) bool { return o == id }
 	keys.each(func(k uint64) {
-		c.blocks.Compute(k, func(old blockVal, loaded bool) (blockVal, bool) {
-			if !loaded {
-				return old, true
-			}
-			nv, changed := old.withoutOwners(drop)
-			if changed {
-				blocks++
-				old.forEach(func(w uint64) {
-					if wordOwner(w) == id {
-						holdings[wordTier(w)].Add(-1)
-					}
-				})
-			}
-			return nv, nv.empty()
-		})
+		if c.dropOwnerKey(id, k, holdings) {
+			blocks++
+		}
 	})
 	return blocks
+}
+
+// dropOwnerKey drops every word of owner id from block k and reports whether
+// the block changed.
+func (c *context) dropOwnerKey(id uint32, k uint64, holdings *[NumTiers]padI64) (changed bool) {
+	drop := func(o uint32) bool { return o == id }
+	c.blocks.Compute(k, func(old blockVal, loaded bool) (blockVal, bool) {
+		if !loaded {
+			return old, true
+		}
+		var nv blockVal
+		nv, changed = old.withoutOwners(drop)
+		if changed {
+			old.forEach(func(w uint64) {
+				if wordOwner(w) == id {
+					holdings[wordTier(w)].Add(-1)
+				}
+			})
+		}
+		return nv, nv.empty()
+	})
+	return changed
 }
 
 // hashBlockKey is the block map's hasher: a 64×64→128-bit multiply of the key

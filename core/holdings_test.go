@@ -27,6 +27,16 @@ func checkKeySets(t testing.TB, subs ...*Subscription) {
 	t.Helper()
 	for _, s := range subs {
 		s.mu.Lock()
+		held := 0
+		for _, sc := range s.state {
+			for _, set := range sc.keys {
+				held += set.Len()
+			}
+		}
+		if held != s.heldKeys {
+			s.mu.Unlock()
+			t.Fatalf("%s: key sets hold %d keys, heldKeys says %d", s.Key(), held, s.heldKeys)
+		}
 		for c, sc := range s.state {
 			want := map[uint32]map[uint64]bool{}
 			ids := c.ownersOf(s.id, nil)
@@ -68,8 +78,12 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 	rng := rand.New(rand.NewSource(seed))
 	ix := New(Options{})
 	p := cborProfile(t)
-	a := mustRegister(t, ix, engineReg(t, "a", 0, p))
-	b := mustRegister(t, ix, engineReg(t, "b", 0, p))
+	// a expires what it held at its gaps, b is bounded below what it
+	// stores (evicting its oldest blocks).
+	ra, rb := engineReg(t, "a", 0, p), engineReg(t, "b", 0, p)
+	ra.GapPolicy, rb.MaxBlocks = GapExpire, 25
+	a := mustRegister(t, ix, ra)
+	b := mustRegister(t, ix, rb)
 	pool := mustRegister(t, ix, poolReg("pool"))
 	sr := engineReg(t, "std", 0, p)
 	sr.Type = PublisherStandard
@@ -96,6 +110,14 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 		s := []*Subscription{a, b}[rng.Intn(2)]
 		k := uint64(rng.Intn(40))
 		m := media[rng.Intn(3)]
+		switch rng.Intn(16) {
+		case 12:
+			a.Gap("random gap")
+			continue
+		case 13:
+			a.ExpireOldest()
+			continue
+		}
 		switch rng.Intn(12) {
 		case 0:
 			s.Apply(cleared())
@@ -115,13 +137,24 @@ func TestTierBlocksMatchesIndex(t *testing.T) {
 		}
 	}
 	check("random events")
+	// Sure to expire and evict: a gap, an expiry, 30 fresh keys for b.
+	a.Apply(stored("GPU", 50, 51))
+	a.Gap("gap")
+	a.ExpireOldest()
+	for k := uint64(100); k < 130; k++ {
+		b.Apply(stored("CPU", k))
+	}
+	check("expiry and eviction")
+	if c := ix.Counters(); c.EvictedBlocks.Load() == 0 || c.ExpiredBlocks.Load() == 0 {
+		t.Fatalf("test premise: evictions (%d) and expiries (%d)", c.EvictedBlocks.Load(), c.ExpiredBlocks.Load())
+	}
 	var dump collector
 	if err := ix.DumpStreams(nil, &dump); err != nil {
 		t.Fatal(err)
 	}
 	ix2 := New(Options{})
-	a2 := mustRegister(t, ix2, engineReg(t, "a", 0, p))
-	b2 := mustRegister(t, ix2, engineReg(t, "b", 0, p))
+	a2 := mustRegister(t, ix2, ra)
+	b2 := mustRegister(t, ix2, rb)
 	pool2 := mustRegister(t, ix2, poolReg("pool"))
 	std2 := mustRegister(t, ix2, sr)
 	dump.restore(t, ix2)

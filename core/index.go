@@ -92,6 +92,19 @@ type Options struct {
 	// Observer sees every change the transport makes to a subscription, in
 	// the order it is made (observer.go). Default nil: none.
 	Observer Observer
+	// GapPolicy is what a subscription whose registration names no policy
+	// does with events lost for good (gap.go). Default DefaultGapPolicy.
+	GapPolicy GapPolicy
+	// GapExpireAfter is how long GapExpire keeps the blocks a stream held at
+	// a gap before dropping those it did not announce again. Default
+	// DefaultGapExpireAfter (1m).
+	GapExpireAfter time.Duration
+	// MaxBlocksPerRegistration bounds the (owner, block) pairs one
+	// subscription holds when its registration sets no MaxBlocks: past it
+	// the oldest are evicted, counted and logged, so that a publisher that
+	// never removes blocks cannot take the fleet's memory. Default
+	// DefaultMaxBlocksPerRegistration (16M); negative: no bound.
+	MaxBlocksPerRegistration int
 	// OperatorOwners are the Registration.Owner values of the operator: the
 	// admin token's ("admin", httpd.AdminPrincipal) and the configuration
 	// file's ("config", cmd/conductor). For hash-profile binding they are
@@ -133,6 +146,15 @@ func (o *Options) EnsureDefaults() {
 	if o.OperatorOwners == nil {
 		o.OperatorOwners = []string{"admin", "config"}
 	}
+	if o.GapPolicy == GapDefault {
+		o.GapPolicy = DefaultGapPolicy
+	}
+	if o.GapExpireAfter == 0 {
+		o.GapExpireAfter = DefaultGapExpireAfter
+	}
+	if o.MaxBlocksPerRegistration == 0 {
+		o.MaxBlocksPerRegistration = DefaultMaxBlocksPerRegistration
+	}
 }
 
 // Validate reports every bad field.
@@ -155,6 +177,12 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxHeldEvents < 0 {
 		errs = append(errs, fmt.Errorf("MaxHeldEvents=%d: must be >= 0: %w", o.MaxHeldEvents, ErrInvalid))
+	}
+	if o.GapPolicy >= numGapPolicies {
+		errs = append(errs, fmt.Errorf("GapPolicy=%d: must be one of %v: %w", o.GapPolicy, GapPolicyNames(), ErrInvalid))
+	}
+	if o.GapExpireAfter < 0 {
+		errs = append(errs, fmt.Errorf("GapExpireAfter=%v: must be > 0: %w", o.GapExpireAfter, ErrInvalid))
 	}
 	return errors.Join(errs...)
 }
@@ -202,8 +230,15 @@ type Counters struct {
 	// already held them (stream.go).
 	RecoveredSkips padU64
 	// RecoveryGaps counts restored streams whose first live batch came after
-	// a gap above the dump's watermark (their restored blocks were cleared).
+	// a gap above the dump's watermark (the gap policy applied to them).
 	RecoveryGaps padU64
+	// GapKeeps, GapClears and GapMarks count the gaps (transport, event_id
+	// and recovery gaps) each gap policy handled; ExpiredBlocks the block
+	// entries GapExpire dropped.
+	GapKeeps, GapClears, GapMarks, ExpiredBlocks padU64
+	// EvictedBlocks counts (owner, block) pairs evicted because their
+	// subscription was over its block bound (Options.MaxBlocksPerRegistration).
+	EvictedBlocks padU64
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the

@@ -27,6 +27,22 @@ import (
 // Past keySetSplit keys the set becomes keySubs logs chosen by bits of the
 // key, each compacting on its own, so that no remove of a large owner
 // compacts the whole set at once.
+//
+// The adds keep the order keys entered the set (compaction cancels a
+// key's oldest add, keeping its newest), which serves two bounds:
+//
+//   - oldest returns the keys that entered the set first (a registration's
+//     block bound evicts them, Subscription.evictOver);
+//   - a mark records, at a gap the transport could not heal, how many keys
+//     the set holds: they precede the mark in add order, and every later
+//     add follows it. Compaction keeps the mark in place as cancelled adds
+//     before it go; refresh moves a key re-announced after the mark behind
+//     it; takeMark returns the keys still before it (Subscription.expire
+//     drops them: the gap policy "expire").
+//
+// After the split each log holds its own marks; oldest takes from every log
+// in proportion to its size, so it returns the oldest keys of each log,
+// which are the set's oldest to within the spread of keys over the logs.
 // TestKeySetAgreesWithMap and TestKeySetSplitAgreesWithMap check it against
 // a map; TestTierBlocksMatchesIndex checks every owner's set against a walk
 // of the index. The zero value is an empty set. Not safe for concurrent use
@@ -59,9 +75,7 @@ func (s *keySet) add(k uint64) {
 	}
 	s.l.add(k)
 	if s.l.added() > keySetSplit {
-		subs := make([]keyLog, keySubs)
-		s.l.each(func(k uint64) { subs[keySub(k)].add(k) })
-		s.subs, s.l = subs, keyLog{}
+		s.split()
 	}
 }
 
@@ -75,6 +89,68 @@ func (s *keySet) remove(k uint64) {
 	s.l.remove(k)
 }
 
+// refresh moves k, which must be in the set, behind every mark and to the
+// newest place in add order.
+func (s *keySet) refresh(k uint64) {
+	s.remove(k)
+	s.add(k)
+}
+
+// marked reports whether the set holds a mark.
+func (s *keySet) marked() bool {
+	if s.subs == nil {
+		return len(s.l.marks) > 0
+	}
+	for i := range s.subs {
+		if len(s.subs[i].marks) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// mark records mark id behind every key now in the set.
+func (s *keySet) mark(id uint64) {
+	if s.subs == nil {
+		s.l.mark(id)
+		return
+	}
+	for i := range s.subs {
+		s.subs[i].mark(id)
+	}
+}
+
+// takeMark appends to dst the keys before mark id and forgets the mark.
+// The keys stay in the set: the caller removes each once it dropped it.
+func (s *keySet) takeMark(id uint64, dst []uint64) []uint64 {
+	if s.subs == nil {
+		return s.l.takeMark(id, dst)
+	}
+	for i := range s.subs {
+		dst = s.subs[i].takeMark(id, dst)
+	}
+	return dst
+}
+
+// oldest appends to dst about n of the keys that entered the set first
+// (exactly n without the split, at least n and at most n+keySubs after it;
+// all of them when n ≥ Len). The keys stay in the set.
+func (s *keySet) oldest(n int, dst []uint64) []uint64 {
+	if n <= 0 || s.n == 0 {
+		return dst
+	}
+	if s.subs == nil {
+		return s.l.first(n, dst)
+	}
+	for i := range s.subs {
+		l := &s.subs[i]
+		if l.n > 0 {
+			dst = l.first((n*l.n+s.n-1)/s.n, dst) // ⌈n × share⌉
+		}
+	}
+	return dst
+}
+
 // each calls f once for every key. f must not modify the set.
 func (s *keySet) each(f func(k uint64)) {
 	if s.subs == nil {
@@ -84,6 +160,28 @@ func (s *keySet) each(f func(k uint64)) {
 	for i := range s.subs {
 		s.subs[i].each(f)
 	}
+}
+
+// split spreads the log over keySubs logs in add order; each mark lands in
+// every log behind the keys that preceded it.
+func (s *keySet) split() {
+	subs := make([]keyLog, keySubs)
+	marks := s.l.marks
+	i, mi := 0, 0
+	place := func() {
+		for ; mi < len(marks) && marks[mi].pos == i; mi++ {
+			for j := range subs {
+				subs[j].marks = append(subs[j].marks, keyMark{id: marks[mi].id, pos: subs[j].n})
+			}
+		}
+	}
+	s.l.each(func(k uint64) {
+		place()
+		subs[keySub(k)].add(k)
+		i++
+	})
+	place()
+	s.subs, s.l = subs, keyLog{}
 }
 
 // reset empties the set and releases its logs.
@@ -97,6 +195,16 @@ type keyLog struct {
 	chunks  [][]uint64 // the adds; every chunk but the last holds keyChunk keys
 	removes []uint64
 	n       int // adds minus removes: keys in the set
+	// marks, oldest first: each stands before the add at index pos (so
+	// their positions never decrease along the slice).
+	marks []keyMark
+}
+
+// keyMark is a mark of a keyLog (see keySet): id is the caller's, pos the
+// number of adds before it.
+type keyMark struct {
+	id  uint64
+	pos int
 }
 
 const (
@@ -131,8 +239,15 @@ func (l *keyLog) add(k uint64) {
 func (l *keyLog) remove(k uint64) {
 	l.n--
 	if l.n == 0 {
-		// Every add has met its remove.
-		*l = keyLog{}
+		// Every add has met its remove: no key precedes any mark.
+		marks := l.marks
+		*l = keyLog{marks: marks[:0]}
+		for _, m := range marks {
+			l.marks = append(l.marks, keyMark{id: m.id})
+		}
+		if len(l.marks) == 0 {
+			l.marks = nil
+		}
 		return
 	}
 	l.removes = append(l.removes, k)
@@ -155,16 +270,27 @@ func (l *keyLog) compact() {
 		t.put(k)
 	}
 	wc, wj := 0, 0 // where the next kept key goes; never past the one read
+	// i counts the adds read and kept those written: a mark before add i
+	// moves to stand before kept add kept.
+	i, kept, mi := 0, 0, 0
 	for _, c := range l.chunks {
 		for _, k := range c {
+			for ; mi < len(l.marks) && l.marks[mi].pos == i; mi++ {
+				l.marks[mi].pos = kept
+			}
+			i++
 			if t.take(k) {
 				continue
 			}
+			kept++
 			l.chunks[wc][wj] = k
 			if wj++; wj == keyChunk {
 				wc, wj = wc+1, 0
 			}
 		}
+	}
+	for ; mi < len(l.marks); mi++ {
+		l.marks[mi].pos = kept
 	}
 	t.release()
 	if wj > 0 {
@@ -189,6 +315,43 @@ func (l *keyLog) each(f func(k uint64)) {
 			f(k)
 		}
 	}
+}
+
+// first appends the n oldest keys (all when n ≥ the log's) to dst.
+func (l *keyLog) first(n int, dst []uint64) []uint64 {
+	l.compact()
+	for _, c := range l.chunks {
+		if n <= 0 {
+			break
+		}
+		c = c[:min(n, len(c))]
+		dst = append(dst, c...)
+		n -= len(c)
+	}
+	return dst
+}
+
+// mark records mark id behind every key now in the log.
+func (l *keyLog) mark(id uint64) {
+	l.compact()
+	l.marks = append(l.marks, keyMark{id: id, pos: l.n})
+}
+
+// takeMark appends the keys before mark id to dst and forgets the mark (a
+// log without it appends nothing).
+func (l *keyLog) takeMark(id uint64, dst []uint64) []uint64 {
+	l.compact() // places the marks among the kept adds
+	for i, m := range l.marks {
+		if m.id != id {
+			continue
+		}
+		l.marks = append(l.marks[:i], l.marks[i+1:]...)
+		if len(l.marks) == 0 {
+			l.marks = nil
+		}
+		return l.first(m.pos, dst)
+	}
+	return dst
 }
 
 // cancelTable is compact's multiset of removes: open addressing with linear

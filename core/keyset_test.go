@@ -2,6 +2,7 @@ package core
 
 import (
 	"math/rand"
+	"slices"
 	"testing"
 	"time"
 )
@@ -147,5 +148,138 @@ func checkLogBound(t *testing.T, l *keyLog) {
 	}
 	if len(l.removes) >= max(l.n, keyLogMinCompact) {
 		t.Fatalf("log not compacted: %d removes for %d keys", len(l.removes), l.n)
+	}
+}
+
+// keyOrderModel is the reference for keySet's add order: each key in the set
+// with the time it last entered (added, or refreshed), and marks with the
+// time they were taken. A key precedes a mark iff it entered before it.
+type keyOrderModel struct {
+	clock int
+	at    map[uint64]int // key → entry time
+	marks map[uint64]int // mark id → time
+}
+
+func (m *keyOrderModel) tick() int { m.clock++; return m.clock }
+
+// sorted returns the keys of the set in entry order.
+func (m *keyOrderModel) sorted() []uint64 {
+	ks := make([]uint64, 0, len(m.at))
+	for k := range m.at {
+		ks = append(ks, k)
+	}
+	slices.SortFunc(ks, func(a, b uint64) int { return m.at[a] - m.at[b] })
+	return ks
+}
+
+// bySub returns the keys of each of a split set's logs in entry order.
+func (m *keyOrderModel) bySub() [keySubs][]uint64 {
+	var subs [keySubs][]uint64
+	for _, k := range m.sorted() {
+		subs[keySub(k)] = append(subs[keySub(k)], k)
+	}
+	return subs
+}
+
+// TestKeySetOrderAgreesWithModel drives keySet and keyOrderModel with random
+// adds, removes, refreshes, marks and mark takes (and, in the large rounds,
+// past the split), and checks after each take that it returns exactly the
+// keys that entered before the mark and are still in the set, and that
+// oldest returns the keys that entered first: exactly before the split, the
+// oldest of each log in proportion to its size after it.
+func TestKeySetOrderAgreesWithModel(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	for round := 0; round < 40; round++ {
+		var s keySet
+		m := &keyOrderModel{at: map[uint64]int{}, marks: map[uint64]int{}}
+		span := uint64(1 + rng.Intn(3000))
+		nextMark := uint64(1)
+		if round%8 == 7 {
+			// Cross the split with marks in place: fill the set past it,
+			// marking three times on the way, then go on at random.
+			span = keySetSplit * 4
+			for i := 0; i < keySetSplit+5000; i++ {
+				if i%25000 == 12345 {
+					s.mark(nextMark)
+					m.marks[nextMark] = m.tick()
+					nextMark++
+				}
+				k := uint64(i)*2*0x9E3779B97F4A7C15 | 1 // distinct: span's keys use other multiples
+				s.add(k)
+				m.at[k] = m.tick()
+			}
+			if s.subs == nil {
+				t.Fatalf("round %d: the set did not split", round)
+			}
+		}
+		for i := 0; i < 6000; i++ {
+			k := (uint64(rng.Int63n(int64(span)))*2 + 1) * 0x9E3779B97F4A7C15
+			_, in := m.at[k]
+			switch r := rng.Intn(1000); {
+			case !in && r < 600:
+				s.add(k)
+				m.at[k] = m.tick()
+			case in && r < 300:
+				s.remove(k)
+				delete(m.at, k)
+			case in && r < 600:
+				s.refresh(k)
+				m.at[k] = m.tick()
+			case r < 604 && len(m.marks) < 6:
+				s.mark(nextMark)
+				m.marks[nextMark] = m.tick()
+				nextMark++
+			case r < 608 && len(m.marks) > 0:
+				id := uint64(0)
+				for id = range m.marks {
+					break
+				}
+				got := s.takeMark(id, nil)
+				var want []uint64
+				for k, at := range m.at {
+					if at < m.marks[id] {
+						want = append(want, k)
+					}
+				}
+				delete(m.marks, id)
+				slices.Sort(got)
+				slices.Sort(want)
+				if !slices.Equal(got, want) {
+					t.Fatalf("round %d step %d: mark %d took %d keys, want %d", round, i, id, len(got), len(want))
+				}
+				// The caller drops them: they leave the set.
+				for _, k := range got {
+					s.remove(k)
+					delete(m.at, k)
+				}
+			case r < 612:
+				n := rng.Intn(len(m.at) + 2)
+				got := s.oldest(n, nil)
+				if s.subs == nil {
+					want := m.sorted()
+					want = want[:min(n, len(want))]
+					if !slices.Equal(got, want) {
+						t.Fatalf("round %d step %d: oldest(%d) = %d keys, not the %d oldest in order", round, i, n, len(got), len(want))
+					}
+					break
+				}
+				var want []uint64
+				for _, ks := range m.bySub() {
+					if len(ks) > 0 {
+						want = append(want, ks[:min(len(ks), (n*len(ks)+len(m.at)-1)/len(m.at))]...)
+					}
+				}
+				slices.Sort(got)
+				slices.Sort(want)
+				if !slices.Equal(got, want) || (n <= len(m.at) && (len(got) < n || len(got) > n+keySubs)) {
+					t.Fatalf("round %d step %d: split oldest(%d) = %d keys, want %d", round, i, n, len(got), len(want))
+				}
+			}
+		}
+		if s.Len() != len(m.at) {
+			t.Fatalf("round %d: len %d want %d", round, s.Len(), len(m.at))
+		}
 	}
 }

@@ -27,4 +27,11 @@ type Observer interface {
 	Cleared(s *Subscription)
 	// Flushed: FlushHeld resolved at least one RFC stream's held events.
 	Flushed(s *Subscription)
+	// Gapped: the transport lost events of s for good and policy p applies
+	// (Subscription.Gap; GapWith repeats it). A GapClear's drop is not also
+	// reported as Cleared.
+	Gapped(s *Subscription, p GapPolicy)
+	// Expired: the oldest pending GapExpire mark of s expired
+	// (Subscription.ExpireDue; ExpireOldest repeats it).
+	Expired(s *Subscription)
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/seed-c7a81618/conductor/hash"
 )
@@ -89,6 +90,13 @@ type Registration struct {
 	// also decides whether a contradicting hash profile is a conflict or a
 	// partition of its own (partition.go; Options.OperatorOwners).
 	Owner string
+	// GapPolicy is what the subscription does with events lost for good
+	// (gap.go); GapDefault: Options.GapPolicy.
+	GapPolicy GapPolicy
+	// MaxBlocks bounds the (owner, block) pairs the subscription holds: past
+	// it the oldest are evicted (gap.go, evictOver). 0: the default
+	// (Options.MaxBlocksPerRegistration); negative: no bound.
+	MaxBlocks int
 }
 
 // Key returns the registration's service key.
@@ -164,6 +172,8 @@ func (r *Registration) Validate() error {
 		return fmt.Errorf("register: cache_group=%d: only cache group zero is supported: %w", *r.CacheGroup, ErrInvalid)
 	case r.TenantID == "":
 		return fmt.Errorf("register: tenant_id is empty: %w", ErrInvalid)
+	case r.GapPolicy >= numGapPolicies:
+		return &FieldError{Field: "gap_policy", Err: fmt.Errorf("register: gap_policy %d: %w", r.GapPolicy, ErrInvalid)}
 	}
 	return nil
 }
@@ -376,10 +386,25 @@ type Subscription struct {
 	opTier          Tier
 	opChanged       bool
 	opNew           bool // addOne gave the owner its first holding in the block
+	opHeld          bool // addOne found the owner holding the block already
 	opGone          bool // removeOne dropped the owner's last holding in the block
 	opCopies        uint32
 	opHoldings      int64
 	addFn, removeFn func(blockVal, bool) (blockVal, bool)
+	// heldKeys is the total of the subscription's owner key sets: the
+	// (owner, block) pairs it holds, which Registration.MaxBlocks bounds.
+	heldKeys int
+	// marks are the pending expiries of GapExpire, oldest first, and markSeq
+	// the last mark id (gap.go).
+	marks   []gapMark
+	markSeq uint64
+	// nextExpiry is marks[0].at in Unix nanoseconds (0: none), for
+	// NextExpiry without the lock.
+	nextExpiry atomic.Int64
+	// evictLogNext rate-limits the eviction warning; evictedQuiet counts
+	// what was evicted since the last one.
+	evictLogNext time.Time
+	evictedQuiet int
 	// run bounds the applier's uninterrupted runs (applyrun.go).
 	run applyRun
 	// hc is the hash-profile self-check's state (single writer); check is

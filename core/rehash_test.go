@@ -103,9 +103,10 @@ func rfcStored(id uint64, hashes ...uint64) *Batch {
 }
 
 // TestRFCEventOrder: standardized events apply in consecutive event_id order;
-// early ones are held, duplicates dropped, and a stuck gap is eventually accepted.
+// early ones are held, duplicates dropped, and a stuck gap is eventually
+// accepted (under GapClear: the stream is cleared first).
 func TestRFCEventOrder(t *testing.T) {
-	ix := New(Options{MaxHeldEvents: 2})
+	ix := New(Options{MaxHeldEvents: 2, GapPolicy: GapClear})
 	r := engineReg(t, "a", 0, hash.Profile{})
 	r.Type, r.ProfileExplicit = PublisherStandard, false
 	s := mustRegister(t, ix, r)

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/zeebo/xxh3"
@@ -278,20 +279,41 @@ func (s *Subscription) resolveGap(rs *rfcStream, why string, st *ApplyStats) {
 			continue // overtaken (see drainHeld)
 		}
 		if h.ev.EventID != rs.last+1 && !s.nextInPublisher(h.ev.EventID) {
-			s.ix.counters.EventIDGaps.Add(1)
-			s.ix.counters.StreamGapClears.Add(1)
-			n := 0
-			if sc := s.state[rs.key.ctx]; sc != nil {
-				n = s.clearStream(sc, rs.key.tag, rs.key.rank)
-			}
-			s.ix.opts.Logger.Warn("RFC event_id gap not healed; stream cleared", "service", s.reg.Key().String(),
-				"why", why, "missing_from", rs.last+1, "missing_to", h.ev.EventID-1, "blocks_cleared", n)
+			s.streamGap(rs, why, h.ev.EventID)
 		}
 		s.applyHeld(rs, &h, st)
 		rs.last = h.ev.EventID
 		s.pubLast, s.hasPubLast = h.ev.EventID, true
 	}
 	rs.held = nil
+}
+
+// streamGap applies the gap policy to the events of rs between its last id
+// and id, which never came.
+func (s *Subscription) streamGap(rs *rfcStream, why string, id uint64) {
+	s.ix.counters.EventIDGaps.Add(1)
+	sc := s.state[rs.key.ctx]
+	p := s.gapPolicy()
+	n := 0
+	switch p {
+	case GapClear:
+		s.ix.counters.StreamGapClears.Add(1)
+		s.ix.counters.GapClears.Add(1)
+		if sc != nil {
+			n = s.clearStream(sc, rs.key.tag, rs.key.rank)
+		}
+	case GapExpire:
+		s.ix.counters.GapMarks.Add(1)
+		if sc != nil {
+			tag, rank := rs.key.tag, rs.key.rank
+			n = s.markOwners(sc, func(o ownerInfo) bool { return o.stream == tag && (o.shared || o.rank == rank) },
+				time.Now().Add(s.ix.opts.GapExpireAfter))
+		}
+	default:
+		s.ix.counters.GapKeeps.Add(1)
+	}
+	s.ix.opts.Logger.Warn("RFC event_id gap not healed", "service", s.reg.Key().String(), "gap_policy", p.String(),
+		"why", why, "missing_from", rs.last+1, "missing_to", id-1, "blocks", n)
 }
 
 // FlushHeld resolves every stream still waiting for missing event ids (the

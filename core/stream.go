@@ -331,9 +331,8 @@ func (s *Subscription) recoveredSkip(b *Batch) bool {
 			// be wrong, so it is cleared, as for a stale stream (true if
 			// incomplete, never silently wrong).
 			s.ix.counters.RecoveryGaps.Add(1)
-			n := s.clearLocked()
-			s.ix.opts.Logger.Warn("batches lost between the peer dump and the live stream; cleared the restored blocks",
-				"service", s.reg.Key().String(), "dump_seq", s.skipThrough, "first_seq", b.Seq, "blocks", n)
+			s.gapLocked(s.gapPolicy(), fmt.Sprintf("batches %d..%d lost between the restored dump and the live stream",
+				s.skipThrough+1, b.Seq-1))
 		}
 	}
 	s.lastSeq, s.hasSeq = b.Seq, true

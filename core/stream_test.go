@@ -283,10 +283,11 @@ func TestHoldAppliesNests(t *testing.T) {
 
 // TestRestoreStreamGapAfterWatermark: when the first batch a restored
 // subscription receives is beyond watermark+1, the batches in between are in
-// neither the dump nor the stream: the restored blocks are cleared (true if
-// incomplete) and the gap is counted.
+// neither the dump nor the stream: the gap is counted and, under GapClear,
+// the restored blocks are cleared (true if incomplete). TestGapPolicies has
+// the other policies.
 func TestRestoreStreamGapAfterWatermark(t *testing.T) {
-	a, b := New(Options{}), New(Options{})
+	a, b := New(Options{}), New(Options{GapPolicy: GapClear})
 	sa := mustRegister(t, a, xxh3Reg("1"))
 	sim := newEngineSim(3, 4)
 	for i := 0; i < 50; i++ {
@@ -443,7 +444,7 @@ func TestRestoreStreamDefersClear(t *testing.T) {
 		t.Fatalf("watermark %d", dump.streams[0].Seq)
 	}
 	restored := func() (*Index, *Subscription) {
-		b := New(Options{})
+		b := New(Options{GapPolicy: GapClear})
 		sb := mustRegister(t, b, xxh3Reg("1"))
 		dump.restore(t, b)
 		if sb.Apply(&Batch{Seq: 30, HasSeq: true}); b.TierBlocks() != a.TierBlocks() {

@@ -17,6 +17,8 @@ import (
 //	'B' batch:      key, batch     one batch a subscription applied
 //	'C' clear:      key            the subscription's blocks were dropped
 //	'F' flush:      key            its held RFC events were resolved (idle)
+//	'G' gap:        key, policy    events were lost for good; the policy (a byte, core.GapPolicy) applied
+//	'E' expire:     key            its oldest pending gap expiry was applied
 //	'R' register:   registration   (JSON, registrationDoc)
 //	'U' unregister: key
 //
@@ -38,6 +40,8 @@ const (
 	KindFlush      Kind = 'F'
 	KindRegister   Kind = 'R'
 	KindUnregister Kind = 'U'
+	KindGap        Kind = 'G'
+	KindExpire     Kind = 'E'
 )
 
 // ErrMessage wraps a message that cannot be decoded (counted and skipped by
@@ -52,6 +56,8 @@ type Message struct {
 	Batch   core.Batch
 	Reg     core.Registration
 	Section *Section // KindSection (section.go)
+	// Policy is a KindGap's gap policy.
+	Policy core.GapPolicy
 }
 
 // limits on decoded sizes (a relay never produces more; bounds what a
@@ -72,7 +78,13 @@ func appendKey(b []byte, k core.ServiceKey) []byte {
 	return binary.AppendVarint(b, int64(k.DPRank))
 }
 
-// AppendKeyMessage appends a clear, flush or unregister message.
+// AppendGap appends a gap message: the relay applied gap policy p to k.
+func AppendGap(b []byte, k core.ServiceKey, p core.GapPolicy) []byte {
+	b = AppendKeyMessage(b, KindGap, k)
+	return append(b, byte(p))
+}
+
+// AppendKeyMessage appends a clear, flush, expire or unregister message.
 func AppendKeyMessage(b []byte, kind Kind, k core.ServiceKey) []byte {
 	b = append(b, codecVersion, byte(kind))
 	return appendKey(b, k)
@@ -187,13 +199,24 @@ type registrationDoc struct {
 	ProfileExplicit bool      `json:"profile_explicit,omitempty"`
 	Origin          string    `json:"origin,omitempty"`
 	Owner           string    `json:"owner,omitempty"`
+	GapPolicy       string    `json:"gap_policy,omitempty"`
+	MaxBlocks       int       `json:"max_blocks,omitempty"`
 }
 
 func docOf(r *core.Registration) registrationDoc {
 	return registrationDoc{Endpoint: r.Endpoint, ReplayEndpoint: r.ReplayEndpoint, Type: r.Type.String(),
 		ModelName: r.ModelName, LoraName: r.LoraName, TenantID: r.TenantID, InstanceID: r.InstanceID,
 		BlockSize: r.BlockSize, DPRank: r.DPRank, AdditionalSalt: r.AdditionalSalt, CacheGroup: r.CacheGroup,
-		Profile: r.Profile.Spec, ProfileExplicit: r.ProfileExplicit, Origin: r.Origin, Owner: r.Owner}
+		Profile: r.Profile.Spec, ProfileExplicit: r.ProfileExplicit, Origin: r.Origin, Owner: r.Owner,
+		GapPolicy: gapName(r.GapPolicy), MaxBlocks: r.MaxBlocks}
+}
+
+// gapName is a policy's name in a registration document ("" for the default).
+func gapName(p core.GapPolicy) string {
+	if p == core.GapDefault {
+		return ""
+	}
+	return p.String()
 }
 
 func (d *registrationDoc) registration() (core.Registration, error) {
@@ -205,10 +228,15 @@ func (d *registrationDoc) registration() (core.Registration, error) {
 	if err != nil {
 		return core.Registration{}, err
 	}
+	gp, err := core.ParseGapPolicy(d.GapPolicy)
+	if err != nil {
+		return core.Registration{}, err
+	}
 	return core.Registration{Endpoint: d.Endpoint, ReplayEndpoint: d.ReplayEndpoint, Type: t,
 		ModelName: d.ModelName, LoraName: d.LoraName, TenantID: d.TenantID, InstanceID: d.InstanceID,
 		BlockSize: d.BlockSize, DPRank: d.DPRank, AdditionalSalt: d.AdditionalSalt, CacheGroup: d.CacheGroup,
-		Profile: p, ProfileExplicit: d.ProfileExplicit, Origin: d.Origin, Owner: d.Owner}, nil
+		Profile: p, ProfileExplicit: d.ProfileExplicit, Origin: d.Origin, Owner: d.Owner,
+		GapPolicy: gp, MaxBlocks: d.MaxBlocks}, nil
 }
 
 // AppendRegister appends a register message for r.
@@ -296,7 +324,7 @@ func (r *reader) key() core.ServiceKey {
 func (d *Decoder) Decode(body []byte) (*Message, error) {
 	m := &d.m
 	m.Batch.Reset()
-	m.Key, m.Reg, m.Section = core.ServiceKey{}, core.Registration{}, nil
+	m.Key, m.Reg, m.Section, m.Policy = core.ServiceKey{}, core.Registration{}, nil, core.GapDefault
 	if len(body) < 2 || body[0] != codecVersion {
 		return nil, fmt.Errorf("header: %w", ErrMessage)
 	}
@@ -315,8 +343,15 @@ func (d *Decoder) Decode(body []byte) (*Message, error) {
 		m.Reg = reg
 		m.Key = reg.Key()
 		return m, nil
-	case KindClear, KindFlush, KindUnregister:
+	case KindClear, KindFlush, KindUnregister, KindExpire:
 		m.Key = r.key()
+	case KindGap:
+		m.Key = r.key()
+		if len(r.b) != 1 || r.b[0] == byte(core.GapDefault) || r.b[0] > byte(core.GapExpire) {
+			r.fail("gap policy")
+		} else {
+			m.Policy, r.b = core.GapPolicy(r.b[0]), r.b[1:]
+		}
 	case KindBatch:
 		m.Key = r.key()
 		d.batch(&r)

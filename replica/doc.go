@@ -26,6 +26,11 @@
 //     core.Batch, with its ZMQ sequence.
 //   - KindClear ('C'): the subscription's blocks were dropped.
 //   - KindFlush ('F'): its held RFC events were resolved (idle flush).
+//   - KindGap ('G'): events of the subscription were lost for good and the
+//     relay applied the gap policy the message names (core.Subscription.Gap;
+//     the replica repeats it with GapWith).
+//   - KindExpire ('E'): the subscription's oldest pending gap expiry was
+//     applied (ExpireOldest).
 //   - KindRegister ('R'): a registration (JSON); idempotent on replicas.
 //   - KindUnregister ('U'): the subscription was removed.
 //   - KindSection ('S'): one part of a state transfer (section.go): the

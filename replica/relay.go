@@ -229,6 +229,19 @@ func (r *Relay) Cleared(s *core.Subscription) {
 		body: AppendKeyMessage(nil, KindClear, s.Key())})
 }
 
+// Gapped implements core.Observer.
+func (r *Relay) Gapped(s *core.Subscription, p core.GapPolicy) {
+	rs := r.subOf(s)
+	r.enqueueSub(rs, outMsg{subject: rs.subject, id: rs.streamID + "-g-" + strconv.FormatUint(rs.last, 10),
+		body: AppendGap(nil, s.Key(), p)})
+}
+
+// Expired implements core.Observer.
+func (r *Relay) Expired(s *core.Subscription) {
+	rs := r.subOf(s)
+	r.enqueueSub(rs, outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindExpire, s.Key())})
+}
+
 // Flushed implements core.Observer.
 func (r *Relay) Flushed(s *core.Subscription) {
 	rs := r.subOf(s)

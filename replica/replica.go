@@ -51,7 +51,7 @@ type Replica struct {
 	lostAt    atomic.Int64 // unix nanos NATS was lost; 0 while connected
 	started   atomic.Bool
 
-	msgs                                               [6]*metrics.Counter
+	msgs                                               [8]*metrics.Counter
 	decodeErrs, orphans, dups, gaps, regErrs, startGap *metrics.Counter
 	snapWrites, snapErrs, snapLoads                    *metrics.Counter
 	snapSeq, snapLoadSeconds, snapWriteSeconds         atomic.Uint64 // seconds as float bits
@@ -74,7 +74,7 @@ func NewReplica(ix *core.Index, opts Options, onRegister func(core.Registration)
 	r := &Replica{ix: ix, opts: opts, set: metrics.NewSet(), onRegister: onRegister,
 		seqs: make(map[core.ServiceKey]*seqState), restorers: make(map[core.ServiceKey]*core.StreamRestorer),
 		done: make(chan struct{})}
-	for i, k := range []Kind{KindBatch, KindClear, KindFlush, KindRegister, KindUnregister, KindSection} {
+	for i, k := range msgKinds {
 		r.msgs[i] = r.set.NewCounter(`conductor_replica_messages_total{kind="` + kindName(k) + `"}`)
 	}
 	r.decodeErrs = r.set.NewCounter("conductor_replica_decode_errors_total")
@@ -109,6 +109,9 @@ func NewReplica(ix *core.Index, opts Options, onRegister func(core.Registration)
 	return r, nil
 }
 
+// msgKinds orders Replica.msgs.
+var msgKinds = [...]Kind{KindBatch, KindClear, KindFlush, KindRegister, KindUnregister, KindSection, KindGap, KindExpire}
+
 func kindName(k Kind) string {
 	switch k {
 	case KindBatch:
@@ -123,6 +126,10 @@ func kindName(k Kind) string {
 		return "unregister"
 	case KindSection:
 		return "section"
+	case KindGap:
+		return "gap"
+	case KindExpire:
+		return "expire"
 	}
 	return "unknown"
 }
@@ -305,19 +312,10 @@ func (r *Replica) apply(body []byte) {
 		r.opts.Logger.Warn("replica: undecodable message skipped (the index may now differ from the relay's)", "err", err)
 		return
 	}
-	switch m.Kind {
-	case KindBatch:
-		r.msgs[0].Inc()
-	case KindClear:
-		r.msgs[1].Inc()
-	case KindFlush:
-		r.msgs[2].Inc()
-	case KindRegister:
-		r.msgs[3].Inc()
-	case KindUnregister:
-		r.msgs[4].Inc()
-	case KindSection:
-		r.msgs[5].Inc()
+	for i, k := range msgKinds {
+		if m.Kind == k {
+			r.msgs[i].Inc()
+		}
 	}
 	switch m.Kind {
 	case KindRegister:
@@ -346,6 +344,12 @@ func (r *Replica) apply(body []byte) {
 		sub.Clear("relay: cleared")
 		st := r.seqState(normKey(m.Key))
 		st.has = false
+	case KindGap:
+		sub.GapWith(m.Policy, "relay: gap")
+		st := r.seqState(normKey(m.Key))
+		st.has = false
+	case KindExpire:
+		sub.ExpireOldest()
 	case KindFlush:
 		sub.FlushHeld()
 	case KindBatch:

@@ -101,6 +101,12 @@ type ListenerStatus struct {
 	// Oversize counts messages dropped whole for exceeding
 	// IngestOptions.MaxMessageBytes (their sequences were consumed).
 	Oversize uint64
+	// GapsKept counts gaps no replay healed whose gap policy kept the
+	// stream's blocks (keep, expire; StaleClears counts those cleared),
+	// ExpiredBlocks the block entries the expire policy dropped since, and
+	// EvictedBlocks the (owner, block) pairs evicted over the registration's
+	// block bound (core.Registration.MaxBlocks).
+	GapsKept, ExpiredBlocks, EvictedBlocks uint64
 	// LargestMessage is the largest message the stream has sent, in bytes,
 	// and QueueMessages the high-water mark of its libzmq queues sized from
 	// it (IngestOptions.RcvHWM).

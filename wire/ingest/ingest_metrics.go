@@ -37,6 +37,9 @@ type streamMetrics struct {
 	reconnects       *metrics.Counter
 	queueDrops       *metrics.Counter
 	oversize         *metrics.Counter
+	gapsKept         *metrics.Counter
+	expiredBlocks    *metrics.Counter
+	evictedBlocks    *metrics.Counter
 	// dialectBlocks is the publisher dialect's total over every subscription
 	// (mDialectBlocks): shared, never unregistered.
 	dialectBlocks *metrics.Counter
@@ -74,8 +77,15 @@ const (
 	mQueueDrops       = "conductor_ingest_queue_drops_total"
 	// Messages above IngestOptions.MaxMessageBytes, dropped whole.
 	mOversize = "conductor_ingest_oversize_messages_total"
-	mLastSeq  = "conductor_ingest_last_seq"
-	mLag      = "conductor_ingest_lag_seconds"
+	// Gaps no replay healed whose gap policy kept the stream's blocks
+	// (keep, expire; a clear counts in mStaleClears), the block entries
+	// expire dropped, and the (owner, block) pairs evicted over the
+	// registration's block bound.
+	mGapsKept      = "conductor_ingest_gaps_kept_total"
+	mExpiredBlocks = "conductor_ingest_expired_blocks_total"
+	mEvictedBlocks = "conductor_ingest_evicted_blocks_total"
+	mLastSeq       = "conductor_ingest_last_seq"
+	mLag           = "conductor_ingest_lag_seconds"
 	// The applier's longest run without yielding its P, and its yields
 	// (core.ApplySliceBlocks).
 	mApplyRunMax = "conductor_ingest_apply_run_max_seconds"
@@ -111,6 +121,9 @@ func newStreamMetrics(set *metrics.Set, k core.ServiceKey, d wire.Dialect) *stre
 	m.reconnects = counter(mReconnects, "")
 	m.queueDrops = counter(mQueueDrops, "")
 	m.oversize = counter(mOversize, "")
+	m.gapsKept = counter(mGapsKept, "")
+	m.expiredBlocks = counter(mExpiredBlocks, "")
+	m.evictedBlocks = counter(mEvictedBlocks, "")
 	gauge := func(name string, f func() float64) {
 		full := name + "{" + labels + "}"
 		m.names = append(m.names, full)

@@ -86,7 +86,14 @@ func newHarness(t *testing.T, opts ingest.IngestOptions) *harness {
 		log = testLogger(t)
 		opts.Logger = log
 	}
-	ix := core.New(core.Options{Logger: log})
+	// The protocol tests check what a stale stream leaves under the clear
+	// policy (its blocks go); TestZMQGapPolicies runs the others.
+	return newHarnessIndex(t, opts, core.New(core.Options{Logger: log, GapPolicy: core.GapClear}))
+}
+
+// newHarnessIndex is newHarness over ix.
+func newHarnessIndex(t *testing.T, opts ingest.IngestOptions, ix *core.Index) *harness {
+	t.Helper()
 	g, err := ingest.NewIngester(ix, opts)
 	if err != nil {
 		t.Fatal(err)

@@ -50,9 +50,12 @@ import (
 //     duplicate, or — if the ring no longer held the gap — the stream is stale.
 //     Without a replay endpoint (or while replay is backing off after a failure)
 //     a gap makes the stream stale at once.
-//   - stale: the subscription's blocks are cleared (Subscription.Clear, counted and
-//     logged) and the message that revealed the gap starts a new baseline. What is
-//     in the index afterwards is true, if incomplete; nothing is silently wrong.
+//   - stale: the lost events are gone for good; the subscription's gap policy
+//     decides what the index keeps (Subscription.Gap: keep what is indexed,
+//     clear the stream, or expire what it held unless announced again; counted
+//     and logged), and the message that revealed the gap starts a new baseline.
+//     A GapExpire mark's deadline is kept by the listener, which calls
+//     Subscription.ExpireDue when it passes.
 //   - restart (the live sequence went backwards, or fell more than
 //     RestartThreshold below the last applied one): the stream's blocks are
 //     cleared and ingestion restarts as for a new stream.
@@ -364,6 +367,9 @@ func (l *listener) status() ListenerStatus {
 		QueueDrops:       l.m.queueDrops.Get(),
 		QueuePeakBytes:   l.queuePeak.Load(),
 		Oversize:         l.m.oversize.Get(),
+		GapsKept:         l.m.gapsKept.Get(),
+		ExpiredBlocks:    l.m.expiredBlocks.Get(),
+		EvictedBlocks:    l.m.evictedBlocks.Get(),
 		LargestMessage:   l.largest.Load(),
 		QueueMessages:    int(l.hwm.Load()),
 	}
@@ -509,6 +515,9 @@ func (l *listener) changed(epoch uint64) bool {
 // proactive replay if a (re)connection asked for one, then a poll.
 func (l *listener) step() {
 	rx := &l.rx
+	if at, ok := l.sub.NextExpiry(); ok && !time.Now().Before(at) {
+		l.expire()
+	}
 	if rx.pendingHead < len(rx.pending) {
 		epoch := rx.epoch
 		for i := 0; i < drainMax && rx.pendingHead < len(rx.pending); i++ {
@@ -551,6 +560,12 @@ func (l *listener) step() {
 	timeout := time.Duration(-1) // nothing time-based to do: wait for an event
 	if rx.heldDirty {
 		timeout = l.opts.PollInterval
+	}
+	if at, ok := l.sub.NextExpiry(); ok {
+		d := max(time.Until(at), time.Millisecond)
+		if timeout < 0 || d < timeout {
+			timeout = d
+		}
 	}
 	n, err := rx.poll.poll(timeout)
 	if err != nil {
@@ -827,6 +842,9 @@ func (l *listener) account(st *core.ApplyStats, skipped int) {
 	if st.Cleared > 0 {
 		m.cleared.Add(st.Cleared)
 	}
+	if st.Evicted > 0 {
+		m.evictedBlocks.Add(st.Evicted)
+	}
 	if d := st.Dropped + skipped; d > 0 {
 		m.dropped.Add(d)
 	}
@@ -865,15 +883,29 @@ func (l *listener) decodeError(err error) {
 	rx.errLogNext, rx.errLogSuppressed = now.Add(errLogEvery), 0
 }
 
-// stale clears the stream's blocks because events were lost for good, and forgets
-// the baseline (the next consumed message starts a new one).
+// stale applies the subscription's gap policy because events were lost for
+// good (Subscription.Gap), and forgets the baseline (the next consumed
+// message starts a new one).
 func (l *listener) stale(reason string) {
-	n := l.sub.Clear("stale: " + reason)
-	l.m.staleClears.Inc()
-	l.m.clearedBlocks.Add(n)
-	l.setErr("stale: " + reason)
-	l.log.Warn("stream stale: cleared its blocks", "reason", reason, "cleared_blocks", n)
+	res := l.sub.Gap(reason)
+	switch res.Policy {
+	case core.GapClear:
+		l.m.staleClears.Inc()
+		l.m.clearedBlocks.Add(res.Blocks)
+	default:
+		l.m.gapsKept.Inc()
+	}
+	l.account(&res.Applied, 0)
+	l.setErr(fmt.Sprintf("events lost for good (%s); gap_policy %s", reason, res.Policy))
+	l.log.Debug("stream stale", "reason", reason, "gap_policy", res.Policy.String(), "blocks", res.Blocks)
 	l.rx.seq.rebase()
+}
+
+// expire applies the gap expiries that are due (GapExpire).
+func (l *listener) expire() {
+	if n := l.sub.ExpireDue(time.Now()); n > 0 {
+		l.m.expiredBlocks.Add(n)
+	}
 }
 
 // restart clears the stream's blocks because its publisher restarted.

@@ -1,0 +1,70 @@
+package ingest_test
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/seed-c7a81618/conductor/bench"
+	"github.com/seed-c7a81618/conductor/core"
+)
+
+// TestZMQGapPolicies: a publisher without a replay endpoint loses one message
+// (it storing block 3 and removing block 1); the next message shows the gap,
+// which no replay can heal, and the registration's gap policy decides what
+// the index keeps. Hand-worked, with blocks 1 and 2 stored before and 4
+// after:
+//
+//   - keep: 1 (its removal was lost), 2 and 4; 3 stays missing;
+//   - clear: 4 only;
+//   - expire: 1, 2 and 4 until the expiry; block 2 is stored again after
+//     the gap, so at the expiry, which the listener applies by itself with
+//     no message arriving, block 1 goes and 2 and 4 stay.
+func TestZMQGapPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy        core.GapPolicy
+		afterGap, end []uint64
+		kept, clears  uint64
+		expired       uint64
+	}{
+		{core.GapKeep, []uint64{1, 2, 4}, []uint64{1, 2, 4}, 1, 0, 0},
+		{core.GapClear, []uint64{4}, []uint64{2, 4}, 0, 1, 0},
+		{core.GapExpire, []uint64{1, 2, 4}, []uint64{2, 4}, 1, 0, 1},
+	} {
+		t.Run(tc.policy.String(), func(t *testing.T) {
+			opts := fastOpts(t)
+			ix := core.New(core.Options{Logger: opts.Logger, GapExpireAfter: 300 * time.Millisecond})
+			h := newHarnessIndex(t, opts, ix)
+			pub := newPublisher(t, bench.PublisherOptions{NoReplay: true})
+			r := registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t))
+			r.ReplayEndpoint, r.GapPolicy = "", tc.policy
+			k := h.register(r)
+			h.prime(k, pub, emptyVLLM())
+			held := func() []uint64 {
+				var out []uint64
+				for x := uint64(1); x <= 4; x++ {
+					if h.holds("vllm-a", x) {
+						out = append(out, x)
+					}
+				}
+				return out
+			}
+			publish(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
+				bench.EngineStored{Hashes: []uint64{1, 2}, BlockSize: testBS, Medium: "GPU"}))
+			publishHidden(t, pub, bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
+				bench.EngineStored{Hashes: []uint64{3}, BlockSize: testBS, Medium: "GPU"},
+				bench.EngineRemoved{Hashes: []uint64{1}, Medium: "GPU"}))
+			publish(t, pub, storeOne(4))
+			waitFor(t, "the message after the gap", func() bool { return h.holds("vllm-a", 4) })
+			if got := held(); !slices.Equal(got, tc.afterGap) {
+				t.Fatalf("after the gap: %v, want %v", got, tc.afterGap)
+			}
+			publish(t, pub, storeOne(2)) // announced again
+			waitFor(t, "the expected blocks", func() bool { return slices.Equal(held(), tc.end) })
+			st := h.status(k)
+			if st.Gaps != 1 || st.GapsKept != tc.kept || st.StaleClears != tc.clears || st.ExpiredBlocks != tc.expired {
+				t.Fatalf("status: %+v", st)
+			}
+		})
+	}
+}
