@@ -22,7 +22,8 @@ import (
 
 // Warm restarts. With --state-dir set, conductor writes an index snapshot to
 // DIR/index.snapshot on graceful shutdown and every --snapshot-interval (0:
-// only at shutdown; negative: never). The snapshot is one file: the main
+// only at shutdown; negative: never; a snapshot already there is restored at
+// start whatever the interval). The snapshot is one file: the main
 // API's /dump (standardized-event form, one section per registration with the
 // sequence of the last batch it holds) followed by a 64-byte trailer:
 //
@@ -243,9 +244,10 @@ type Snapshots struct {
 	done     chan struct{}
 }
 
-// NewSnapshots keeps ix's snapshot in dir: every interval when it is > 0,
-// else only at shutdown; log receives one line per snapshot written or
-// restored.
+// NewSnapshots keeps ix's snapshot in dir: written every interval when it is
+// > 0 and at shutdown when it is >= 0; a negative interval writes none. The
+// newest snapshot there is restored at start whatever the interval (Hold).
+// log receives one line per snapshot written or restored.
 func NewSnapshots(dir string, interval time.Duration, ix *core.Index, log *slog.Logger) *Snapshots {
 	return &Snapshots{dir: dir, interval: interval, ix: ix, log: log}
 }
@@ -289,8 +291,8 @@ func (s *Snapshots) Start() {
 	}()
 }
 
-// Stop ends the loop and writes the shutdown snapshot. Safe on a nil
-// Snapshots.
+// Stop ends the loop and writes the shutdown snapshot (none with a
+// negative interval). Safe on a nil Snapshots.
 func (s *Snapshots) Stop() {
 	if s == nil {
 		return
@@ -299,7 +301,9 @@ func (s *Snapshots) Stop() {
 		close(s.stop)
 		<-s.done
 	}
-	s.Save("shutdown")
+	if s.interval >= 0 {
+		s.Save("shutdown")
+	}
 }
 
 // Hold finds the newest snapshot that verifies and, when there is one,

@@ -141,7 +141,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.DurationVar(&s.snapInterval, "snapshot-interval", 5*time.Minute,
-		"with --state-dir: write an index snapshot this often and at shutdown, restored at start (0: only at shutdown; negative: never)")
+		"with --state-dir: write an index snapshot this often and at shutdown, restored at start (0: only at shutdown; negative: never written, one already there still restored)")
 	fs.StringVar(&s.stateDir, "state-dir", defaultStateDir(),
 		`directory for durable registrations ("" = off; default $XDG_STATE_HOME/conductor, else ~/.local/state/conductor)`)
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token for mutating and introspection endpoints (visible in process lists: prefer --admin-token-file or $CONDUCTOR_ADMIN_TOKEN)")
@@ -484,7 +484,7 @@ func (b *builder) build() (*app, int) {
 	}
 	a = &app{log: log, ix: ix, ing: ing, httpCore: hc, srv: mooncake.New(hc), gate: gate, state: state, static: cfg.Static,
 		shutdownTimeout: s.shutdownTimeout, np: np, kp: kp}
-	if state != nil && s.snapInterval >= 0 {
+	if state != nil {
 		a.snap = statedir.NewSnapshots(s.stateDir, s.snapInterval, ix, log)
 	}
 	if code := b.listen(a, policy); code != 0 {

@@ -147,3 +147,38 @@ func TestSnapshotTornFallsBack(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotNegativeIntervalRestores: a negative --snapshot-interval
+// writes no snapshot, but the one already in the state directory is still
+// restored at start: its blocks answer at once for an engine that is gone.
+func TestSnapshotNegativeIntervalRestores(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	e := newEngine(t, "engine-a", makePrompts(t, 2, 6), bench.PublisherOptions{})
+	p := startFaultProc(t, "--state-dir", dir, "--snapshot-interval", "0")
+	p.register(e, "")
+	p.prime(e)
+	e.store(0)
+	e.store(1)
+	p.converge("before the stop", e)
+	stopChild(t, p.child) // writes the snapshot
+	e.pub.Close()         // no live events and no replay from now on
+
+	p = startFaultProc(t, "--state-dir", dir, "--snapshot-interval", "-1s")
+	logs := p.logs.String()
+	if !strings.Contains(logs, "index snapshot restored") {
+		t.Fatalf("--snapshot-interval -1s did not restore the snapshot:\n%s", tail(logs))
+	}
+	for i := range e.prompts {
+		got, err := p.matched(e.prompts[i].tokens)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got[e.inst] != 64 {
+			t.Fatalf("prompt %d: longest_matched %d, want 64 (the snapshot's)\n%s", i, got[e.inst], tail(logs))
+		}
+	}
+	stopChild(t, p.child)
+	if strings.Contains(p.logs.String(), "index snapshot written") {
+		t.Fatalf("--snapshot-interval -1s wrote a snapshot:\n%s", tail(p.logs.String()))
+	}
+}
