@@ -81,7 +81,7 @@ type Registration struct {
 	// Origin names the surface whose own registry holds the registration
 	// besides the index ("dynamo" for the Dynamo dialect's workers, "" for
 	// the Mooncake API, RPC and configuration files), so a restored
-	// registration goes back into that registry (cmd/conductor's state file).
+	// registration goes back into that registry (package statedir).
 	Origin string
 	// Owner is the identity that made the registration (the bearer token's
 	// name; "admin" for the admin token and on an open surface, "config" for

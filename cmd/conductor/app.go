@@ -22,9 +22,11 @@ import (
 	"github.com/seed-c7a81618/conductor/codec"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/httpd/dynamo"
 	"github.com/seed-c7a81618/conductor/httpd/mooncake"
 	"github.com/seed-c7a81618/conductor/httpd/rpc"
 	"github.com/seed-c7a81618/conductor/httpd/server"
+	"github.com/seed-c7a81618/conductor/statedir"
 	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
@@ -139,7 +141,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.DurationVar(&s.snapInterval, "snapshot-interval", 5*time.Minute,
-		"with --state-dir: write an index snapshot this often and at shutdown, restored at start (0: only at shutdown; negative: never)")
+		"with --state-dir: write an index snapshot this often and at shutdown, restored at start (0: only at shutdown; negative: never written, one already there still restored)")
 	fs.StringVar(&s.stateDir, "state-dir", defaultStateDir(),
 		`directory for durable registrations ("" = off; default $XDG_STATE_HOME/conductor, else ~/.local/state/conductor)`)
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token for mutating and introspection endpoints (visible in process lists: prefer --admin-token-file or $CONDUCTOR_ADMIN_TOKEN)")
@@ -301,9 +303,9 @@ type app struct {
 	srv             *mooncake.Server
 	ln              net.Listener
 	gate            *server.Gate
-	state           *stateStore
-	snap            *snapshotter // nil: no snapshots
-	rpc             *rpc.Server  // nil when the RPC port is 0
+	state           *statedir.Store     // nil: no state directory
+	snap            *statedir.Snapshots // nil: no snapshots
+	rpc             *rpc.Server         // nil when the RPC port is 0
 	rpcLn           net.Listener
 	static          []staticEntry
 	shutdownTimeout time.Duration
@@ -318,7 +320,7 @@ type app struct {
 // instead, and `conductor healthcheck` the readiness check.
 func run(ctx context.Context, args []string, env func(string) (string, bool), stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "probe" {
-		return runProbe(ctx, args[1:], stdout, stderr) // probe.go
+		return runProbe(ctx, args[1:], stdout, stderr) // probecmd.go
 	}
 	if len(args) > 0 && args[0] == "healthcheck" {
 		return runHealthcheck(ctx, args[1:], stdout, stderr) // healthcheck.go
@@ -450,13 +452,13 @@ func (b *builder) build() (*app, int) {
 		registrar = replicaRegistrar{}
 	}
 	gate := server.NewGate(registrar, ix, policy)
-	var state *stateStore
+	var state *statedir.Store
 	if s.stateDir != "" {
-		if state, err = newStateStore(s.stateDir); err != nil {
+		if state, err = statedir.Open(s.stateDir); err != nil {
 			log.Error("cannot use the state directory", "err", err)
 			return nil, 1
 		}
-		b.onFailure(state.close) // its lock
+		b.onFailure(state.Close) // its lock
 	}
 	kp, err := newKubePart(&s.kube, gate, log)
 	if err != nil {
@@ -482,8 +484,8 @@ func (b *builder) build() (*app, int) {
 	}
 	a = &app{log: log, ix: ix, ing: ing, httpCore: hc, srv: mooncake.New(hc), gate: gate, state: state, static: cfg.Static,
 		shutdownTimeout: s.shutdownTimeout, np: np, kp: kp}
-	if state != nil && s.snapInterval >= 0 {
-		a.snap = &snapshotter{dir: s.stateDir, interval: s.snapInterval}
+	if state != nil {
+		a.snap = statedir.NewSnapshots(s.stateDir, s.snapInterval, ix, log)
 	}
 	if code := b.listen(a, policy); code != 0 {
 		return nil, code
@@ -706,7 +708,7 @@ func (a *app) Addr() string { return a.ln.Addr().String() }
 // serve runs the HTTP server and the static registrations until ctx is done,
 // then shuts down: stop accepting, drain in-flight requests, stop subscribers.
 func (a *app) serve(ctx context.Context) int {
-	restoreSnapshot, haveSnapshot := a.snapshotGate() // holds applies until the snapshot is in
+	restoreSnapshot, haveSnapshot := a.snap.Hold(a.dp.dyn) // holds applies until the snapshot is in
 	a.restoreState()
 	if haveSnapshot {
 		// The snapshot's sections need their registrations: the
@@ -715,7 +717,7 @@ func (a *app) serve(ctx context.Context) int {
 	}
 	restoreSnapshot()
 	a.persist()
-	a.startSnapshots()
+	a.snap.Start()
 	a.np.start(a)
 	a.log.Info("HTTP server listening", "addr", a.Addr())
 	serveErr := make(chan error, 2)
@@ -770,12 +772,41 @@ func (a *app) serve(ctx context.Context) int {
 	if a.pprof != nil {
 		a.pprof.Close()
 	}
-	a.stopSnapshots()
+	a.snap.Stop()
 	a.ing.Close()
 	a.np.stop(a.shutdownTimeout) // after the ingester: the relay publishes what it applied last
-	a.state.close()
+	a.state.Close()
 	a.log.Info("conductor stopped")
 	return code
+}
+
+// restoreState registers what the state directory holds, through the gate
+// (so the endpoint policy applies), each under its recorded owner; a Dynamo
+// worker goes back into the Dynamo registry too (its indexer and worker).
+func (a *app) restoreState() {
+	if a.state == nil {
+		return
+	}
+	a.state.Restore(a.log, func(who server.Principal, origin string, reg core.Registration) error {
+		if origin == dynamo.Origin && a.dp != nil && a.dp.dyn != nil {
+			return a.dp.dyn.Restore(who, reg)
+		}
+		_, err := a.gate.Register(who, reg)
+		return err
+	})
+}
+
+// persist turns on durable registrations: from now on every change is
+// written before it is answered; the current set is written once now.
+func (a *app) persist() {
+	if a.state == nil {
+		return
+	}
+	if err := a.state.Save(a.ix.Services()); err != nil {
+		a.log.Error("cannot write the registration state; registrations will fail until it can be written",
+			"dir", a.state.Dir(), "err", err)
+	}
+	a.gate.OnChange = a.state.Save
 }
 
 // registerStatic subscribes the configuration's static services, one after

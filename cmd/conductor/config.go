@@ -48,6 +48,9 @@ type fileConfig struct {
 	EngineMedia, PoolMedia core.MediumMap
 }
 
+// configOwner owns the configuration file's registrations.
+var configOwner = server.ConfigPrincipal.Name
+
 // staticEntry is one valid static registration and where it came from.
 type staticEntry struct {
 	Source string // `kvevent_instance["name"]` or `services[3]`

@@ -266,8 +266,8 @@ func checkUnitLimits(t *testing.T, analyze string, unit systemdUnit) {
 	needed := []string{
 		"setpriority", "getpriority", // --ingest-nice lowers each listener thread (wire/ingest/thread_linux.go)
 		"prlimit64",         // the descriptor budget raises RLIMIT_NOFILE (fdbudget.go)
-		"flock",             // one conductor per state directory (statelock_flock.go)
-		"fsync", "renameat", // state and snapshot generations (state.go, snapshot.go)
+		"flock",             // one conductor per state directory (statedir/lock_flock.go)
+		"fsync", "renameat", // state and snapshot generations (statedir/generations.go)
 		"sched_setscheduler", // libzmq sets SCHED_OTHER on its I/O threads
 	}
 	allowed, denied := map[string]bool{}, map[string]bool{}

@@ -14,6 +14,7 @@ import (
 	"github.com/seed-c7a81618/conductor/discovery"
 	"github.com/seed-c7a81618/conductor/discovery/kubetest"
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/statedir"
 )
 
 // kubeEngine is a vLLM engine on loopback standing in for an engine pod: a
@@ -135,7 +136,7 @@ func TestKubernetesDiscovery(t *testing.T) {
 	if len(sources) != 3 || sources["llm/e1"] != "kubernetes" || sources["llm/e2"] != "kubernetes" || sources["api-engine"] != "api" {
 		t.Fatalf("sources %v", sources)
 	}
-	state, err := os.ReadFile(filepath.Join(p.stateDir, stateFile))
+	state, err := os.ReadFile(filepath.Join(p.stateDir, statedir.RegistrationsFile))
 	if err != nil {
 		t.Fatal(err)
 	}

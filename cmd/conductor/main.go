@@ -8,8 +8,8 @@
 // surface on a listener of its own (dynamo.go).
 //
 // Around that core the process keeps registrations durable and the index
-// warm across restarts in its state directory (state.go, snapshot.go; one
-// process per directory, statelock.go), plans its file descriptors between
+// warm across restarts in its state directory (package statedir; one
+// process per directory), plans its file descriptors between
 // connections and registrations (fdbudget.go), and can scale out over NATS
 // JetStream as a relay or a query replica (nats.go, package replica).
 //
@@ -19,11 +19,12 @@
 // group, and docs/configuration.md is the reference for the file, the
 // environment and the flags.
 //
-// `conductor probe ENDPOINT` (probe.go) is the one subcommand: it subscribes
-// to a publisher without registering it, for a few seconds, and prints its
-// dialect, what its events carry, how its replay answers, the hash profile
-// that reproduces its hashes and the registration that fits it; it needs no
-// running conductor.
+// `conductor probe ENDPOINT` (probecmd.go, the command line of package
+// probe) subscribes to a publisher without registering it, for a few
+// seconds, and prints its dialect, what its events carry, how its replay
+// answers, the hash profile that reproduces its hashes and the registration
+// that fits it; it needs no running conductor. `conductor healthcheck`
+// (healthcheck.go) is the container's readiness check.
 //
 // Static registrations from the configuration file start in the background
 // after the HTTP server listens; failures are logged and never block or

@@ -1,4 +1,4 @@
-package main
+package statedir
 
 import (
 	"bufio"
@@ -28,16 +28,16 @@ import (
 // unlocked: nothing can be written there, so nothing can be lost to a second
 // process, and writes fail as docs/operations.md, "Durable registrations",
 // says.
-// Proved by TestLockStateDir and TestStateDirOneConductor.
-const stateLockFile = "lock"
+// Proved by TestLockDir here and cmd/conductor's TestStateDirOneConductor.
+const LockFile = "lock"
 
-// errStateDirInUse: another process holds the state directory's lock.
-var errStateDirInUse = errors.New("conductor: state directory in use")
+// ErrInUse: another process holds the state directory's lock.
+var ErrInUse = errors.New("conductor: state directory in use")
 
-// lockStateDir locks dir (which exists) for this process. The returned file
+// lockDir locks dir (which exists) for this process. The returned file
 // holds the lock until it is closed; it is nil when dir is not writable.
-func lockStateDir(dir string) (*os.File, error) {
-	path := filepath.Join(dir, stateLockFile)
+func lockDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
 		return nil, nil
@@ -49,7 +49,7 @@ func lockStateDir(dir string) (*os.File, error) {
 		f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s is locked by conductor pid %s (%s); to run several conductors give each its own --state-dir DIR, or --state-dir '' to run without durable state",
-				errStateDirInUse, dir, lockHolder(path), path)
+				ErrInUse, dir, lockHolder(path), path)
 		}
 		return nil, fmt.Errorf("state dir %s: lock: %w", dir, err)
 	}

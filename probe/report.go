@@ -1,4 +1,4 @@
-package main
+package probe
 
 import (
 	"bytes"
@@ -12,9 +12,9 @@ import (
 	"github.com/seed-c7a81618/conductor/wire"
 )
 
-// probeReport is what `conductor probe` prints: --json writes it as is, the
-// text form renders the same fields.
-type probeReport struct {
+// Report is what a probe found: WriteJSON writes it as is, WriteText
+// renders the same fields for a person.
+type Report struct {
 	Endpoint     string    `json:"endpoint"`
 	Seconds      float64   `json:"seconds"`
 	StoppedEarly bool      `json:"stopped_early"`
@@ -23,7 +23,7 @@ type probeReport struct {
 	Messages     int       `json:"messages"`
 	Malformed    int       `json:"malformed_messages"`
 	OverLimit    int       `json:"messages_over_limit"`
-	Sequence     seqReport `json:"sequence"`
+	Sequence     SeqReport `json:"sequence"`
 
 	Dialect     string   `json:"dialect"` // the registration's type
 	DialectSure bool     `json:"dialect_sure"`
@@ -32,34 +32,34 @@ type probeReport struct {
 	EraText     string   `json:"era_text"`
 	Envelopes   []string `json:"envelopes"`
 
-	Events     eventReport `json:"events"`
+	Events     EventReport `json:"events"`
 	DPRanks    []int64     `json:"dp_ranks"`
 	NilRank    int         `json:"batches_without_rank"`
 	Media      []string    `json:"media"`
 	BlockSizes []int64     `json:"block_sizes"`
-	TokenIDs   tokenReport `json:"token_ids"`
+	TokenIDs   TokenReport `json:"token_ids"`
 	LoraNames  []string    `json:"lora_names"`
 	CacheSalts []string    `json:"cache_salts"`
 	ModelNames []string    `json:"model_names"`
 	TenantIDs  []string    `json:"tenant_ids"`
 
-	Replay     *replayResult `json:"replay"`
+	Replay     *ReplayResult `json:"replay"`
 	ReplayText string        `json:"replay_text,omitempty"`
-	Hash       hashReport    `json:"hash"`
+	Hash       HashReport    `json:"hash"`
 
 	// Registration is the POST /register body (also the configuration
 	// file's entry); nil when the block size is unknown.
-	Registration *registrationJSON `json:"registration"`
-	Curl         string            `json:"curl,omitempty"`
+	Registration *Registration `json:"registration"`
+	Curl         string        `json:"curl,omitempty"`
 	// Python is the Python client's call; "" for standard publishers, which
 	// its RPC surface does not register, and for a Mooncake master, which it
 	// registers only with the engines' hash_profile.
-	Python string      `json:"python,omitempty"`
-	Config *configJSON `json:"config,omitempty"`
-	Notes  []string    `json:"notes"`
+	Python string   `json:"python,omitempty"`
+	Config *Config  `json:"config,omitempty"`
+	Notes  []string `json:"notes"`
 }
 
-type seqReport struct {
+type SeqReport struct {
 	First     uint64 `json:"first"`
 	Last      uint64 `json:"last"`
 	Gaps      int    `json:"gaps"`
@@ -67,7 +67,7 @@ type seqReport struct {
 	Backwards int    `json:"backwards"`
 }
 
-type eventReport struct {
+type EventReport struct {
 	Stored  int `json:"stored"`
 	Removed int `json:"removed"`
 	Cleared int `json:"cleared"`
@@ -78,42 +78,42 @@ type eventReport struct {
 	FirstError   string `json:"first_error,omitempty"`
 }
 
-type tokenReport struct {
+type TokenReport struct {
 	Stored           int `json:"stored_events"`
 	StoredWithTokens int `json:"stored_with_token_ids"`
 	Roots            int `json:"root_events"`
 	RootsWithTokens  int `json:"root_events_with_token_ids"`
 }
 
-type hashReport struct {
+type HashReport struct {
 	// Profile reproduces the engine's hashes (nil: none does, or the
 	// dialect's blocks cannot be checked); the registration's may differ
 	// (KeysFromTokenIDs).
-	Profile  *profileJSON `json:"profile"`
-	WithLora bool         `json:"lora_name_hashed,omitempty"`
-	Checked  int          `json:"root_events_checked"`
-	Matched  int          `json:"root_events_reproduced"`
+	Profile  *Profile `json:"profile"`
+	WithLora bool     `json:"lora_name_hashed,omitempty"`
+	Checked  int      `json:"root_events_checked"`
+	Matched  int      `json:"root_events_reproduced"`
 	// KeysFromTokenIDs: the registration has the xxh3 profile, under which
 	// conductor computes block keys from token_ids itself.
 	KeysFromTokenIDs bool   `json:"keys_from_token_ids"`
 	Text             string `json:"text"`
 }
 
-// profileJSON is a hash_profile as /register takes it.
-type profileJSON struct {
+// Profile is a hash_profile as /register takes it.
+type Profile struct {
 	Strategy        string `json:"strategy"`
 	Algorithm       string `json:"algorithm"`
 	PythonHashSeed  string `json:"python_hash_seed"`
 	IndexProjection string `json:"index_projection"`
 }
 
-func profileOf(s hash.Spec) *profileJSON {
-	return &profileJSON{s.Strategy, s.Algorithm, s.PythonHashSeed, s.IndexProjection}
+func profileOf(s hash.Spec) *Profile {
+	return &Profile{s.Strategy, s.Algorithm, s.PythonHashSeed, s.IndexProjection}
 }
 
-// registrationJSON is a POST /register body and a configuration file entry
+// Registration is a POST /register body and a configuration file entry
 // (docs/http-api.md, docs/configuration.md).
-type registrationJSON struct {
+type Registration struct {
 	Endpoint       string `json:"endpoint"`
 	ReplayEndpoint string `json:"replay_endpoint,omitempty"`
 	Type           string `json:"type"`
@@ -123,25 +123,25 @@ type registrationJSON struct {
 	DPRank         int64  `json:"dp_rank"`
 	LoraName       string `json:"lora_name,omitempty"`
 	// HashProfile is nil for a Mooncake master: the context's applies.
-	HashProfile *profileJSON `json:"hash_profile,omitempty"`
+	HashProfile *Profile `json:"hash_profile,omitempty"`
 }
 
-// pythonRegistration is the Python client's register() config
+// PythonRegistration is the Python client's register() config
 // (docs/python.md).
-type pythonRegistration struct {
-	InstanceID     string       `json:"instance_id"`
-	Endpoint       string       `json:"endpoint"`
-	ReplayEndpoint string       `json:"replay_endpoint,omitempty"`
-	PublisherType  string       `json:"publisher_type"`
-	ModelName      string       `json:"model_name"`
-	BlockSize      int64        `json:"block_size"`
-	DPRank         int64        `json:"dp_rank"`
-	LoraName       string       `json:"lora_name,omitempty"`
-	HashProfile    *profileJSON `json:"hash_profile"`
+type PythonRegistration struct {
+	InstanceID     string   `json:"instance_id"`
+	Endpoint       string   `json:"endpoint"`
+	ReplayEndpoint string   `json:"replay_endpoint,omitempty"`
+	PublisherType  string   `json:"publisher_type"`
+	ModelName      string   `json:"model_name"`
+	BlockSize      int64    `json:"block_size"`
+	DPRank         int64    `json:"dp_rank"`
+	LoraName       string   `json:"lora_name,omitempty"`
+	HashProfile    *Profile `json:"hash_profile"`
 }
 
-type configJSON struct {
-	Services []registrationJSON `json:"services"`
+type Config struct {
+	Services []Registration `json:"services"`
 }
 
 // placeholderModel is the registration's modelname when neither --model nor
@@ -149,15 +149,15 @@ type configJSON struct {
 const placeholderModel = "my-model"
 
 // buildReport turns the observation into the report.
-func buildReport(ps *probeSettings, o *observation, rx *probeRun) *probeReport {
-	r := &probeReport{Endpoint: ps.endpoint, Seconds: float64(rx.elapsed.Milliseconds()) / 1000,
+func buildReport(ps *Options, o *observation, rx *listenRun) *Report {
+	r := &Report{Endpoint: ps.Endpoint, Seconds: float64(rx.elapsed.Milliseconds()) / 1000,
 		StoppedEarly: rx.early, Interrupted: rx.interrupted, Connected: rx.connected,
 		Messages: o.messages, Malformed: o.malformed, OverLimit: rx.tooBig,
-		Sequence: seqReport{o.firstSeq, o.last, o.gaps, o.missing, o.backwards},
-		Events: eventReport{Stored: o.stored, Removed: o.removed, Cleared: o.cleared, Dropped: o.dropped,
+		Sequence: SeqReport{o.firstSeq, o.last, o.gaps, o.missing, o.backwards},
+		Events: EventReport{Stored: o.stored, Removed: o.removed, Cleared: o.cleared, Dropped: o.dropped,
 			DecodeErrors: o.decodeErrs, FirstError: o.firstErr},
 		NilRank: o.nilRank, Media: mediaList(&o.media), BlockSizes: o.blockSizes.sorted(),
-		TokenIDs:  tokenReport{o.stored, o.storedTokens, o.roots, o.rootsTokens},
+		TokenIDs:  TokenReport{o.stored, o.storedTokens, o.roots, o.rootsTokens},
 		LoraNames: tallyList(&o.loras), CacheSalts: tallyList(&o.salts), ModelNames: tallyList(&o.models),
 		TenantIDs: tallyList(&o.tenants), Replay: rx.replay, Envelopes: []string{}, Notes: []string{}}
 	for env, n := range o.envelopes {
@@ -201,16 +201,16 @@ func buildReport(ps *probeSettings, o *observation, rx *probeRun) *probeReport {
 	return r
 }
 
-func (r *probeReport) note(format string, args ...any) {
+func (r *Report) note(format string, args ...any) {
 	r.Notes = append(r.Notes, fmt.Sprintf(format, args...))
 }
 
 // hashProfile says which profile reproduces the engine's hashes and picks
 // the registration's.
-func (r *probeReport) hashProfile(ps *probeSettings, o *observation, d wire.Dialect, engine bool,
-	best profileVote, total int, found bool) hashReport {
+func (r *Report) hashProfile(ps *Options, o *observation, d wire.Dialect, engine bool,
+	best profileVote, total int, found bool) HashReport {
 	std := hash.DefaultProfile().Spec
-	h := hashReport{Checked: total}
+	h := HashReport{Checked: total}
 	switch {
 	case d == wire.DialectStandard:
 		h.Profile, h.KeysFromTokenIDs = profileOf(std), true
@@ -256,12 +256,12 @@ func (r *probeReport) hashProfile(ps *probeSettings, o *observation, d wire.Dial
 
 // noProfileReason says, in words, why no profile reproduces an engine's
 // hashes.
-func noProfileReason(ps *probeSettings, o *observation, checked int) string {
+func noProfileReason(ps *Options, o *observation, checked int) string {
 	switch {
 	case checked > 0:
 		seeds := "0"
-		if ps.seed != "0" {
-			seeds = ps.seed + " or 0"
+		if ps.Seed != "0" {
+			seeds = ps.Seed + " or 0"
 		}
 		return fmt.Sprintf("no known profile reproduces its hashes (vllm_v1 sha256, sha256_cbor, xxhash or xxhash_cbor with PYTHONHASHSEED=%s; sglang; sglang_bigram) "+
 			"over %s with token_ids: vLLM without PYTHONHASHSEED seeds its root hash at random (set it on the engine and pass it with --seed), "+
@@ -277,13 +277,13 @@ func noProfileReason(ps *probeSettings, o *observation, checked int) string {
 }
 
 // registration builds the registration in its three forms.
-func (r *probeReport) registration(ps *probeSettings, o *observation, d wire.Dialect) {
-	reg := registrationJSON{Endpoint: ps.endpoint, Type: d.String(), InstanceID: ps.instanceID, ModelName: ps.model}
+func (r *Report) registration(ps *Options, o *observation, d wire.Dialect) {
+	reg := Registration{Endpoint: ps.Endpoint, Type: d.String(), InstanceID: ps.InstanceID, ModelName: ps.Model}
 	switch bs, ok := o.blockSizes.most(); {
-	case ps.blockSize > 0:
-		reg.BlockSize = int64(ps.blockSize)
+	case ps.BlockSize > 0:
+		reg.BlockSize = int64(ps.BlockSize)
 		if ok && bs != reg.BlockSize {
-			r.note("block_size is --block-size's %d; the events show %v", ps.blockSize, r.BlockSizes)
+			r.note("block_size is --block-size's %d; the events show %v", ps.BlockSize, r.BlockSizes)
 		}
 	case ok:
 		reg.BlockSize = bs
@@ -302,7 +302,7 @@ func (r *probeReport) registration(ps *probeSettings, o *observation, d wire.Dia
 		}
 	}
 	if reg.InstanceID == "" {
-		reg.InstanceID = defaultInstanceID(d, ps.endpoint)
+		reg.InstanceID = defaultInstanceID(d, ps.Endpoint)
 	}
 	if len(r.DPRanks) > 0 {
 		reg.DPRank = r.DPRanks[0]
@@ -321,14 +321,14 @@ func (r *probeReport) registration(ps *probeSettings, o *observation, d wire.Dia
 			"(the shared tier, cpu_share): queries see them in those engines' rows, so register the engines too")
 	}
 	switch {
-	case ps.replay == "":
+	case ps.Replay == "":
 		if d != wire.DialectMooncake {
 			r.note("no --replay: without a replay endpoint a sequence gap clears the stream's blocks instead of being replayed")
 		}
 	case r.Replay != nil && r.Replay.Answered:
-		reg.ReplayEndpoint = ps.replay
+		reg.ReplayEndpoint = ps.Replay
 	default:
-		r.note("replay_endpoint left out: %s did not answer", ps.replay)
+		r.note("replay_endpoint left out: %s did not answer", ps.Replay)
 	}
 	reg.HashProfile = r.Hash.Profile
 	if r.Hash.KeysFromTokenIDs || (reg.HashProfile == nil && d != wire.DialectMooncake) {
@@ -341,7 +341,7 @@ func (r *probeReport) registration(ps *probeSettings, o *observation, d wire.Dia
 	body := marshalCompact(reg)
 	r.Curl = "curl -s localhost:13333/register -H 'Content-Type: application/json' -d '" +
 		strings.ReplaceAll(body, "'", `'\''`) + "'"
-	r.Config = &configJSON{Services: []registrationJSON{reg}}
+	r.Config = &Config{Services: []Registration{reg}}
 	switch d {
 	case wire.DialectStandard:
 		r.note("the Python client registers vLLM, SGLang and Mooncake publishers: register a standard one over HTTP or in the configuration file")
@@ -350,7 +350,7 @@ func (r *probeReport) registration(ps *probeSettings, o *observation, d wire.Dia
 		r.note("the Python client requires a hash_profile: register the master through it with the engines' hash_profile")
 		return
 	}
-	r.Python = "client.register(" + marshalCompact(pythonRegistration{InstanceID: reg.InstanceID, Endpoint: reg.Endpoint,
+	r.Python = "client.register(" + marshalCompact(PythonRegistration{InstanceID: reg.InstanceID, Endpoint: reg.Endpoint,
 		ReplayEndpoint: reg.ReplayEndpoint, PublisherType: reg.Type, ModelName: reg.ModelName, BlockSize: reg.BlockSize,
 		DPRank: reg.DPRank, LoraName: reg.LoraName, HashProfile: reg.HashProfile}) + ")"
 }
@@ -416,7 +416,7 @@ func eraText(d wire.Dialect, e wire.Era) string {
 }
 
 // replayText describes how the replay endpoint answered.
-func replayText(rp *replayResult) string {
+func replayText(rp *ReplayResult) string {
 	if !rp.Answered {
 		return fmt.Sprintf("%s did not answer a request from seq %d: %s", rp.Endpoint, rp.From, rp.Error)
 	}
@@ -467,15 +467,17 @@ func mediaList(t *tally) []string {
 	return out
 }
 
-func writeReportJSON(w io.Writer, r *probeReport) error {
+// WriteJSON writes the report as one indented JSON document (`conductor probe
+// --json`).
+func (r *Report) WriteJSON(w io.Writer) error {
 	e := json.NewEncoder(w)
 	e.SetEscapeHTML(false)
 	e.SetIndent("", "  ")
 	return e.Encode(r)
 }
 
-// writeReportText writes the report for a person.
-func writeReportText(w io.Writer, r *probeReport) error {
+// WriteText writes the report for a person (`conductor probe`).
+func (r *Report) WriteText(w io.Writer) error {
 	var b strings.Builder
 	line := func(k, format string, args ...any) { fmt.Fprintf(&b, "  %-14s %s\n", k, fmt.Sprintf(format, args...)) }
 	stop := ""

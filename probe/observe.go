@@ -1,4 +1,4 @@
-package main
+package probe
 
 import (
 	"hash/maphash"
@@ -10,28 +10,28 @@ import (
 )
 
 // What `conductor probe` keeps of the messages it receives. Everything is
-// bounded: the tallies keep at most probeMaxDistinct distinct values each
-// (and count the rest), the hash samples at most probeMaxSamples distinct
+// bounded: the tallies keep at most maxDistinct distinct values each
+// (and count the rest), the hash samples at most maxSamples distinct
 // root events, and nothing keeps a payload (the last one is remembered by
 // its checksum, for the replay check).
 
 const (
-	probeMaxDistinct = 16
-	probeMaxSamples  = 32
-	// probeSampleBlocks is how many blocks of a root event a sample checks,
+	maxDistinct = 16
+	maxSamples  = 32
+	// sampleBlocks is how many blocks of a root event a sample checks,
 	// as the registration's self-check does.
-	probeSampleBlocks = 4
-	// probeMaxSampleTokens caps the tokens one sample keeps (fewer blocks
+	sampleBlocks = 4
+	// maxSampleTokens caps the tokens one sample keeps (fewer blocks
 	// when blocks are large; none past this many tokens a block), so the
 	// samples hold at most 2 MiB.
-	probeMaxSampleTokens = 16 << 10
+	maxSampleTokens = 16 << 10
 )
 
 // tally counts the distinct values of one field, in order of first sight.
 type tally struct {
 	keys   []string
 	counts []int
-	more   int // values past probeMaxDistinct distinct ones
+	more   int // values past maxDistinct distinct ones
 }
 
 func (t *tally) add(v []byte) {
@@ -41,7 +41,7 @@ func (t *tally) add(v []byte) {
 			return
 		}
 	}
-	if len(t.keys) >= probeMaxDistinct {
+	if len(t.keys) >= maxDistinct {
 		t.more++
 		return
 	}
@@ -75,7 +75,7 @@ func (t *intTally) add(v int64) {
 		t.counts[i]++
 		return
 	}
-	if len(t.keys) >= probeMaxDistinct {
+	if len(t.keys) >= maxDistinct {
 		t.more++
 		return
 	}
@@ -102,9 +102,9 @@ func (t *intTally) sorted() []int64 {
 	return out
 }
 
-// probeSample is one distinct root event with token_ids, and what
+// hashSample is one distinct root event with token_ids, and what
 // reproduces it (checked when it is taken).
-type probeSample struct {
+type hashSample struct {
 	s        hash.Sample
 	found    bool
 	spec     hash.Spec
@@ -144,7 +144,7 @@ type observation struct {
 	blockSizes             intTally
 	bigram                 bool
 
-	samples  []probeSample
+	samples  []hashSample
 	scratch  []uint64
 	bigramTk []int32
 	cands    []hash.Profile // engine candidates (hash.Candidates of --seed)
@@ -260,11 +260,11 @@ func (o *observation) event(e *core.Event, blockSize int) {
 // sample keeps a root event with token_ids as a hash sample, once per
 // distinct chain start, and checks it at once.
 func (o *observation) sample(e *core.Event, bs int) {
-	if len(o.samples) >= probeMaxSamples {
+	if len(o.samples) >= maxSamples {
 		return
 	}
-	n := min(len(e.Hashes), probeSampleBlocks, max(probeMaxSampleTokens/bs, 1))
-	if n*bs > probeMaxSampleTokens {
+	n := min(len(e.Hashes), sampleBlocks, max(maxSampleTokens/bs, 1))
+	if n*bs > maxSampleTokens {
 		return
 	}
 	for i := range o.samples {
@@ -284,7 +284,7 @@ func (o *observation) sample(e *core.Event, bs int) {
 	if len(toks) < need {
 		return
 	}
-	ps := probeSample{standard: e.Standard, lora: len(e.LoraName) > 0, s: hash.Sample{
+	ps := hashSample{standard: e.Standard, lora: len(e.LoraName) > 0, s: hash.Sample{
 		Tokens: slices.Clone(toks[:need]), Hashes: slices.Clone(e.Hashes[:n]), BlockSize: bs,
 		Lora: slices.Clone(e.LoraName), Salt: slices.Clone(e.CacheSalt)}}
 	if ps.standard {

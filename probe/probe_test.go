@@ -1,13 +1,13 @@
-package main
+package probe
 
 import (
 	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,30 +21,26 @@ import (
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
-// The probe's tests run `conductor probe` in-process (run) against real
-// loopback ZMQ publishers (package bench) of every dialect and hash profile,
-// then send the registration it prints, as printed, to a running conductor
-// and query the published prompt.
+// The probe's tests run Run against real loopback ZMQ publishers (package
+// bench) of every dialect and hash profile, then send the registration it
+// reports, as reported, to an indexer wired as cmd/conductor wires one
+// (startIndexer) and query the published prompt.
 
-// probeOut runs `conductor probe args...` and returns its exit status and
-// output.
-func probeOut(t *testing.T, args ...string) (code int, stdout, stderr string) {
+// report runs the probe and returns its report as its JSON form reads back
+// (what `conductor probe --json` prints).
+func report(t *testing.T, o Options) *Report {
 	t.Helper()
-	var out, errb syncBuffer
-	code = run(context.Background(), append([]string{"probe"}, args...), envOf(nil), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
-// probeJSON runs the probe with --json and decodes the report.
-func probeJSON(t *testing.T, args ...string) *probeReport {
-	t.Helper()
-	code, out, errs := probeOut(t, append(args, "--json")...)
-	if code != 0 {
-		t.Fatalf("probe %v: exit %d\n%s%s", args, code, out, errs)
+	rep, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatalf("probe %+v: %v", o, err)
 	}
-	var r probeReport
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, out)
+	var b bytes.Buffer
+	if err := rep.WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var r Report
+	if err := json.Unmarshal(b.Bytes(), &r); err != nil {
+		t.Fatalf("JSON form: %v\n%s", err, b.String())
 	}
 	return &r
 }
@@ -116,8 +112,8 @@ type engineCase struct {
 	lora    string
 	salt    string // vLLM: hashed into the first block, never on the wire
 	dp      int
-	frames  int      // replay reply form
-	args    []string // extra probe flags
+	frames  int    // replay reply form
+	seed    string // Options.Seed ("": the default)
 	dialect string
 	eraWord string
 	found   *hash.Spec // the profile the probe must name; nil: none
@@ -163,7 +159,7 @@ func TestProbeEngines(t *testing.T) {
 			dialect: "vLLM", eraWord: "array", found: spec(vllmSpec("xxhash", "0"))},
 		{name: "vllm_map_xxhash_cbor", era: bench.EraMap, spec: vllmSpec("xxhash_cbor", "0"), frames: 4,
 			dialect: "vLLM", eraWord: "map", found: spec(vllmSpec("xxhash_cbor", "0"))},
-		{name: "vllm_map_seed_given", era: bench.EraMap, spec: vllmSpec("sha256", "42"), frames: 4, args: []string{"--seed", "42"},
+		{name: "vllm_map_seed_given", era: bench.EraMap, spec: vllmSpec("sha256", "42"), frames: 4, seed: "42",
 			dialect: "vLLM", eraWord: "map", found: spec(vllmSpec("sha256", "42"))},
 		{name: "vllm_array_lora", era: bench.EraArray, spec: vllmSpec("sha256_cbor", "0"), lora: "adapter-a", frames: 4,
 			dialect: "vLLM", eraWord: "array", found: spec(vllmSpec("sha256_cbor", "0"))},
@@ -176,17 +172,17 @@ func TestProbeEngines(t *testing.T) {
 		{name: "sglang_map_dp2", sglang: true, era: bench.EraMap, spec: sglangSpec, dp: 2, frames: 3,
 			dialect: "SGLang", eraWord: "map", found: spec(sglangSpec)},
 	}
-	p := startConductor(t, "")
+	p := startIndexer(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			pub := newProbePublisher(t, bench.PublisherOptions{ReplyFrames: c.frames, Topic: []byte("kv@" + c.name)})
 			publishLoop(t, pub, c.payloads(chainOf(t, c.spec, probeTokens(), c.lora, c.salt)))
-			seconds := "30"
+			seconds := 30
 			if c.found == nil {
-				seconds = "2" // it listens to the end when nothing reproduces the hashes
+				seconds = 2 // it listens to the end when nothing reproduces the hashes
 			}
-			r := probeJSON(t, append([]string{pub.Endpoint(), "--replay", pub.ReplayEndpoint(), "--seconds", seconds,
-				"--model", "m-" + c.name}, c.args...)...)
+			r := report(t, Options{Endpoint: pub.Endpoint(), Replay: pub.ReplayEndpoint(), Seconds: seconds,
+				Model: "m-" + c.name, Seed: c.seed})
 			if r.Dialect != c.dialect || !r.DialectSure || r.Era != c.eraWord {
 				t.Fatalf("dialect %s sure=%v by %q, era %s; want %s, %s", r.Dialect, r.DialectSure, r.DialectBy, r.Era, c.dialect, c.eraWord)
 			}
@@ -221,7 +217,7 @@ func TestProbeEngines(t *testing.T) {
 
 // checkForms: the curl command and the configuration entry carry the
 // registration exactly; the Python call carries it under the Python names.
-func checkForms(t *testing.T, r *probeReport) {
+func checkForms(t *testing.T, r *Report) {
 	t.Helper()
 	want := marshalCompact(r.Registration)
 	body, ok := strings.CutPrefix(r.Curl, "curl -s localhost:13333/register -H 'Content-Type: application/json' -d '")
@@ -250,7 +246,7 @@ func checkForms(t *testing.T, r *probeReport) {
 // registerAndHit posts the printed registration to p as printed and waits
 // until the instance holds want tokens of the prompt; it is unregistered at
 // the end of the test.
-func registerAndHit(t *testing.T, p *proc, r *probeReport, lora string, want int) {
+func registerAndHit(t *testing.T, p *indexer, r *Report, lora string, want int) {
 	t.Helper()
 	reg := r.Registration
 	if code, _, b := httpDo(t, "POST", p.url("/register"), "application/json", []byte(marshalCompact(reg))); code != 200 {
@@ -264,7 +260,7 @@ func registerAndHit(t *testing.T, p *proc, r *probeReport, lora string, want int
 }
 
 // waitForHit queries the prompt until instance holds want of its tokens.
-func waitForHit(t *testing.T, p *proc, model, instance, lora string, want int) {
+func waitForHit(t *testing.T, p *indexer, model, instance, lora string, want int) {
 	t.Helper()
 	q := map[string]any{"model": model, "block_size": 16, "token_ids": probeTokens()}
 	if lora != "" {
@@ -320,7 +316,7 @@ func TestProbeSGLangBigram(t *testing.T) {
 	payload := msgp.AppendInt(append(msgp.AppendArrayHeader(msgp.AppendFloat64(msgp.AppendArrayHeader(nil, 3), 1.7e9), 1), ev...), 0)
 	pub := newProbePublisher(t, bench.PublisherOptions{ReplyFrames: 3})
 	publishLoop(t, pub, func() [][]byte { return [][]byte{payload} })
-	r := probeJSON(t, pub.Endpoint(), "--seconds", "30")
+	r := report(t, Options{Endpoint: pub.Endpoint(), Seconds: 30})
 	if r.Dialect != "SGLang" || !r.DialectSure || r.Hash.Profile == nil || *r.Hash.Profile != *profileOf(big) || r.Registration == nil ||
 		*r.Registration.HashProfile != *profileOf(big) {
 		t.Fatalf("dialect %s (%s), hash %+v", r.Dialect, r.DialectBy, r.Hash)
@@ -366,7 +362,7 @@ func appendStandardBatch(id uint64, keys []uint64, toks []int32, parent *uint64)
 // gives one; registered as printed, its blocks extend the prompt of a vLLM
 // engine of the same model in the shared tier, under the engine's profile.
 func TestProbeStandardAndMooncake(t *testing.T) {
-	p := startConductor(t, "")
+	p := startIndexer(t)
 	toks := probeTokens()
 	keys := chainOf(t, hash.DefaultProfile().Spec, toks, "", "")
 	var id atomic.Uint64
@@ -375,7 +371,7 @@ func TestProbeStandardAndMooncake(t *testing.T) {
 		n := id.Add(2)
 		return [][]byte{appendStandardBatch(n-1, keys[:2], toks[:32], nil), appendStandardBatch(n, keys[2:], toks[32:], &keys[1])}
 	})
-	r := probeJSON(t, std.Endpoint(), "--replay", std.ReplayEndpoint(), "--seconds", "30", "--model", "m-standard")
+	r := report(t, Options{Endpoint: std.Endpoint(), Replay: std.ReplayEndpoint(), Seconds: 30, Model: "m-standard"})
 	if r.Dialect != "standard" || !r.DialectSure || r.Era != "standard" || r.Hash.Profile == nil || r.Hash.Profile.Strategy != "xxh3" ||
 		!r.Hash.KeysFromTokenIDs || r.Hash.Matched != 1 || !strings.Contains(r.Hash.Text, "computes the keys from token_ids") {
 		t.Fatalf("standard: %s %v %s, hash %+v", r.Dialect, r.DialectSure, r.Era, r.Hash)
@@ -391,7 +387,7 @@ func TestProbeStandardAndMooncake(t *testing.T) {
 		return [][]byte{bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0,
 			bench.EngineStored{Hashes: vkeys[:1], Tokens: toks[:16], BlockSize: 16, Medium: "GPU"})}
 	})
-	r = probeJSON(t, vllm.Endpoint(), "--seconds", "30", "--model", "m-shared")
+	r = report(t, Options{Endpoint: vllm.Endpoint(), Seconds: 30, Model: "m-shared"})
 	engine := r.Registration.InstanceID
 	registerAndHit(t, p, r, "", 16)
 	mc := newProbePublisher(t, bench.PublisherOptions{NoReplay: true})
@@ -404,12 +400,12 @@ func TestProbeStandardAndMooncake(t *testing.T) {
 		}
 		return [][]byte{bench.AppendMooncakeBatch(nil, 1700000000000, 0, evs...)}
 	})
-	r = probeJSON(t, mc.Endpoint(), "--seconds", "30", "--model", "m-shared")
+	r = report(t, Options{Endpoint: mc.Endpoint(), Seconds: 30, Model: "m-shared"})
 	if r.Dialect != "Mooncake" || !r.DialectSure || r.Registration != nil || r.Hash.Profile != nil ||
 		!strings.Contains(strings.Join(r.Notes, "\n"), "--block-size") || !strings.Contains(r.Hash.Text, "without a hash_profile") {
 		t.Fatalf("mooncake without a block size: %s, registration %+v, hash %+v, notes %v", r.Dialect, r.Registration, r.Hash, r.Notes)
 	}
-	r = probeJSON(t, mc.Endpoint(), "--seconds", "30", "--model", "m-shared", "--block-size", "16")
+	r = report(t, Options{Endpoint: mc.Endpoint(), Seconds: 30, Model: "m-shared", BlockSize: 16})
 	if r.Registration == nil || r.Registration.Type != "Mooncake" || r.Registration.ReplayEndpoint != "" || r.Media[0] != "cpu" ||
 		r.Registration.HashProfile != nil ||
 		!strings.Contains(strings.Join(r.Notes, "\n"), "shared tier") {
@@ -420,38 +416,6 @@ func TestProbeStandardAndMooncake(t *testing.T) {
 		t.Fatalf("register: %d %s", code, b)
 	}
 	waitForHit(t, p, "m-shared", engine, "", 64)
-}
-
-// TestProbeRegistrationForms: the Python form registers over the RPC port
-// and the configuration form from a configuration file, each finding the
-// prompt; the text output carries all three forms.
-func TestProbeRegistrationForms(t *testing.T) {
-	c := engineCase{era: bench.EraMap, spec: vllmSpec("sha256_cbor", "0")}
-	pub := newProbePublisher(t, bench.PublisherOptions{})
-	publishLoop(t, pub, c.payloads(chainOf(t, c.spec, probeTokens(), "", "")))
-	code, text, errs := probeOut(t, pub.Endpoint(), "--replay", pub.ReplayEndpoint(), "--model", "m-forms", "--instance-id", "forms-0")
-	r := probeJSON(t, pub.Endpoint(), "--replay", pub.ReplayEndpoint(), "--model", "m-forms", "--instance-id", "forms-0")
-	if code != 0 || errs != "" {
-		t.Fatalf("exit %d: %s", code, errs)
-	}
-	for _, want := range []string{"dialect        vLLM: a form only vLLM sends", `map era: events as maps with a "type" key`,
-		"4-frame form", "vllm_v1 sha256_cbor with PYTHONHASHSEED=0 reproduces 1 of 1 distinct root event", r.Curl, r.Python,
-		marshalCompact(r.Config)} {
-		if !strings.Contains(text, want) {
-			t.Errorf("text output lacks %q:\n%s", want, text)
-		}
-	}
-	port := freePort(t)
-	p := startConductor(t, "", "--rpc-port", strconv.Itoa(port))
-	waitFor(t, "the RPC listening line", func() bool { return strings.Contains(p.logs.String(), "RPC server listening") })
-	py := strings.TrimSuffix(strings.TrimPrefix(r.Python, "client.register("), ")")
-	if code, _, b := httpDo(t, "POST", "http://127.0.0.1:"+strconv.Itoa(port)+"/rpc/Register", "application/json", []byte(py)); code != 200 || string(b) != `{"ret":0}` {
-		t.Fatalf("RPC Register: %d %s", code, b)
-	}
-	waitForHit(t, p, "m-forms", "forms-0", "", 64)
-
-	cfg := startConductor(t, marshalCompact(r.Config))
-	waitForHit(t, cfg, "m-forms", "forms-0", "", 64)
 }
 
 // TestProbeVectors: engines publishing the hand-worked chains of
@@ -479,7 +443,7 @@ func TestProbeVectors(t *testing.T) {
 		Cases []vcase `json:"cases"`
 	}
 	load := func(name string, v any) {
-		b, err := os.ReadFile(filepath.Join("..", "..", "hash", "testdata", name))
+		b, err := os.ReadFile(filepath.Join("..", "hash", "testdata", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -522,11 +486,11 @@ func TestProbeVectors(t *testing.T) {
 					Tokens: vc.TokenIDs[:len(hs)*vc.BlockSize], BlockSize: vc.BlockSize, Medium: "GPU", LoraName: vc.LoraName})
 				pub := newProbePublisher(t, bench.PublisherOptions{})
 				publishLoop(t, pub, func() [][]byte { return [][]byte{payload} })
-				seconds := "30"
+				seconds := 30
 				if salted {
-					seconds = "1"
+					seconds = 1
 				}
-				r := probeJSON(t, pub.Endpoint(), "--seconds", seconds)
+				r := report(t, Options{Endpoint: pub.Endpoint(), Seconds: seconds})
 				switch {
 				case salted && (r.Hash.Profile != nil || !strings.Contains(r.Hash.Text, "salted prompts")):
 					t.Fatalf("salted chain: %+v", r.Hash)
@@ -556,7 +520,7 @@ func TestProbeSGLangVectors(t *testing.T) {
 			} `json:"tier_publishes"`
 		} `json:"integration"`
 	}
-	b, err := os.ReadFile(filepath.Join("..", "..", "hash", "testdata", "mooncake_sglang_map_event_vectors.json"))
+	b, err := os.ReadFile(filepath.Join("..", "hash", "testdata", "mooncake_sglang_map_event_vectors.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,14 +538,14 @@ func TestProbeSGLangVectors(t *testing.T) {
 	}
 	pub := newProbePublisher(t, bench.PublisherOptions{ReplyFrames: 3})
 	publishLoop(t, pub, func() [][]byte { return payloads })
-	r := probeJSON(t, pub.Endpoint(), "--replay", pub.ReplayEndpoint(), "--seconds", "30", "--model", "m-sglang-vectors")
+	r := report(t, Options{Endpoint: pub.Endpoint(), Replay: pub.ReplayEndpoint(), Seconds: 30, Model: "m-sglang-vectors"})
 	if r.Dialect != "SGLang" || !r.DialectSure || r.Era != "map" || r.Hash.Profile == nil || *r.Hash.Profile != *profileOf(sglangSpec) ||
 		strings.Join(r.Media, ",") != "GPU,CPU_PINNED,DISK" || len(r.BlockSizes) != 1 || r.BlockSizes[0] != int64(in.BlockSize) ||
 		r.Replay.Frames != 3 || r.Registration == nil || r.Registration.BlockSize != int64(in.BlockSize) {
 		t.Fatalf("dialect %s (%s) era %s, hash %+v, media %v, block sizes %v, replay %+v, registration %+v",
 			r.Dialect, r.DialectBy, r.Era, r.Hash, r.Media, r.BlockSizes, r.Replay, r.Registration)
 	}
-	p := startConductor(t, "")
+	p := startIndexer(t)
 	if code, _, b := httpDo(t, "POST", p.url("/register"), "application/json", []byte(marshalCompact(r.Registration))); code != 200 {
 		t.Fatalf("register: %d %s", code, b)
 	}
@@ -592,62 +556,41 @@ func TestProbeSGLangVectors(t *testing.T) {
 	})
 }
 
-// TestProbeNothingUsable: the probe exits 1 with one line saying why when
-// the endpoint does not answer, when the publisher publishes nothing, and
-// when nothing it publishes decodes; bad arguments exit 2.
-func TestProbeNothingUsable(t *testing.T) {
+// TestRunNothingUsable: Run says in one line why it saw nothing usable
+// (ErrNothingUsable) when the endpoint does not answer, when the publisher
+// publishes nothing, and when nothing it publishes decodes; a malformed
+// endpoint is an error of its own, and bad options are ErrOptions naming
+// every bad field.
+func TestRunNothingUsable(t *testing.T) {
 	quiet := newProbePublisher(t, bench.PublisherOptions{})
 	garbage := newProbePublisher(t, bench.PublisherOptions{})
 	publishLoop(t, garbage, func() [][]byte { return [][]byte{{0xc1, 0xc1}} })
 	empty := newProbePublisher(t, bench.PublisherOptions{})
 	publishLoop(t, empty, func() [][]byte { return [][]byte{bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0)} })
 	for _, c := range []struct {
-		args []string
-		code int
-		want string
+		opts   Options
+		unused bool // ErrNothingUsable
+		want   string
 	}{
-		{[]string{"tcp://127.0.0.1:1", "--seconds", "1"}, 1, "not connected"},
-		{[]string{quiet.Endpoint(), "--seconds", "1"}, 1, "connected, but nothing was published"},
-		{[]string{garbage.Endpoint(), "--seconds", "1"}, 1, "none decodable as any dialect"},
-		{[]string{empty.Endpoint(), "--seconds", "1"}, 1, "no event in them (every batch was empty)"},
-		{[]string{"tcp://*:5557"}, 1, "tcp address needs a host to connect to"},
-		{nil, 2, "want one endpoint"},
-		{[]string{"tcp://127.0.0.1:1", "tcp://127.0.0.1:2"}, 2, "want one endpoint"},
-		{[]string{"tcp://127.0.0.1:1", "--seconds", "0"}, 2, "--seconds=0: want >= 1"},
-		{[]string{"tcp://127.0.0.1:1", "--replai", "x"}, 2, "unknown flag --replai; did you mean --replay? (conductor probe --help lists every flag)"},
+		{Options{Endpoint: "tcp://127.0.0.1:1", Seconds: 1}, true, "not connected"},
+		{Options{Endpoint: quiet.Endpoint(), Seconds: 1}, true, "connected, but nothing was published"},
+		{Options{Endpoint: garbage.Endpoint(), Seconds: 1}, true, "none decodable as any dialect"},
+		{Options{Endpoint: empty.Endpoint(), Seconds: 1}, true, "no event in them (every batch was empty)"},
+		{Options{Endpoint: "tcp://*:5557"}, false, "tcp address needs a host to connect to"},
 	} {
-		code, out, errs := probeOut(t, c.args...)
-		if code != c.code || out != "" || strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "conductor probe: ") || !strings.Contains(errs, c.want) {
-			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d and one line with %q", c.args, code, out, errs, c.code, c.want)
+		rep, err := Run(context.Background(), c.opts)
+		if rep != nil || err == nil || errors.Is(err, ErrNothingUsable) != c.unused || strings.Contains(err.Error(), "\n") ||
+			!strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: report %v, error %v; want one line with %q (nothing usable: %v)", c.opts, rep, err, c.want, c.unused)
 		}
 	}
-	code, out, _ := probeOut(t, "--help")
-	if code != 0 || !strings.HasPrefix(out, "conductor probe subscribes") || !strings.Contains(out, "  --replay ENDPOINT") {
-		t.Errorf("--help: exit %d\n%s", code, out)
+	_, err := Run(context.Background(), Options{Seconds: -1, BlockSize: -2})
+	if !errors.Is(err, ErrOptions) {
+		t.Fatalf("bad options: %v", err)
 	}
-	var help bytes.Buffer
-	if _, err := parseFlags([]string{"--help"}, &help); err == nil || strings.Count(help.String(), "conductor probe") != 1 {
-		t.Errorf("conductor --help mentions the probe %d times, want 1:\n%s", strings.Count(help.String(), "conductor probe"), help.String())
-	}
-}
-
-// TestServerBinaryDeps: the server binary, probe included, links none of
-// the harness (bench, bench/sim) nor pebbe/zmq4: its ZMQ is wire/ingest's.
-func TestServerBinaryDeps(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		if strings.HasSuffix(dep, "/conductor/bench") || strings.Contains(dep, "/conductor/bench/") || strings.Contains(dep, "pebbe/zmq4") {
-			t.Errorf("cmd/conductor depends on %s", dep)
+	for _, want := range []string{"endpoint: required", "seconds=-1: want >= 1", "block_size=-2: want >= 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("bad options error lacks %q: %v", want, err)
 		}
-	}
-	if !strings.Contains(string(out), "github.com/seed-c7a81618/conductor/wire/ingest\n") {
-		t.Fatalf("go list -deps lacks wire/ingest:\n%s", out)
 	}
 }

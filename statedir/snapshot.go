@@ -1,4 +1,4 @@
-package main
+package statedir
 
 import (
 	"bufio"
@@ -11,16 +11,19 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/wire/dump"
 )
 
 // Warm restarts. With --state-dir set, conductor writes an index snapshot to
 // DIR/index.snapshot on graceful shutdown and every --snapshot-interval (0:
-// only at shutdown; negative: never). The snapshot is one file: the main
+// only at shutdown; negative: never; a snapshot already there is restored at
+// start whatever the interval). The snapshot is one file: the main
 // API's /dump (standardized-event form, one section per registration with the
 // sequence of the last batch it holds) followed by a 64-byte trailer:
 //
@@ -29,7 +32,7 @@ import (
 //	[24:32] when it was written, Unix nanoseconds, big-endian
 //	[32:64] SHA-256 of everything before it (the dump and trailer[0:32])
 //
-// It is written as a generation of the file (generations, state.go): to
+// It is written as a generation of the file (generations.go): to
 // index.snapshot.tmp, fsynced, the current one renamed to index.snapshot.prev,
 // the new one renamed into place, DIR fsynced. A crash at any point leaves a
 // complete snapshot at index.snapshot or index.snapshot.prev that verifies on
@@ -55,14 +58,15 @@ import (
 // as for any unhealable gap; an engine that restarted meanwhile is detected
 // and cleared. Proved by TestSnapshotWarmRestart.
 const (
-	snapshotFile       = "index.snapshot"
+	// SnapshotFile is the index snapshot's file in the directory.
+	SnapshotFile       = "index.snapshot"
 	snapshotLegacyMeta = "index.snapshot.meta"
 	snapshotMagic      = "conductor-snap/1"
 	snapshotTrailerLen = 64
 )
 
-// errSnapshotCorrupt: a snapshot file that does not verify.
-var errSnapshotCorrupt = errors.New("conductor: index snapshot torn or corrupt")
+// ErrSnapshotCorrupt: a snapshot file that does not verify.
+var ErrSnapshotCorrupt = errors.New("conductor: index snapshot torn or corrupt")
 
 // snapshotInfo describes a snapshot that verified.
 type snapshotInfo struct {
@@ -172,14 +176,14 @@ func checkSnapshot(path string) (snapshotInfo, error) {
 	info.bytes = int64(binary.BigEndian.Uint64(t[16:24]))
 	info.written = time.Unix(0, int64(binary.BigEndian.Uint64(t[24:32])))
 	if info.bytes != st.Size()-snapshotTrailerLen {
-		return info, fmt.Errorf("%w: trailer says %d dump bytes, file holds %d", errSnapshotCorrupt, info.bytes, st.Size()-snapshotTrailerLen)
+		return info, fmt.Errorf("%w: trailer says %d dump bytes, file holds %d", ErrSnapshotCorrupt, info.bytes, st.Size()-snapshotTrailerLen)
 	}
 	h := sha256.New()
 	if _, err := io.Copy(h, io.NewSectionReader(f, 0, st.Size()-32)); err != nil {
 		return info, err
 	}
 	if !bytes.Equal(h.Sum(nil), t[32:]) {
-		return info, fmt.Errorf("%w: checksum mismatch", errSnapshotCorrupt)
+		return info, fmt.Errorf("%w: checksum mismatch", ErrSnapshotCorrupt)
 	}
 	return info, nil
 }
@@ -195,14 +199,14 @@ type legacyMeta struct {
 func checkLegacySnapshot(f *os.File, info snapshotInfo) (snapshotInfo, error) {
 	data, err := os.ReadFile(filepath.Join(filepath.Dir(info.path), snapshotLegacyMeta))
 	if errors.Is(err, os.ErrNotExist) {
-		return info, fmt.Errorf("%w: no trailer (and no %s of the earlier form)", errSnapshotCorrupt, snapshotLegacyMeta)
+		return info, fmt.Errorf("%w: no trailer (and no %s of the earlier form)", ErrSnapshotCorrupt, snapshotLegacyMeta)
 	}
 	var m legacyMeta
 	if err == nil {
 		err = json.Unmarshal(data, &m)
 	}
 	if err != nil || m.Version != 1 {
-		return info, fmt.Errorf("%w: no trailer, and %s is unreadable (version %d, err %v)", errSnapshotCorrupt, snapshotLegacyMeta, m.Version, err)
+		return info, fmt.Errorf("%w: no trailer, and %s is unreadable (version %d, err %v)", ErrSnapshotCorrupt, snapshotLegacyMeta, m.Version, err)
 	}
 	h := sha256.New()
 	n, err := io.Copy(h, f)
@@ -211,7 +215,7 @@ func checkLegacySnapshot(f *os.File, info snapshotInfo) (snapshotInfo, error) {
 	}
 	if n != m.Bytes || hex.EncodeToString(h.Sum(nil)) != m.SHA256 {
 		return info, fmt.Errorf("%w: earlier two-file form that does not match its %s (torn, or interrupted between its two renames)",
-			errSnapshotCorrupt, snapshotLegacyMeta)
+			ErrSnapshotCorrupt, snapshotLegacyMeta)
 	}
 	info.bytes, info.legacy = n, true
 	info.written, _ = time.Parse(time.RFC3339Nano, m.Written)
@@ -228,104 +232,123 @@ func loadSnapshot(g *generations) (info snapshotInfo, ok bool, bad []string) {
 	return info, from != "", bad
 }
 
-// snapshotter writes the index snapshot periodically and at shutdown.
-type snapshotter struct {
+// Snapshots writes the index snapshot periodically and at shutdown, and
+// restores it at start. Start and Stop are called once each, from one
+// goroutine (the process's start and stop).
+type Snapshots struct {
 	dir      string
-	interval time.Duration // > 0: also every interval
+	interval time.Duration
+	ix       *core.Index
+	log      *slog.Logger
 	stop     chan struct{}
 	done     chan struct{}
 }
 
-func (s *snapshotter) file() *generations {
-	return &generations{path: filepath.Join(s.dir, snapshotFile)}
+// NewSnapshots keeps ix's snapshot in dir: written every interval when it is
+// > 0 and at shutdown when it is >= 0; a negative interval writes none. The
+// newest snapshot there is restored at start whatever the interval (Hold).
+// log receives one line per snapshot written or restored.
+func NewSnapshots(dir string, interval time.Duration, ix *core.Index, log *slog.Logger) *Snapshots {
+	return &Snapshots{dir: dir, interval: interval, ix: ix, log: log}
 }
 
-// saveSnapshot writes one snapshot and logs the outcome.
-func (a *app) saveSnapshot(why string) {
+func (s *Snapshots) file() *generations {
+	return &generations{path: filepath.Join(s.dir, SnapshotFile)}
+}
+
+// Save writes one snapshot and logs the outcome; why names the occasion in
+// the log ("interval", "shutdown").
+func (s *Snapshots) Save(why string) {
 	start := time.Now()
-	g := a.snap.file()
-	n, err := writeSnapshotFile(g, func(w *bufio.Writer) error { return dump.Write(a.ix, w) })
+	g := s.file()
+	n, err := writeSnapshotFile(g, func(w *bufio.Writer) error { return dump.Write(s.ix, w) })
 	if err != nil {
-		a.log.Error("index snapshot not written", "reason", why, "path", g.path, "err", err)
+		s.log.Error("index snapshot not written", "reason", why, "path", g.path, "err", err)
 		return
 	}
-	a.log.Info("index snapshot written", "reason", why, "path", g.path, "bytes", n, "took", time.Since(start).Round(time.Millisecond))
+	s.log.Info("index snapshot written", "reason", why, "path", g.path, "bytes", n, "took", time.Since(start).Round(time.Millisecond))
 }
 
-// startSnapshots runs the periodic snapshot loop (when an interval is set).
-func (a *app) startSnapshots() {
-	if a.snap == nil || a.snap.interval <= 0 {
+// Start runs the periodic snapshot loop (when an interval is set). Safe on
+// a nil Snapshots (no snapshots).
+func (s *Snapshots) Start() {
+	if s == nil || s.interval <= 0 {
 		return
 	}
-	a.snap.stop, a.snap.done = make(chan struct{}), make(chan struct{})
+	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go func() {
-		defer close(a.snap.done)
-		t := time.NewTicker(a.snap.interval)
+		defer close(s.done)
+		t := time.NewTicker(s.interval)
 		defer t.Stop()
 		for {
 			select {
-			case <-a.snap.stop:
+			case <-s.stop:
 				return
 			case <-t.C:
-				a.saveSnapshot("interval")
+				s.Save("interval")
 			}
 		}
 	}()
 }
 
-// stopSnapshots ends the loop and writes the shutdown snapshot.
-func (a *app) stopSnapshots() {
-	if a.snap == nil {
+// Stop ends the loop and writes the shutdown snapshot (none with a
+// negative interval). Safe on a nil Snapshots.
+func (s *Snapshots) Stop() {
+	if s == nil {
 		return
 	}
-	if a.snap.stop != nil {
-		close(a.snap.stop)
-		<-a.snap.done
+	if s.stop != nil {
+		close(s.stop)
+		<-s.done
 	}
-	a.saveSnapshot("shutdown")
+	if s.interval >= 0 {
+		s.Save("shutdown")
+	}
 }
 
-// snapshotGate finds the newest snapshot that verifies and, when there is
-// one, holds the index's apply gate (called before the registrations are
+// Hold finds the newest snapshot that verifies and, when there is one,
+// holds the index's apply gate (called before the registrations are
 // restored, so no event applies before the snapshot); restore then restores
-// it and releases the gate. Without one it holds nothing (ok false).
-func (a *app) snapshotGate() (restore func(), ok bool) {
-	if a.snap == nil {
+// it, handing Dynamo-form sections' indexers to idx (dump.Restore), and
+// releases the gate. Without one it holds nothing (ok false). Safe on a nil
+// Snapshots.
+func (s *Snapshots) Hold(idx dump.Indexers) (restore func(), ok bool) {
+	if s == nil {
 		return func() {}, false
 	}
-	g := a.snap.file()
+	g := s.file()
 	info, ok, bad := loadSnapshot(g)
 	for _, b := range bad {
-		a.log.Error("index snapshot is torn or corrupt; trying the previous generation", "problem", b)
+		s.log.Error("index snapshot is torn or corrupt; trying the previous generation", "problem", b)
 	}
 	if !ok {
 		if len(bad) > 0 {
-			a.log.Error("no good index snapshot left; the index refills from the engines' replay rings", "path", g.path)
+			s.log.Error("no good index snapshot left; the index refills from the engines' replay rings", "path", g.path)
 		} else {
-			a.log.Info("no index snapshot yet", "path", g.path)
+			s.log.Info("no index snapshot yet", "path", g.path)
 		}
 		return func() {}, false
 	}
 	if info.legacy {
-		a.log.Info("index snapshot of the earlier two-file form (with "+snapshotLegacyMeta+"); the next one is written as one file",
+		s.log.Info("index snapshot of the earlier two-file form (with "+snapshotLegacyMeta+"); the next one is written as one file",
 			"path", info.path)
 	}
-	release := a.ix.HoldApplies()
+	release := s.ix.HoldApplies()
 	return func() {
 		defer release()
 		f, err := os.Open(info.path)
 		if err != nil {
-			a.log.Error("index snapshot unreadable", "path", info.path, "err", err)
+			s.log.Error("index snapshot unreadable", "path", info.path, "err", err)
 			return
 		}
 		defer f.Close()
 		start := time.Now()
-		st, err := dump.Restore(a.ix, io.NewSectionReader(f, 0, info.bytes), a.dp.dyn)
+		st, err := dump.Restore(s.ix, io.NewSectionReader(f, 0, info.bytes), idx)
 		if err != nil {
-			a.log.Error("index snapshot restored only in part", "path", info.path, "err", err)
+			s.log.Error("index snapshot restored only in part", "path", info.path, "err", err)
 		}
 		// blocks: block holdings (a block two streams hold counts twice)
-		a.log.Info("index snapshot restored", "path", info.path, "blocks", st.Holdings, "streams", st.Streams,
+		s.log.Info("index snapshot restored", "path", info.path, "blocks", st.Holdings, "streams", st.Streams,
 			"engine_entries", st.Engine, "missing_streams", st.MissingStream, "skipped", st.Skipped,
 			"written", info.written.UTC().Format(time.RFC3339), "bytes", st.Bytes, "took", time.Since(start).Round(time.Millisecond))
 	}, true
