@@ -97,6 +97,14 @@ type GapResult struct {
 	Applied ApplyStats
 }
 
+// GapPolicy returns the gap policy in force: the registration's, else
+// Options.GapPolicy.
+func (s *Subscription) GapPolicy() GapPolicy { return s.gapPolicy() }
+
+// BlockBound returns the bound on held (owner, block) pairs in force (0:
+// none): the registration's MaxBlocks, else Options.MaxBlocksPerRegistration.
+func (s *Subscription) BlockBound() int { return s.blockBound() }
+
 // gapPolicy resolves the registration's policy.
 func (s *Subscription) gapPolicy() GapPolicy {
 	if p := s.reg.GapPolicy; p != GapDefault {

@@ -374,6 +374,8 @@ func FuzzHTTPRegister(f *testing.F) {
 		  "hash_profile":{"strategy":"sglang","algorithm":"sha256_raw","index_projection":"first64_be"},"lora_name":null,"additionalsalt":"s"}`,
 		`{"endpoint":"tcp://a:1","type":"vLLM","modelname":"m","instance_id":"a","block_size":16,"dp_rank":0,
 		  "hash_profile":{"strategy":"vllm_v1","algorithm":"sha256","python_hash_seed":"random","index_projection":"low64_be"}}`,
+		`{"endpoint":"tcp://a:1","type":"Mooncake","modelname":"m","instance_id":"a","block_size":16,"dp_rank":0,
+		  "gap_policy":"expire","max_blocks":-1}`,
 		`{"endpoint":"","type":1}`, `{"hash_profile":{"root_digest":"x"}}`, `[]`,
 	}
 	for _, s := range seeds {
@@ -405,9 +407,10 @@ func FuzzHTTPRegister(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encoded registration rejected: %v (%+v)", err, reg)
 		}
-		// additionalsalt is JSON-only (the msgpack dialect refuses it): the
-		// msgpack round trip carries everything else.
-		reg.AdditionalSalt = ""
+		// additionalsalt, gap_policy and max_blocks are JSON-only (the
+		// msgpack dialect refuses them): the msgpack round trip carries
+		// everything else.
+		reg.AdditionalSalt, reg.GapPolicy, reg.MaxBlocks = "", core.GapDefault, 0
 		if !sameRegistration(reg, again) {
 			t.Fatalf("round trip changed the registration:\n%+v\n%+v", reg, again)
 		}

@@ -134,6 +134,12 @@ func RegisterJSON(r *core.Registration) ([]byte, error) {
 	if r.CacheGroup != nil {
 		m["cache_group"] = *r.CacheGroup
 	}
+	if r.GapPolicy != core.GapDefault {
+		m["gap_policy"] = r.GapPolicy.String()
+	}
+	if r.MaxBlocks != 0 {
+		m["max_blocks"] = r.MaxBlocks
+	}
 	if r.ProfileExplicit {
 		sp := r.Profile.Spec
 		m["hash_profile"] = map[string]string{"strategy": sp.Strategy, "algorithm": sp.Algorithm,

@@ -21,9 +21,9 @@ func sampleRegs(t *testing.T) []core.Registration {
 	return []core.Registration{
 		{Endpoint: "tcp://10.0.0.1:5557", ReplayEndpoint: "tcp://10.0.0.1:5558", Type: core.PublisherVLLM, ModelName: "m",
 			LoraName: "sql", TenantID: "t1", InstanceID: "a", BlockSize: 16, DPRank: 2, AdditionalSalt: "w8a8",
-			CacheGroup: &zero, Profile: prof, ProfileExplicit: true, Owner: "team-a"},
+			CacheGroup: &zero, Profile: prof, ProfileExplicit: true, Owner: "team-a", GapPolicy: core.GapExpire, MaxBlocks: -1},
 		{Endpoint: "tcp://10.0.0.2:5557", Type: core.PublisherSGLang, ModelName: "q", TenantID: "default", InstanceID: "b",
-			BlockSize: 64, Profile: hash.DefaultProfile(), Owner: "admin"},
+			BlockSize: 64, Profile: hash.DefaultProfile(), Owner: "admin", GapPolicy: core.GapClear, MaxBlocks: 1000},
 		{Endpoint: "tcp://10.0.0.3:5557", Type: core.PublisherVLLM, ModelName: "c", TenantID: "default", InstanceID: "c",
 			BlockSize: 16, Profile: hash.DefaultProfile(), Owner: configOwner},
 	}

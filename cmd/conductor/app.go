@@ -72,6 +72,9 @@ type settings struct {
 	rxQueueBytes    int
 	rxQueuedBytes   int64
 	maxMessageBytes int64
+	gapPolicy       string
+	gapExpireAfter  time.Duration
+	maxBlocksPerReg int
 	contextSizeHint int
 	shutdownTimeout time.Duration
 
@@ -140,6 +143,12 @@ func defineFlags(s *settings) *flag.FlagSet {
 		"largest ZMQ message applied: a larger one is dropped whole, counted and logged, and the messages after it apply as usual (a single frame above 4× this ends the connection in libzmq)")
 	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
+	fs.StringVar(&s.gapPolicy, "gap-policy", core.DefaultGapPolicy.String(),
+		"what a registration keeps of its blocks when events are lost for good (a gap without a replay endpoint, or past the engine's ring): keep, clear or expire; a registration's gap_policy wins (docs/operations.md)")
+	fs.DurationVar(&s.gapExpireAfter, "gap-expire-after", core.DefaultGapExpireAfter,
+		"with --gap-policy expire: how long the blocks held at a gap stay unless announced again")
+	fs.IntVar(&s.maxBlocksPerReg, "max-blocks-per-registration", core.DefaultMaxBlocksPerRegistration,
+		"most (owner, block) pairs one registration holds; past it its oldest are evicted, counted and logged; a registration's max_blocks wins (-1: no bound)")
 	fs.DurationVar(&s.snapInterval, "snapshot-interval", 5*time.Minute,
 		"with --state-dir: write an index snapshot this often and at shutdown, restored at start (0: only at shutdown; negative: never written, one already there still restored)")
 	fs.StringVar(&s.stateDir, "state-dir", defaultStateDir(),
@@ -197,6 +206,15 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	}
 	if s.hashMemoBytes < 0 {
 		return fmt.Errorf("--hash-memo-bytes=%d: want >= 0 (0 = off)", s.hashMemoBytes)
+	}
+	if p, err := core.ParseGapPolicy(s.gapPolicy); err != nil || p == core.GapDefault {
+		return fmt.Errorf("--gap-policy=%q: want one of %s", s.gapPolicy, strings.Join(core.GapPolicyNames(), ", "))
+	}
+	if s.gapExpireAfter <= 0 {
+		return fmt.Errorf("--gap-expire-after=%v: want > 0", s.gapExpireAfter)
+	}
+	if s.maxBlocksPerReg == 0 || s.maxBlocksPerReg < -1 {
+		return fmt.Errorf("--max-blocks-per-registration=%d: want > 0, or -1 for no bound", s.maxBlocksPerReg)
 	}
 	if s.hashPromptBytes < 0 {
 		return fmt.Errorf("--hash-memo-prompt-bytes=%d: want >= 0 (0 = off)", s.hashPromptBytes)
@@ -420,7 +438,9 @@ func (b *builder) build() (*app, int) {
 		// A replica's registrations come from the stream.
 		s.stateDir, cfg.Static, s.dynamo.workers = "", nil, ""
 	}
+	gapPolicy, _ := core.ParseGapPolicy(s.gapPolicy) // checked by parseFlags
 	ixOpts := core.Options{Observer: observerOf(np.relay), MaxRegistrations: fds.registrations, ContextSizeHint: s.contextSizeHint, Logger: log, QueryPriority: s.queryPriority,
+		GapPolicy: gapPolicy, GapExpireAfter: s.gapExpireAfter, MaxBlocksPerRegistration: s.maxBlocksPerReg,
 		OperatorOwners: []string{server.AdminPrincipal.Name, configOwner},
 		ApplyNoYield:   s.ingestNice > 0,
 		EngineMedia:    cfg.EngineMedia, PoolMedia: cfg.PoolMedia, HashMemo: memo}

@@ -379,6 +379,12 @@ func TestRegisterJSON(t *testing.T) {
 		ec("syntax after field error", `{"foo": 1, "endpoint": }`, "invalid_json", ""),
 		ec("bad escape", `{"endpoint": "\q"}`, "invalid_json", ""),
 		ec("invalid UTF-8", "{\"endpoint\": \"\xff\"}", "invalid_json", ""),
+		ec("gap_policy unknown", jsonEnc(with(base, "gap_policy", "discard")), "invalid_value", "gap_policy"),
+		ec("gap_policy empty", jsonEnc(with(base, "gap_policy", "")), "invalid_value", "gap_policy"),
+		ec("gap_policy number", jsonEnc(with(base, "gap_policy", 1)), "invalid_type", "gap_policy"),
+		ec("max_blocks string", jsonEnc(with(base, "max_blocks", "1M")), "invalid_type", "max_blocks"),
+		ec("max_blocks float", jsonEnc(with(base, "max_blocks", rawJSON("1.5"))), "invalid_type", "max_blocks"),
+		ec("max_blocks huge", jsonEnc(with(base, "max_blocks", rawJSON("4294967296"))), "out_of_range", "max_blocks"),
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -398,9 +404,22 @@ func TestRegisterJSON(t *testing.T) {
 			got = s
 		}
 	}
-	if got.ModelName != "m" || got.TenantID != "default" || got.AdditionalSalt != "s" || !got.ProfileExplicit || got.Profile != cborProfile(t) {
+	if got.ModelName != "m" || got.TenantID != "default" || got.AdditionalSalt != "s" || !got.ProfileExplicit || got.Profile != cborProfile(t) ||
+		got.GapPolicy != core.GapDefault || got.MaxBlocks != 0 {
 		t.Fatalf("%+v", got)
 	}
+
+	// gap_policy and max_blocks: the registration's own, JSON only
+	r = env.postJSON(t, "/register", jsonEnc(with(base, "instance_id", "k", "endpoint", "tcp://k:1", "hash_profile", cborSpec(), "gap_policy", "Expire", "max_blocks", -1)))
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	for _, s := range env.ix.Services() {
+		if s.InstanceID == "k" && (s.GapPolicy != core.GapExpire || s.MaxBlocks != -1) {
+			t.Fatalf("%+v", s)
+		}
+	}
+	checkError(t, env.postMP(t, "/register", mp(with(baseReg(), "gap_policy", "keep"))), 400, "unknown_field", "gap_policy", -1)
 }
 
 // TestUnregister covers /unregister's rules in both dialects.

@@ -118,17 +118,20 @@ func TestServicesAndGlobalView(t *testing.T) {
 	cbor := `{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","root_digest":"4e1195df020de59e0d65a33a4279f1183e7ae4e5d980e309f8b55adff2e61c3e","index_projection":"low64_be"}`
 	xxh3 := `{"strategy":"xxh3","algorithm":"xxh3_64","python_hash_seed":"1337","root_digest":"0000000000000000000000000000000000000000000000000000000000000000","index_projection":"seq64"}`
 	unverified := `{"state":"unverified","samples":0,"detail":"","found":null}` // no event carried token_ids
-	svc := func(ep, replay, typ, model, tenant, inst string, rank int, group, profile, salt string) string {
+	// held: the blocks each registration holds (engine-a stored two);
+	// policy and bound are the defaults.
+	svc := func(ep, replay, typ, model, tenant, inst string, rank int, group, profile, salt string, held int) string {
 		return `{"Endpoint":"` + ep + `","ReplayEndpoint":"` + replay + `","Type":"` + typ + `","ModelName":"` + model +
 			`","LoraName":"","TenantID":"` + tenant + `","InstanceID":"` + inst + `","BlockSize":16,"DPRank":` +
-			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt + `","Source":"api"}`
+			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt +
+			`","Source":"api","GapPolicy":"keep","MaxBlocks":16777216,"HeldBlocks":` + string(rune('0'+held)) + `}`
 	}
 	wantServices := `{"count":5,"services":[` + strings.Join([]string{
-		svc("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "vLLM", "m", "default", "engine-a", 0, "0", cbor, ""),
-		svc("tcp://b:2", "", "vLLM", "m", "default", "engine-b", 1, "null", cbor, ""),
-		svc("tcp://b:1", "", "vLLM", "m", "default", "engine-b", 3, "null", cbor, "s"),
-		svc("tcp://pool:1", "", "Mooncake", "m", "default", "pool", 0, "null", cbor, ""),
-		svc("tcp://x:1", "", "standard", "std", "t1", "x", 0, "null", xxh3, ""),
+		svc("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "vLLM", "m", "default", "engine-a", 0, "0", cbor, "", 2),
+		svc("tcp://b:2", "", "vLLM", "m", "default", "engine-b", 1, "null", cbor, "", 0),
+		svc("tcp://b:1", "", "vLLM", "m", "default", "engine-b", 3, "null", cbor, "s", 0),
+		svc("tcp://pool:1", "", "Mooncake", "m", "default", "pool", 0, "null", cbor, "", 0),
+		svc("tcp://x:1", "", "standard", "std", "t1", "x", 0, "null", xxh3, "", 0),
 	}, ",") + `]}`
 	wantView := `{"context_count":2,"contexts":[
   {"model_name":"m","lora_name":"","block_size":16,"tenant_id":"default","prefix_count":2,"hash_profile":` + cbor + `,

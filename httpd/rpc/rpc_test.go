@@ -436,8 +436,9 @@ func TestRPCUnregister(t *testing.T) {
 }
 
 // TestRPCViews: GetGlobalView and ListServices carry the HTTP views' content
-// (the services without AdditionalSalt and Source: the 11 export keys and
-// HashCheck) after "ret".
+// (the services without the HTTP view's own keys, AdditionalSalt, Source,
+// GapPolicy, MaxBlocks and HeldBlocks: the 11 export keys and HashCheck)
+// after "ret".
 func TestRPCViews(t *testing.T) {
 	env, _, _ := tieredEnv(t)
 	r := New(env.c)
@@ -450,8 +451,9 @@ func TestRPCViews(t *testing.T) {
 			want := decodeMap(t, env.do(t, "GET", c.httpPath, "", nil))
 			if c.method == "ListServices" {
 				for _, s := range want["services"].([]any) {
-					delete(s.(map[string]any), "AdditionalSalt")
-					delete(s.(map[string]any), "Source")
+					for _, k := range []string{"AdditionalSalt", "Source", "GapPolicy", "MaxBlocks", "HeldBlocks"} {
+						delete(s.(map[string]any), k)
+					}
 				}
 			}
 			want["ret"] = json.Number("0")

@@ -24,6 +24,10 @@ const (
 	rCacheGroup
 	rProfile
 	rDPRank
+	// Ours, JSON dialect only: what a gap no replay heals does to the
+	// registration's blocks, and its bound on held blocks.
+	rGapPolicy
+	rMaxBlocks
 	numRegKeys
 )
 
@@ -74,6 +78,10 @@ func regKey(key []byte, d Dialect) int {
 			return rModel
 		case "additionalsalt", "additional_salt":
 			return rSalt
+		case "gap_policy":
+			return rGapPolicy
+		case "max_blocks":
+			return rMaxBlocks
 		}
 	}
 	return -1
@@ -146,7 +154,8 @@ func scanRegistration(r *Reader, d Dialect, opts DecodeOptions) (*regFields, *Re
 	}
 	f.canon = [numRegKeys]string{rEndpoint: "endpoint", rType: "type", rModel: "modelname", rInstance: "instance_id",
 		rBlockSize: "block_size", rReplay: "replay_endpoint", rLora: "lora_name", rTenant: "tenant_id",
-		rSalt: "additionalsalt", rCacheGroup: "cache_group", rProfile: "hash_profile", rDPRank: "dp_rank"}
+		rSalt: "additionalsalt", rCacheGroup: "cache_group", rProfile: "hash_profile", rDPRank: "dp_rank",
+		rGapPolicy: "gap_policy", rMaxBlocks: "max_blocks"}
 	if f.rpc {
 		f.canon[rType], f.canon[rModel] = "publisher_type", "model_name"
 	}
@@ -199,7 +208,37 @@ func decodeRegistration(r *Reader, d Dialect, opts DecodeOptions) (core.Registra
 	if err = f.profile(r, &reg); err != nil {
 		return reg, err
 	}
-	return reg, f.publisher(&reg, typeName)
+	if err = f.publisher(&reg, typeName); err != nil {
+		return reg, err
+	}
+	return reg, f.limits(&reg)
+}
+
+// limits reads the JSON dialect's gap_policy (keep, clear or expire; absent
+// or null: the process's --gap-policy) and max_blocks (an integer: 0 or
+// absent, the process's --max-blocks-per-registration; negative, no bound).
+func (f *regFields) limits(reg *core.Registration) *RequestError {
+	if s := &f.slots[rGapPolicy]; s.set && s.v.Kind != KindNil {
+		name, err := StrField(&s.v, "gap_policy")
+		if err != nil {
+			return err
+		}
+		p, perr := core.ParseGapPolicy(string(name))
+		if perr != nil || p == core.GapDefault {
+			return NewError(ErrInvalidValue, "gap_policy", "gap_policy must be keep, clear or expire")
+		}
+		reg.GapPolicy = p
+	}
+	if s := &f.slots[rMaxBlocks]; s.set && s.v.Kind != KindNil {
+		switch {
+		case !s.v.IsInt():
+			return NewError(ErrInvalidType, "max_blocks", "max_blocks must be an integer")
+		case s.v.Kind != KindInt || s.v.Int > math.MaxInt32 || s.v.Int < math.MinInt32:
+			return NewError(ErrOutOfRange, "max_blocks", "max_blocks must be within ±2147483647")
+		}
+		reg.MaxBlocks = int(s.v.Int)
+	}
+	return nil
 }
 
 // identity runs steps 1-5: endpoint, type (returned: its value is checked at

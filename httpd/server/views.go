@@ -30,15 +30,17 @@ func appendProfile(e *Encoder, p *hash.Profile) {
 // reference §1.1 (Endpoint, ReplayEndpoint, Type, ModelName, LoraName,
 // TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), then
 // HashCheck (AppendHashCheck; the registration's self-check in ix, unverified
-// for one no longer registered), plus AdditionalSalt and Source (SourceOf:
-// config, kubernetes or api) when withSalt (the HTTP /services; the Python
-// API has the 12).
+// for one no longer registered), plus AdditionalSalt, Source (SourceOf:
+// config, kubernetes or api), GapPolicy (the policy in force: the
+// registration's or the process's), MaxBlocks (the bound in force, 0 for
+// none) and HeldBlocks (the (owner, block) pairs it holds) when withSalt
+// (the HTTP /services; the Python API has the 12).
 func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *core.Index) {
 	e.ArrayHeader(len(svcs))
 	for i := range svcs {
 		r := &svcs[i]
 		if withSalt {
-			e.MapHeader(14)
+			e.MapHeader(17)
 		} else {
 			e.MapHeader(12)
 		}
@@ -79,6 +81,16 @@ func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *cor
 			e.Str(r.AdditionalSalt)
 			e.Str("Source")
 			e.Str(SourceOf(r))
+			policy, bound, held := r.GapPolicy, r.MaxBlocks, 0
+			if sub, ok := ix.Lookup(r.Key()); ok {
+				policy, bound, held = sub.GapPolicy(), sub.BlockBound(), sub.HeldBlocks()
+			}
+			e.Str("GapPolicy")
+			e.Str(policy.String())
+			e.Str("MaxBlocks")
+			e.Int(int64(bound))
+			e.Str("HeldBlocks")
+			e.Int(int64(held))
 		}
 	}
 }
