@@ -301,8 +301,10 @@ var (
 		"array, tag first, fields by position": "array",
 	}
 	probeEnvelope = map[string]string{
-		"map {ts, events, data_parallel_rank}": "batch map",
-		"array [ts, events, attn_dp_rank]":     "[ts, events, rank]",
+		"map {ts, events, data_parallel_rank}":   "batch map",
+		"map {ts, events, attn_dp_rank}":         "batch map",
+		"array [ts, events, attn_dp_rank]":       "[ts, events, rank]",
+		"array [ts, events, data_parallel_rank]": "[ts, events, rank]",
 	}
 )
 
@@ -557,7 +559,7 @@ func (c *child) awaitStream(t *testing.T, instance string, rank, n int) {
 	var m map[string]int
 	waitFor(t, fmt.Sprintf("%s to apply %d batches", instance, n), func() bool {
 		m = c.streamMetrics(t, instance, rank)
-		return m["conductor_ingest_batches_total"] >= n
+		return m["conductor_ingest_batches_total"] >= n || m["conductor_ingest_decode_errors_total"] > 0
 	})
 	if m["conductor_ingest_batches_total"] != n || m["conductor_ingest_decode_errors_total"] != 0 ||
 		m["conductor_ingest_events_total_dropped"] != 0 || m["conductor_ingest_gaps_total"] != 0 {
