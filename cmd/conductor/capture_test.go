@@ -313,7 +313,10 @@ var (
 func captureProbe(t *testing.T, cp *capture) {
 	pub := newCapturePub(t, cp.endMarker())
 	cmd := exec.Command(os.Args[0], "probe", pub.endpoint, "--json", "--seconds", "20")
-	cmd.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1")
+	// A race-instrumented binary sleeps a second at exit by default
+	// (atexit_sleep_ms) for late reports of goroutines still running; the
+	// probe has finished its work when it exits.
+	cmd.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1", "GORACE="+os.Getenv("GORACE")+" atexit_sleep_ms=0")
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Start(); err != nil {
