@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,8 +18,9 @@ import (
 )
 
 // Fuzz targets for the wire decoders. Each is seeded with the real payloads of
-// wire/testdata (shared/vectors copies) plus hand-built ones, caps its input at
-// 64 KiB, and checks properties rather than exact output: no panic, every kept event
+// wire/testdata (shared/vectors copies, and in captures/ the bytes of upstream
+// vLLM's and SGLang's publishers) plus hand-built ones, caps its input at 64 KiB,
+// and checks properties rather than exact output: no panic, every kept event
 // well-formed, and decoding deterministic through a reused, dirtied batch.
 
 const maxWireInput = 64 << 10
@@ -69,6 +71,48 @@ func vectorPayloads(f *testing.F, file, prefix string) [][]byte {
 			f.Fatal(err)
 		}
 		out = append(out, b)
+	}
+	return out
+}
+
+// captureMessages returns the frames of every message of the wire captures
+// (wire/testdata/captures: real vLLM and SGLang publishers' bytes) whose file
+// name has the given prefix: live messages, the replay request and the replay
+// replies.
+func captureMessages(f *testing.F, prefix string) [][][]byte {
+	f.Helper()
+	paths, err := filepath.Glob(filepath.Join(vectorDir, "captures", prefix+"*.jsonl"))
+	if err != nil || len(paths) == 0 {
+		f.Fatalf("no captures %s*: %v", prefix, err)
+	}
+	var out [][][]byte
+	for _, p := range paths {
+		raw, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+			var m struct {
+				Frames [][]byte `json:"frames_b64"`
+			}
+			if err := json.Unmarshal([]byte(line), &m); err != nil {
+				f.Fatalf("%s: %v", p, err)
+			}
+			out = append(out, m.Frames)
+		}
+	}
+	return out
+}
+
+// capturePayloads returns the msgpack payloads (the last frame, when not
+// empty) of the captures whose file name has the given prefix.
+func capturePayloads(f *testing.F, prefix string) [][]byte {
+	f.Helper()
+	var out [][]byte
+	for _, frames := range captureMessages(f, prefix) {
+		if p := frames[len(frames)-1]; len(frames) == 3 && len(p) > 0 {
+			out = append(out, p)
+		}
 	}
 	return out
 }
@@ -198,6 +242,7 @@ func addAll(f *testing.F, seeds [][]byte) {
 func FuzzDecodeVLLM(f *testing.F) {
 	seeds := vectorPayloads(f, "derived_engine_wire_vectors.json", "vllm_")
 	addAll(f, seeds)
+	addAll(f, capturePayloads(f, "vllm-"))
 	f.Add([]byte{})
 	f.Add([]byte{0x92, 0xcb, 0x3f, 0xf4, 0, 0, 0, 0, 0, 0, 0x90})                // [1.25, []]
 	f.Add([]byte{0x81, 0xa6, 'e', 'v', 'e', 'n', 't', 's', 0xdd, 0x80, 0, 0, 0}) // {"events": lying array}
@@ -217,6 +262,7 @@ func FuzzDecodeSGLang(f *testing.F) {
 	seeds := append(vectorPayloads(f, "derived_engine_wire_vectors.json", "sglang_"),
 		vectorPayloads(f, "mooncake_sglang_map_event_vectors.json", "")...)
 	addAll(f, seeds)
+	addAll(f, capturePayloads(f, "sglang-"))
 	other := seeds[0]
 	f.Fuzz(func(t *testing.T, in []byte) { fuzzDecode(t, in, other, msgpackDecoder(wire.DialectSGLang)) })
 }
@@ -277,6 +323,7 @@ func FuzzDecodeAny(f *testing.F) {
 	seeds := append(vectorPayloads(f, "derived_engine_wire_vectors.json", ""),
 		vectorPayloads(f, "mooncake_sglang_map_event_vectors.json", "")...)
 	addAll(f, seeds)
+	addAll(f, capturePayloads(f, ""))
 	batch := msgp.AppendArrayHeader(nil, 3)
 	batch = msgp.AppendUint64(batch, 1700000000123)
 	batch = msgp.AppendArrayHeader(batch, uint32(len(rfcEvents())))
@@ -349,6 +396,13 @@ func FuzzFraming(f *testing.F) {
 			frames = append(frames, fr)
 		}
 		f.Add(frameBlob(frames...), uint64(42))
+	}
+	// The captured messages whose frames fit frameBlob's length byte: the
+	// replay request, the end marker, the smaller live messages and replies.
+	for _, frames := range captureMessages(f, "") {
+		if !slices.ContainsFunc(frames, func(fr []byte) bool { return len(fr) > 255 }) {
+			f.Add(frameBlob(frames...), uint64(2))
+		}
 	}
 	f.Add([]byte{}, uint64(math.MaxUint64))
 	f.Fuzz(func(t *testing.T, blob []byte, seq uint64) {

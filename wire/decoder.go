@@ -96,11 +96,17 @@ func (d *Decoder) dropEvent(b *core.Batch, err error) {
 // events are read the same way in both formats.
 
 // engineBatch decodes vLLM's and SGLang's `[ts, events, dp_rank]`. vLLM also gets the
-// 2-element form (batches from before data_parallel_rank existed) and a map batch (a
-// fork without array_like, see the reference's §A.4 note).
+// 2-element form (batches from before data_parallel_rank existed). Both get a batch
+// map, the encoding of their EventBatch without array_like: vLLM's
+// {ts, events, data_parallel_rank} (upstream vLLM sends it: testdata/captures) and
+// SGLang's {ts, events, attn_dp_rank} (TestEnvelopeForms says who sends which form).
 func (d *Decoder) engineBatch(r *codec.EitherReader, b *core.Batch) error {
-	if r.Kind() == codec.KindMap && d.dialect == DialectVLLM {
-		return d.mapBatch(r, b, vllmBatchFields, true)
+	if r.Kind() == codec.KindMap {
+		t := vllmBatchFields
+		if d.dialect == DialectSGLang {
+			t = sglBatchFields
+		}
+		return d.mapBatch(r, b, t, true)
 	}
 	n, err := r.EnterArray(math.MaxUint32)
 	if err != nil {
@@ -188,8 +194,9 @@ func (d *Decoder) standardBatch(r *codec.EitherReader, b *core.Batch) error {
 	return ErrWrongType
 }
 
-// Batch map keys: vLLM's ts, events and data_parallel_rank, and in the RFC
-// wrapper also timestamp and dp_rank for the same fields.
+// Batch map keys: vLLM's ts, events and data_parallel_rank, SGLang's ts, events and
+// attn_dp_rank, and in the RFC wrapper also timestamp and dp_rank for the same
+// fields.
 const (
 	bfTS uint32 = 1 << iota
 	bfEvents
@@ -198,12 +205,14 @@ const (
 
 var (
 	vllmBatchFields = &fieldTable{mkTS: bfTS, mkEvents: bfEvents, mkDataParallelRank: bfRank}
+	sglBatchFields  = &fieldTable{mkTS: bfTS, mkEvents: bfEvents, mkAttnDPRank: bfRank}
 	rfcBatchFields  = &fieldTable{mkTS: bfTS, mkTimestamp: bfTS, mkEvents: bfEvents,
 		mkDataParallelRank: bfRank, mkDPRank: bfRank}
 )
 
 // mapBatch decodes a batch encoded as a map: vLLM's {ts, events, data_parallel_rank}
-// (requireTS) or the RFC wrapper {events, ts|timestamp, dp_rank|data_parallel_rank}
+// or SGLang's {ts, events, attn_dp_rank} (requireTS; the rank is left out while
+// unset), or the RFC wrapper {events, ts|timestamp, dp_rank|data_parallel_rank}
 // (keys optional but events). Unknown keys are ignored; a repeated field fails the
 // batch.
 func (d *Decoder) mapBatch(r *codec.EitherReader, b *core.Batch, t *fieldTable, requireTS bool) error {

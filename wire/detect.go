@@ -69,8 +69,9 @@ const (
 	// EnvelopeNoRank: [ts, events], vLLM's batch before it had a rank (and a
 	// standard publisher's).
 	EnvelopeNoRank
-	// EnvelopeMap: a batch map, {ts, events, data_parallel_rank} (a vLLM
-	// fork's) or RFC #1527's {"events": [...]} wrapper.
+	// EnvelopeMap: a batch map: vLLM's {ts, events, data_parallel_rank},
+	// SGLang's {ts, events, attn_dp_rank}, or RFC #1527's {"events": [...]}
+	// wrapper.
 	EnvelopeMap
 	// EnvelopeEvents: a bare array of RFC #1527 event maps.
 	EnvelopeEvents
@@ -118,14 +119,16 @@ const (
 	// EvMooncake: an RFC #1527 event naming its block by object_key or
 	// carrying the legacy "type" alias: the Mooncake store master's.
 	EvMooncake
-	// EvVLLMForm: a form only vLLM sends: a batch map or a two-element batch
-	// of engine events, a stored array with lora_name (a string at position
-	// 7) or more than 8 elements, a removed array with group_idx, a map event
-	// with lora_name, extra_keys, group_idx, kv_cache_spec_kind,
-	// kv_cache_spec_sliding_window, locality or ownership, a bin hash.
+	// EvVLLMForm: a form only vLLM sends: a batch map of engine events with
+	// a data_parallel_rank key, a two-element batch of engine events, a
+	// stored array with lora_name (a string at position 7) or more than 8
+	// elements, a removed array with group_idx, a map event with lora_name,
+	// extra_keys, group_idx, kv_cache_spec_kind, kv_cache_spec_sliding_window,
+	// locality or ownership, a bin hash.
 	EvVLLMForm
-	// EvSGLangForm: a form only SGLang sends: BlockStoredWithMetadata, a
-	// metadata map at position 7, a cache_salt key, bigram token pairs.
+	// EvSGLangForm: a form only SGLang sends: a batch map with an
+	// attn_dp_rank key, BlockStoredWithMetadata, a metadata map at position
+	// 7, a cache_salt key, bigram token pairs.
 	EvSGLangForm
 	// EvUnsignedHash: an integer hash above 2^63-1.
 	EvUnsignedHash
@@ -245,13 +248,15 @@ const (
 	dbTS uint32 = 1 << iota
 	dbTimestamp
 	dbEvents
+	dbDataParallelRank
+	dbAttnDPRank
 )
 
 var (
 	detectEventFields = fieldNames{mkType, mkEventType, mkBlockHashes, mkSeqHashes, mkParentBlockHash,
 		mkParentHash, mkTokenIDs, mkObjectKey, mkCacheSalt, mkLoraName, mkExtraKeys, mkGroupIdx,
 		mkSpecKind, mkSlidingWindow, mkLocality, mkOwnership}.table(0)
-	detectBatchFields = fieldNames{mkTS, mkTimestamp, mkEvents}.table(0)
+	detectBatchFields = fieldNames{mkTS, mkTimestamp, mkEvents, mkDataParallelRank, mkAttnDPRank}.table(0)
 )
 
 // detect reads payload's envelope and events for evidence. Malformed parts
@@ -266,15 +271,22 @@ func (d *Decoder) detect(payload []byte) (env Envelope, ev Evidence) {
 			d.detectEvent(r, &ev)
 			return EnvelopeEvent, ev | EvStandardEvents
 		}
-		_, _ = d.walkMap(r, detectBatchFields, "", func(f uint32) error {
-			if f == dbEvents {
+		seen, _ := d.walkMap(r, detectBatchFields, "", func(f uint32) error {
+			switch f {
+			case dbEvents:
 				return d.detectEvents(r, &ev)
+			case dbTS, dbTimestamp:
+				detectTS(r, &ev)
 			}
-			detectTS(r, &ev)
 			return r.Skip()
 		})
-		if ev&EvEngineEvents != 0 {
+		// The rank's key names the engine; a batch map without one (an
+		// unset rank, left out) shows nothing of it.
+		if ev&EvEngineEvents != 0 && seen&dbDataParallelRank != 0 {
 			ev |= EvVLLMForm
+		}
+		if ev&EvEngineEvents != 0 && seen&dbAttnDPRank != 0 {
+			ev |= EvSGLangForm
 		}
 		return EnvelopeMap, ev
 	case codec.KindArray:

@@ -3,12 +3,13 @@
 // Four dialects are decoded by one reusable Decoder into a caller-owned *core.Batch:
 //
 //   - DialectVLLM: vLLM's KVEventBatch, `[ts, events, data_parallel_rank]` (also the
-//     2-element form and a map batch), with events in either of vLLM's two encodings:
-//     the array era (tag first, fields by position, v0.8 … v0.23) and the map era
-//     (`type` key, v0.24+).
-//   - DialectSGLang: `[ts, events, attn_dp_rank]` with array-era events, array events
-//     carrying a metadata map at position 7 (salted stores), and map-era events;
-//     EAGLE bigram token pairs are flattened.
+//     2-element form and the batch map `{ts, events, data_parallel_rank}` current vLLM
+//     sends), with events in either of vLLM's two encodings: the array era (tag first,
+//     fields by position, v0.8 … v0.23) and the map era (`type` key, v0.24+).
+//   - DialectSGLang: `[ts, events, attn_dp_rank]` (also the batch map
+//     `{ts, events, attn_dp_rank}`) with array-era events, array events carrying a
+//     metadata map at position 7 (salted stores), and map-era events; EAGLE bigram
+//     token pairs are flattened.
 //   - DialectMooncake: the Mooncake store master's `[ts_ms, events, dp_rank]` whose
 //     events are RFC #1527 maps with the master's legacy aliases.
 //   - DialectStandard: RFC #1527 events in msgpack (a batch, a bare array of events or

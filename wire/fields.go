@@ -71,6 +71,7 @@ const (
 	mkTS
 	mkEvents
 	mkDataParallelRank
+	mkAttnDPRank
 	mkMetadata // an SGLang array position, not a key of any table
 	numMapKeys
 )
@@ -86,7 +87,7 @@ var mapKeyNames = [numMapKeys]string{
 	mkTenantID: "tenant_id", mkBackendID: "backend_id", mkDPRank: "dp_rank",
 	mkSeqHashes: "seq_hashes", mkBaseBlockIdx: "base_block_idx", mkParentHash: "parent_hash",
 	mkObjectKey: "object_key", mkGroupID: "group_id", mkTS: "ts", mkEvents: "events",
-	mkDataParallelRank: "data_parallel_rank", mkMetadata: "metadata",
+	mkDataParallelRank: "data_parallel_rank", mkAttnDPRank: "attn_dp_rank", mkMetadata: "metadata",
 }
 
 // walkMap enters the map at the cursor and walks its entries: it calls field
@@ -191,6 +192,8 @@ func (d *Decoder) walkMap(r *codec.EitherReader, t *fieldTable, parent string, f
 			mk = mkEvents
 		case "data_parallel_rank":
 			mk = mkDataParallelRank
+		case "attn_dp_rank":
+			mk = mkAttnDPRank
 		case "metadata":
 			mk = mkMetadata
 		}

@@ -25,7 +25,8 @@ var (
 )
 
 // vecHash folds a vector hash: a JSON integer, a decimal string (signed in the
-// Mooncake file) or {"bin_hex": …} (last 8 bytes big-endian).
+// Mooncake file) or a digest, {"bin_hex": …} in the derived vectors and
+// {"bin": …} in the captures' expect files (last 8 bytes big-endian).
 func vecHash(t *testing.T, v any) uint64 {
 	t.Helper()
 	var s string
@@ -35,7 +36,11 @@ func vecHash(t *testing.T, v any) uint64 {
 	case string:
 		s = v
 	case map[string]any:
-		d, err := hex.DecodeString(v["bin_hex"].(string))
+		h, ok := v["bin_hex"].(string)
+		if !ok {
+			h, _ = v["bin"].(string)
+		}
+		d, err := hex.DecodeString(h)
 		if err != nil || len(d) < 8 {
 			t.Fatalf("bad bin_hex %v", v)
 		}
