@@ -21,6 +21,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/seed-c7a81618/conductor/probe"
 )
 
 var captureDir = filepath.Join("..", "..", "wire", "testdata", "captures")
@@ -338,7 +340,7 @@ func captureProbe(t *testing.T, cp *capture) {
 	if err != nil {
 		t.Fatalf("conductor probe: %v\n%s%s", err, out.String(), errb.String())
 	}
-	var r probeReport
+	var r probe.Report
 	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 		t.Fatalf("probe --json: %v\n%s", err, out.String())
 	}
