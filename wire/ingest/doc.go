@@ -2,16 +2,18 @@
 // publishers of registered subscriptions and feeds what package wire decodes
 // into the index.
 //
-// An Ingester owns one libzmq context and one listener per subscription. Each
-// listener's goroutine owns that subscription's sockets (a SUB to the
-// publisher, a PAIR reading the SUB's monitor, a DEALER to the replay endpoint),
-// polls them together with an eventfd the controller writes to wake it, tracks
-// sequence numbers (gap, duplicate, restart, stale), replays from the
-// publisher's ring, buffers live messages in a bounded receive queue while a
-// replay runs, and is the subscription's single writer (core.Subscription). The
-// protocol is written down on listener (zmq_listener.go); the control
-// operations (Register, Unregister, Pause, Resume, Close) on Ingester. Every
-// stream exports conductor_ingest_* series into IngestOptions.Metrics.
+// An Ingester owns one libzmq context, one poller and one listener per
+// subscription. Each listener's goroutine owns that subscription's sockets (a
+// SUB to the publisher, a PAIR reading the SUB's monitor, a DEALER to the
+// replay endpoint), waits for them and for the controller's commands through
+// the poller (zmq_poller.go: one epoll for every listener's sockets, so a
+// waiting listener holds no OS thread), tracks sequence numbers (gap,
+// duplicate, restart, stale), replays from the publisher's ring, buffers live
+// messages in a bounded receive queue while a replay runs, and is the
+// subscription's single writer (core.Subscription). The protocol is written
+// down on listener (zmq_listener.go); the control operations (Register,
+// Unregister, Pause, Resume, Close) on Ingester. Every stream exports
+// conductor_ingest_* series into IngestOptions.Metrics.
 //
 // A Tap (zmq_tap.go) is a bare subscriber for a one-off look at a publisher
 // (conductor probe): a SUB and, on request, one replay request on a DEALER,
@@ -26,7 +28,8 @@
 // This package needs cgo and libzmq, which it calls through a small binding of
 // its own (zmq_sock.go: context, sockets, options, connect, monitor, send;
 // zmq_recv.go: one cgo call per whole multipart message into a reused buffer;
-// zmq_poll.go: zmq_poll over the sockets and an eventfd). It opens every socket
+// zmq_poller.go: the epoll wait and each listener's readiness check;
+// zmq_poll.go: the Tap's zmq_poll). It opens every socket
 // it uses itself, so it reads no other module's private fields; pebbe/zmq4 is
 // used only by the tests' and benchmarks' publishers. Package wire, which it
 // imports for the payload decoders and the multipart framing functions

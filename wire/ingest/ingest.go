@@ -130,6 +130,8 @@ type Ingester struct {
 	ix   *core.Index
 	opts IngestOptions
 	zctx *zcontext
+	// poller waits for every listener's sockets (zmq_poller.go).
+	poller *poller
 
 	// opMu serialises control operations; it is held across a listener's start
 	// and join, which are bounded (no network wait).
@@ -181,10 +183,16 @@ func NewIngester(ix *core.Index, opts IngestOptions) (*Ingester, error) {
 		_ = zctx.term()
 		return nil, fmt.Errorf("NewIngester: zmq context threads: %w", err)
 	}
+	p, err := newPoller()
+	if err != nil {
+		_ = zctx.term()
+		return nil, fmt.Errorf("NewIngester: %w", err)
+	}
 	return &Ingester{
 		ix:        ix,
 		opts:      opts,
 		zctx:      zctx,
+		poller:    p,
 		listeners: make(map[core.ServiceKey]*listener),
 	}, nil
 }
@@ -434,4 +442,5 @@ func (g *Ingester) Close() {
 	}
 	// Every socket of this context is closed (LINGER 0), so Term returns at once.
 	_ = g.zctx.term()
+	g.poller.close()
 }

@@ -49,10 +49,14 @@ const (
 	// Ingester (TestZMQSupportedListeners registers that many), equal to
 	// core's default MaxRegistrations.
 	DefaultMaxListeners = 4096
-	// MaxListenersLimit bounds MaxListeners: a listener blocked in zmq_poll
-	// holds an OS thread, and the Go runtime aborts the process past 10 000
-	// threads (runtime/debug.SetMaxThreads).
-	MaxListenersLimit = 8192
+	// MaxListenersLimit bounds MaxListeners. A waiting listener holds no OS
+	// thread (the Ingester's poller waits for all of them), so what bounds
+	// them is file descriptors (ListenerFDs each) and libzmq's sockets.
+	MaxListenersLimit = 1 << 16
+	// MaxNiceListeners bounds MaxListeners when ListenerNice is set: then
+	// each listener runs on an OS thread of its own, and the Go runtime
+	// aborts the process past 10,000 threads (runtime/debug.SetMaxThreads).
+	MaxNiceListeners = 8192
 	// MaxListenerNice is the largest IngestOptions.ListenerNice (Linux's
 	// lowest priority).
 	MaxListenerNice = 19
@@ -65,10 +69,10 @@ const (
 	// a replay endpoint: 3 without).
 	ListenerSockets = 4
 	// ListenerFDs is the most file descriptors one listener holds: one per
-	// socket (its libzmq mailbox), the wake eventfd, and a TCP connection each
-	// for SUB and DEALER (5 without a replay endpoint, 4 while the publisher is
-	// down between reconnection attempts).
-	ListenerFDs = ListenerSockets + 1 + 2
+	// socket (its libzmq mailbox), and a TCP connection each for SUB and
+	// DEALER (4 without a replay endpoint, 3 while the publisher is down
+	// between reconnection attempts).
+	ListenerFDs = ListenerSockets + 2
 )
 
 // IngestOptions configure an Ingester. The zero value is valid: EnsureDefaults fills
@@ -149,9 +153,11 @@ type IngestOptions struct {
 	// MaxListeners bounds the listeners (registrations) of the Ingester: one
 	// more is refused with ErrListenerLimit, which wraps core.ErrLimit (HTTP 400
 	// limit_exceeded). Each costs up to ListenerSockets libzmq sockets,
-	// ListenerFDs file descriptors, a goroutine, an OS thread while it waits, and
-	// ~20 KB; size RLIMIT_NOFILE to MaxListeners×ListenerFDs plus the rest of
-	// the process. At most MaxListenersLimit. Default DefaultMaxListeners (4096).
+	// ListenerFDs file descriptors, a goroutine (no OS thread, but with
+	// ListenerNice) and its buffers (TestZMQThreadsBounded measures it); size
+	// RLIMIT_NOFILE to MaxListeners×ListenerFDs plus the rest of the process.
+	// At most MaxListenersLimit (MaxNiceListeners with ListenerNice). Default
+	// DefaultMaxListeners (4096).
 	MaxListeners int
 	// MaxSockets is ZMQ_MAX_SOCKETS of the Ingester's libzmq context (libzmq's
 	// own default, 1023, would cap an Ingester at ~250 listeners). It must leave
@@ -296,6 +302,9 @@ func (o *IngestOptions) Validate() error {
 	}
 	if o.MaxListeners < 1 || o.MaxListeners > MaxListenersLimit {
 		bad("MaxListeners", o.MaxListeners, fmt.Sprintf("must be 1..%d", MaxListenersLimit))
+	}
+	if o.ListenerNice > 0 && o.MaxListeners > MaxNiceListeners {
+		bad("MaxListeners", o.MaxListeners, fmt.Sprintf("must be at most %d with ListenerNice (a thread each)", MaxNiceListeners))
 	}
 	if o.MaxSockets < o.MaxListeners*ListenerSockets {
 		bad("MaxSockets", o.MaxSockets, "must be >= MaxListeners×ListenerSockets")

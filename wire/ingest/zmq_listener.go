@@ -17,21 +17,22 @@ import (
 // listener is one subscription's receiver. Its goroutine (run) owns every socket
 // it uses — SUB to the publisher, a PAIR reading the SUB's libzmq monitor, and a
 // DEALER to the replay endpoint — and is the subscription's single writer. It
-// polls them with an eventfd that the controller writes to wake it (waker), so a
-// listener costs at most ListenerSockets libzmq sockets (SUB, both ends of its
-// monitor, DEALER) and ListenerFDs file descriptors (TestZMQListenerSocketsAndFDs).
+// waits for them, and for the controller's commands, through the Ingester's
+// poller (zmq_poller.go: one epoll for every listener's sockets, a channel per
+// listener), so a listener costs at most ListenerSockets libzmq sockets (SUB,
+// both ends of its monitor, DEALER), ListenerFDs file descriptors
+// (TestZMQListenerSocketsAndFDs) and a goroutine, but no OS thread while it
+// waits: the process's threads do not grow with its registrations
+// (TestZMQThreadsBounded).
 //
 // # Idle cost
 //
-// The goroutine blocks in zmq_poll without a timeout unless it has time-based
-// work (RFC events held in core to flush after PollInterval, a replay's
-// deadlines): a registration whose publisher is down costs no CPU in Go, and
+// The goroutine waits without a timeout unless it has time-based work (RFC
+// events held in core to flush after PollInterval, a replay's deadlines, a
+// gap expiry): a registration whose publisher is down costs no CPU in Go, and
 // libzmq retries the TCP connection with exponential backoff (ReconnectMin
 // doubling to ReconnectMax) without waking it, since its monitor does not
-// report retries (TestZMQPendingListenersIdleCPU). While it blocks in zmq_poll
-// the goroutine holds an OS thread; on exit it takes that thread down with it
-// (runtime.LockOSThread without unlocking), so unregistering returns the threads
-// (TestZMQUnregisterReleasesThreads).
+// report retries (TestZMQPendingListenersIdleCPU).
 //
 // # Receive protocol
 //
@@ -128,10 +129,10 @@ import (
 //
 // # Control
 //
-// The controller (Ingester, under its opMu) sends a cmdReq on cmds and writes the
-// waker's eventfd; the goroutine, polling that fd with its sockets, drains cmds,
-// acts, and closes the request's ack channel. done is closed when the
-// goroutine has closed every socket and returned.
+// The controller (Ingester, under its opMu) sends a cmdReq on cmds and
+// notifies the goroutine (kick); the goroutine, which looks at cmds whenever it
+// waits, drains them, acts, and closes the request's ack channel. done is
+// closed when the goroutine has closed every socket and returned.
 type listener struct {
 	g       *Ingester
 	opts    *IngestOptions
@@ -158,9 +159,9 @@ type listener struct {
 
 	cmds chan cmdReq
 	done chan struct{}
-	// wake is written by the controller (under Ingester.opMu) and read by the
-	// goroutine; created before the goroutine starts, closed after it ended.
-	wake waker
+	// notify wakes the goroutine's wait (kick): the poller sends when one of
+	// its sockets signals, the controller after queueing a command.
+	notify chan struct{}
 
 	rx receiver // owned by the goroutine
 }
@@ -181,10 +182,15 @@ type cmdReq struct {
 // receiver is the goroutine-owned part of a listener.
 type receiver struct {
 	subSoc, monSoc, dealer *zsocket
-	// poll is [wake, mon, sub], rpoll (a replay's) [wake, mon, sub, dealer];
-	// n == 0 when absent (no SUB, or no DEALER for rpoll).
-	poll, rpoll pollSet
-	gen         uint64
+	// poll waits on [commands, mon, sub], rpoll (a replay's) on [commands,
+	// mon, sub, dealer]; n == 0 when absent (no SUB, or no DEALER for rpoll).
+	poll, rpoll waitSet
+	// timer times the waits that have a timeout (waitSet.poll).
+	timer *time.Timer
+	// busyUntil: a message was read within spinWindow before it, so a
+	// wait spins first (waitSet.spin).
+	busyUntil time.Time
+	gen   uint64
 	// epoch changes whenever the SUB socket is closed (Pause, failure): work
 	// that spans command handling (a replay, a held live message) captures it
 	// and stops when it changed, even if a Resume in the same batch of commands
@@ -271,7 +277,7 @@ func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64)
 		m:       newStreamMetrics(g.opts.Metrics, key, d),
 		cmds:    make(chan cmdReq, 4),
 		done:    make(chan struct{}),
-		wake:    waker{fd: -1}, // start opens it
+		notify:  make(chan struct{}, 1),
 	}
 	l.m.applierGauges(sub, key)
 	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
@@ -293,16 +299,12 @@ func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64)
 // start runs the goroutine and waits until its sockets exist and the SUB has
 // been told to connect (which does not wait for the publisher).
 func (l *listener) start() error {
-	w, err := newWaker()
-	if err != nil {
-		return limitErr(err)
-	}
-	l.wake = w
+	l.g.poller.ls.Store(l.id, l)
 	ready := make(chan error, 1)
 	go l.run(ready)
 	if err := <-ready; err != nil {
 		<-l.done
-		l.wake.close()
+		l.g.poller.ls.Delete(l.id)
 		return err
 	}
 	return nil
@@ -316,7 +318,7 @@ func (l *listener) command(op cmdOp) {
 	case <-l.done:
 		return
 	}
-	l.wake.wake()
+	l.kick()
 	select {
 	case <-req.ack:
 	case <-l.done:
@@ -330,14 +332,14 @@ func (l *listener) signal(op cmdOp) {
 	case <-l.done:
 		return
 	}
-	l.wake.wake()
+	l.kick()
 }
 
-// stop asks the goroutine to exit, joins it, and closes the waker.
+// stop asks the goroutine to exit, joins it, and leaves the poller.
 func (l *listener) stop() {
 	l.command(cmdStop)
 	<-l.done
-	l.wake.close()
+	l.g.poller.ls.Delete(l.id)
 }
 
 func (l *listener) setState(s ListenerState) { l.state.Store(uint32(s)) }
@@ -388,10 +390,6 @@ func (l *listener) canReplay() bool { return l.reg.ReplayEndpoint != "" }
 // ---- goroutine -------------------------------------------------------------
 
 func (l *listener) run(ready chan<- error) {
-	// Deferred first, so it runs last: exiting while locked terminates the OS
-	// thread. Blocking in zmq_poll (cgo) made the runtime start a thread per
-	// listener, which it would otherwise keep idle for the process's life.
-	defer runtime.LockOSThread()
 	defer close(l.done)
 	defer l.closeAll()
 	if n := l.opts.ListenerNice; n > 0 {
@@ -567,7 +565,7 @@ func (l *listener) step() {
 			timeout = d
 		}
 	}
-	n, err := rx.poll.poll(timeout)
+	n, err := rx.poll.poll(l, timeout)
 	if err != nil {
 		l.fail(fmt.Errorf("poll: %w", err))
 		return
@@ -579,7 +577,6 @@ func (l *listener) step() {
 	}
 	epoch := rx.epoch
 	if rx.poll.ready(pollWake) {
-		l.drainWake()
 		l.pollCmds()
 		if l.changed(epoch) {
 			return // the other ready items may be closed sockets
@@ -604,8 +601,6 @@ func (l *listener) idle() {
 		l.account(&st, 0)
 	}
 }
-
-func (l *listener) drainWake() { l.wake.drain() }
 
 func (l *listener) drainMonitor() {
 	rx := &l.rx

@@ -133,11 +133,10 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 		if rx.rpoll.n == 0 { // no DEALER: cannot happen while the epoch holds
 			return l.replayFailure(errNoDealer), false
 		}
-		if _, err := rx.rpoll.poll(wait); err != nil {
+		if _, err := rx.rpoll.poll(l, wait); err != nil {
 			return l.replayFailure(fmt.Errorf("poll: %w", err)), false
 		}
 		if rx.rpoll.ready(pollWake) {
-			l.drainWake()
 			l.pollCmds()
 			// Re-check after every batch of commands: a Pause and a Resume
 			// handled together leave new sockets and no DEALER (nor rpoll).

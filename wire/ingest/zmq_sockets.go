@@ -112,7 +112,16 @@ func (l *listener) openSub() error {
 		closeSocket(mon)
 		return fmt.Errorf("SUB socket setup: %w", limitErr(err))
 	}
+	if err := firstErr(l.watch(s), l.watch(mon)); err != nil {
+		l.unwatch(s)
+		l.unwatch(mon)
+		closeSocket(s)
+		closeSocket(mon)
+		return fmt.Errorf("SUB socket setup: %w", limitErr(err))
+	}
 	if err := s.connect(l.reg.Endpoint); err != nil {
+		l.unwatch(s)
+		l.unwatch(mon)
 		closeSocket(s)
 		closeSocket(mon)
 		return &core.FieldError{Field: "endpoint", Err: fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)}
@@ -137,6 +146,8 @@ func (l *listener) closeSub() {
 	if rx.subSoc != nil {
 		rx.epoch++
 	}
+	l.unwatch(rx.subSoc)
+	l.unwatch(rx.monSoc)
 	closeSocket(rx.subSoc)
 	closeSocket(rx.monSoc)
 	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay, rx.resub = nil, nil, false, false, false
@@ -173,7 +184,12 @@ func (l *listener) ensureDealer() error {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}
+	if err = l.watch(d); err != nil {
+		closeSocket(d)
+		return fmt.Errorf("DEALER socket setup: %w", limitErr(err))
+	}
 	if err = d.connect(l.reg.ReplayEndpoint); err != nil {
+		l.unwatch(d)
 		closeSocket(d)
 		return &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)}
 	}
@@ -189,6 +205,7 @@ func (l *listener) resetDealer() {
 	if rx.dealer == nil {
 		return
 	}
+	l.unwatch(rx.dealer)
 	closeSocket(rx.dealer)
 	rx.dealer = nil
 	l.rebuildPollers()
@@ -197,18 +214,17 @@ func (l *listener) resetDealer() {
 // rebuildPollers lays out the poll sets for the open sockets.
 func (l *listener) rebuildPollers() {
 	rx := &l.rx
-	rx.poll.n, rx.rpoll.n = 0, 0
+	rx.poll.reset()
+	rx.rpoll.reset()
 	if rx.subSoc == nil {
 		return
 	}
-	rx.poll.reset(l.wake)
-	rx.poll.add(rx.monSoc)
-	rx.poll.add(rx.subSoc)
+	rx.poll.set(pollMon, rx.monSoc)
+	rx.poll.set(pollSub, rx.subSoc)
 	if rx.dealer != nil {
-		rx.rpoll.reset(l.wake)
-		rx.rpoll.add(rx.monSoc)
-		rx.rpoll.add(rx.subSoc)
-		rx.rpoll.add(rx.dealer)
+		rx.rpoll.set(pollMon, rx.monSoc)
+		rx.rpoll.set(pollSub, rx.subSoc)
+		rx.rpoll.set(pollDealer, rx.dealer)
 	}
 }
 
@@ -233,6 +249,9 @@ func (l *listener) dropPending() {
 }
 
 func (l *listener) closeAll() {
+	if l.rx.timer != nil {
+		l.rx.timer.Stop()
+	}
 	l.closeSub()
 	l.resetDealer()
 	l.dropPending()

@@ -1,0 +1,318 @@
+package ingest
+
+/*
+#cgo !windows pkg-config: libzmq
+#include <zmq.h>
+#include <stddef.h>
+
+// cd_fd returns the socket's ZMQ_FD, or -1.
+static int cd_fd(void *s) {
+	int fd = -1;
+	size_t sz = sizeof fd;
+	if (zmq_getsockopt(s, ZMQ_FD, &fd, &sz) != 0) return -1;
+	return fd;
+}
+
+// cd_pollin sets bit i of *ready for every socket s[i] (NULL: skipped, i < n)
+// whose ZMQ_EVENTS has ZMQ_POLLIN: what zmq_poll checks before it waits. It
+// returns -1 with errno set when a getsockopt fails.
+static int cd_pollin(void **s, int n, int *ready) {
+	*ready = 0;
+	for (int i = 0; i < n; i++) {
+		if (s[i] == NULL) continue;
+		int ev = 0;
+		size_t sz = sizeof ev;
+		if (zmq_getsockopt(s[i], ZMQ_EVENTS, &ev, &sz) != 0) return -1;
+		if (ev & ZMQ_POLLIN) *ready |= 1 << i;
+	}
+	return 0;
+}
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/puzpuzpuz/xsync/v3"
+)
+
+// poller waits for every listener of an Ingester at once: one goroutine
+// blocked in epoll_wait on the ZMQ_FD of every socket the listeners hold (a
+// listener costs no OS thread while it waits; TestZMQThreadsBounded).
+//
+// # Protocol
+//
+// libzmq signals a socket's ZMQ_FD (its mailbox's eventfd) when commands
+// arrive for it — a message ready to read among them — and reads the fd
+// itself whenever the socket processes its commands, in zmq_recv and in
+// getsockopt(ZMQ_EVENTS). The fd is therefore edge-like, and the poller
+// registers it edge-triggered (EPOLLET): every signal is one event. On an
+// event the poller looks the listener up by the id the event carries and
+// sends on its notify channel without blocking (a channel of one: signals
+// that arrive while one is pending coalesce).
+//
+// A listener waits in waitSet.poll, which is zmq_poll's contract: it first
+// asks each of its sockets for ZMQ_EVENTS (which processes their pending
+// commands) and returns what is readable; only when nothing is does it wait
+// on notify. A signal after that check is an event, hence a notification,
+// so no message is missed; a signal before it was consumed by the check,
+// which saw its message, so at worst a notification is spurious and the
+// next check finds nothing. Commands from the controller take the same way:
+// the controller queues on cmds, then notifies (listener.kick).
+//
+// Sockets are registered when opened and deregistered before they are
+// closed (listener.watch, unwatch), on the listener's goroutine; the
+// listener is in the id map from before its goroutine starts until after it
+// ended. An event for an fd deregistered meanwhile, or for an id no longer
+// in the map, is a spurious notification or none.
+type poller struct {
+	epfd int
+	// stop is an eventfd registered under id 0: writing it ends the loop.
+	stop int
+	ls   *xsync.MapOf[uint64, *listener]
+	done chan struct{}
+}
+
+const (
+	// pollerEvents is how many events one epoll_wait returns at most.
+	pollerEvents = 256
+	// epollET is EPOLLET as the event mask's bit (syscall declares it
+	// negative).
+	epollET = 1 << 31
+)
+
+func newPoller() (*poller, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll: %w", err)
+	}
+	stop, err := newEventFD()
+	if err != nil {
+		_ = syscall.Close(epfd)
+		return nil, err
+	}
+	p := &poller{epfd: epfd, stop: stop, ls: xsync.NewMapOf[uint64, *listener](), done: make(chan struct{})}
+	if err := p.add(stop, 0); err != nil {
+		_ = syscall.Close(stop)
+		_ = syscall.Close(epfd)
+		return nil, err
+	}
+	go p.loop()
+	return p, nil
+}
+
+// add registers fd, edge-triggered, for listener id.
+func (p *poller) add(fd int, id uint64) error {
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollET}
+	*(*uint64)(unsafe.Pointer(&ev.Fd)) = id
+	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		return fmt.Errorf("epoll_ctl add fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+// del deregisters fd.
+func (p *poller) del(fd int) {
+	_ = syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_DEL, fd, nil)
+}
+
+func (p *poller) loop() {
+	defer close(p.done)
+	var evs [pollerEvents]syscall.EpollEvent
+	for {
+		n, err := syscall.EpollWait(p.epfd, evs[:], -1)
+		if err != nil {
+			if err == syscall.EINTR {
+				continue
+			}
+			// Cannot happen with a valid epfd and buffer; do not spin.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		for i := 0; i < n; i++ {
+			id := *(*uint64)(unsafe.Pointer(&evs[i].Fd))
+			if id == 0 {
+				return
+			}
+			if l, ok := p.ls.Load(id); ok {
+				l.kick()
+			}
+		}
+	}
+}
+
+// close ends the loop and releases the descriptors; every listener has
+// stopped.
+func (p *poller) close() {
+	_, _ = syscall.Write(p.stop, binary.NativeEndian.AppendUint64(nil, 1))
+	<-p.done
+	_ = syscall.Close(p.stop)
+	_ = syscall.Close(p.epfd)
+}
+
+// newEventFD returns a non-blocking eventfd.
+func newEventFD() (int, error) {
+	fd, _, errno := syscall.RawSyscall(syscall.SYS_EVENTFD2, 0, syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
+	if errno != 0 {
+		return -1, fmt.Errorf("eventfd: %w", errno)
+	}
+	return int(fd), nil
+}
+
+// socketFD returns s's ZMQ_FD.
+func socketFD(s *zsocket) (int, error) {
+	fd := int(C.cd_fd(s.h))
+	if fd < 0 {
+		return -1, fmt.Errorf("ZMQ_FD: %w", zmqErrno(syscall.EINVAL))
+	}
+	return fd, nil
+}
+
+// waitSet is the sockets one of a listener's waits covers, by their
+// positions pollMon, pollSub and pollDealer (pollWake is the listener's
+// command queue). It is owned by the listener's goroutine.
+type waitSet struct {
+	socks [4]unsafe.Pointer // libzmq handles (C memory); nil: absent
+	n     int               // 0: nothing to wait on (no SUB)
+	rdy   C.int
+}
+
+// Positions in a listener's wait sets (see rebuildPollers).
+const (
+	pollWake = iota
+	pollMon
+	pollSub
+	pollDealer
+)
+
+// reset empties the set; set adds s at position i.
+func (w *waitSet) reset() { *w = waitSet{} }
+
+func (w *waitSet) set(i int, s *zsocket) {
+	w.socks[i] = s.h
+	w.n = max(w.n, i+1)
+}
+
+// poll waits up to timeout (negative: until something is ready) for a
+// command for l or a readable socket of w, and returns how many are ready
+// (0 on timeout); ready tells which. See poller for why this cannot miss a
+// message.
+func (w *waitSet) poll(l *listener, timeout time.Duration) (int, error) {
+	var deadline time.Time
+	if timeout > 0 {
+		deadline = time.Now().Add(timeout)
+	}
+	spun := false
+	for {
+		if rc, err := C.cd_pollin(&w.socks[0], C.int(w.n), &w.rdy); rc < 0 {
+			return 0, zerr(err)
+		}
+		if len(l.cmds) > 0 {
+			w.rdy |= 1 << pollWake
+		}
+		if w.rdy != 0 {
+			n := 0
+			for r := w.rdy; r != 0; r &= r - 1 {
+				n++
+			}
+			if w.rdy&(1<<pollSub|1<<pollDealer) != 0 {
+				l.rx.busyUntil = time.Now().Add(spinWindow)
+			}
+			return n, nil
+		}
+		if timeout == 0 {
+			return 0, nil
+		}
+		if !spun && time.Now().Before(l.rx.busyUntil) {
+			// A stream in full flow: the next message is likely microseconds
+			// away, and parking costs two thread wake-ups (the poller's, then
+			// this goroutine's) where one check costs a few hundred ns.
+			spun = true
+			if w.spin(l) {
+				continue
+			}
+		}
+		if timeout < 0 {
+			<-l.notify
+			continue
+		}
+		d := time.Until(deadline)
+		if d <= 0 {
+			return 0, nil
+		}
+		if !l.sleep(d) {
+			return 0, nil
+		}
+	}
+}
+
+// spinWindow is how long after reading a message a listener that finds no
+// more checks its sockets again, yielding the CPU between checks, before it
+// parks (waitSet.spin).
+const spinWindow = 20 * time.Microsecond
+
+// spin checks w's sockets and l's commands until one is ready (true) or
+// spinWindow passes (false), yielding between checks.
+func (w *waitSet) spin(l *listener) bool {
+	for end := time.Now().Add(spinWindow); time.Now().Before(end); {
+		runtime.Gosched()
+		if rc, _ := C.cd_pollin(&w.socks[0], C.int(w.n), &w.rdy); rc < 0 || w.rdy != 0 || len(l.cmds) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// ready reports whether position i was ready at the last poll.
+func (w *waitSet) ready(i int) bool { return w.rdy&(1<<i) != 0 }
+
+// sleep waits for a notification (true) or d (false), on the listener's one
+// timer.
+func (l *listener) sleep(d time.Duration) bool {
+	t := l.rx.timer
+	if t == nil {
+		t = time.NewTimer(d)
+		l.rx.timer = t
+	} else {
+		t.Reset(d)
+	}
+	select {
+	case <-l.notify:
+		t.Stop()
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// kick notifies the listener without blocking (see poller).
+func (l *listener) kick() {
+	select {
+	case l.notify <- struct{}{}:
+	default:
+	}
+}
+
+// watch registers s with the Ingester's poller for this listener.
+func (l *listener) watch(s *zsocket) error {
+	fd, err := socketFD(s)
+	if err != nil {
+		return err
+	}
+	return l.g.poller.add(fd, l.id)
+}
+
+// unwatch deregisters s (before it is closed).
+func (l *listener) unwatch(s *zsocket) {
+	if s == nil || s.h == nil {
+		return
+	}
+	if fd, err := socketFD(s); err == nil {
+		l.g.poller.del(fd)
+	}
+}
