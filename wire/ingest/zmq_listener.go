@@ -190,7 +190,7 @@ type receiver struct {
 	// busyUntil: a message was read within spinWindow before it, so a
 	// wait spins first (waitSet.spin).
 	busyUntil time.Time
-	gen   uint64
+	gen       uint64
 	// epoch changes whenever the SUB socket is closed (Pause, failure): work
 	// that spans command handling (a replay, a held live message) captures it
 	// and stops when it changed, even if a Resume in the same batch of commands
