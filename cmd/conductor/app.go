@@ -191,8 +191,11 @@ func (s *settings) check(fs *flag.FlagSet) error {
 		return fmt.Errorf("--http-port=%d: want 0..65535", s.httpPort)
 	}
 	if s.maxRegistration > ingest.MaxListenersLimit {
-		return fmt.Errorf("--max-registrations=%d: at most %d (each waiting registration holds an OS thread)",
-			s.maxRegistration, ingest.MaxListenersLimit)
+		return fmt.Errorf("--max-registrations=%d: at most %d", s.maxRegistration, ingest.MaxListenersLimit)
+	}
+	if s.ingestNice > 0 && s.maxRegistration > ingest.MaxNiceListeners {
+		return fmt.Errorf("--max-registrations=%d: at most %d with --ingest-nice (each registration then runs on a thread of its own)",
+			s.maxRegistration, ingest.MaxNiceListeners)
 	}
 	if s.rxQueueBytes <= 0 || s.rxQueuedBytes <= 0 || s.maxMessageBytes <= 0 {
 		return fmt.Errorf("--receive-queue-bytes, --max-queued-bytes and --max-message-bytes must be > 0")
