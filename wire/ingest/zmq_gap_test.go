@@ -1,6 +1,8 @@
 package ingest_test
 
 import (
+	"fmt"
+	"math/rand"
 	"slices"
 	"testing"
 	"time"
@@ -70,5 +72,33 @@ func TestZMQGapPolicies(t *testing.T) {
 				t.Fatalf("status: %+v", st)
 			}
 		})
+	}
+}
+
+// TestZMQWakeups: a listener that waits is woken for every message: bursts of
+// messages at random spacing (0 to 200µs apart, around the listener's spin
+// window), each burst's last message applied with nothing published after it
+// (a lost wake-up would leave it in libzmq's queue for good). Seeded.
+func TestZMQWakeups(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	h := newHarness(t, fastOpts(t))
+	pub := newPublisher(t, bench.PublisherOptions{})
+	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
+	h.prime(k, pub, emptyVLLM())
+	x := uint64(1000)
+	for round := 0; round < 40; round++ {
+		for i := rng.Intn(20); i >= 0; i-- {
+			x++
+			publish(t, pub, storeOne(x))
+			time.Sleep(time.Duration(rng.Intn(200)) * time.Microsecond)
+		}
+		last := x
+		waitFor(t, fmt.Sprintf("round %d's last message", round), func() bool { return h.holds("vllm-a", last) })
+		time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond) // sometimes past the spin window: parked
+	}
+	if st := h.status(k); st.Gaps != 0 || st.StaleClears != 0 {
+		t.Fatalf("status: %+v", st)
 	}
 }

@@ -29,6 +29,7 @@ func testEngineEras(t *testing.T, era bench.Era, replyFrames int) {
 	pub := newPublisher(t, bench.PublisherOptions{ReplyFrames: replyFrames, Topic: []byte("kv@pod-a@m")})
 	prof := vllmProfile(t)
 	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, prof))
+	h.prime(k, pub, bench.AppendVLLMBatch(nil, era, 1.7e9, 0))
 
 	toks := tokens(100, 4*testBS)
 	hs := chain(t, prof, toks)
@@ -83,7 +84,10 @@ func TestZMQSGLang(t *testing.T) {
 			h := newHarness(t, fastOpts(t))
 			pub := newPublisher(t, bench.PublisherOptions{ReplyFrames: 3})
 			prof := sglangProfile(t)
-			h.register(registration("sgl-a", core.PublisherSGLang, pub, prof))
+			k := h.register(registration("sgl-a", core.PublisherSGLang, pub, prof))
+			// Subscribed before the first store (a PUB drops what it sends
+			// before the subscription reaches it).
+			h.prime(k, pub, bench.AppendSGLangBatch(nil, era, 1.7e9, 0))
 			toks := tokens(900, 3*testBS)
 			hs := chain(t, prof, toks)
 			// SGLang emits one store per page, chained by parent; nil medium is GPU.
