@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/seed-c7a81618/conductor/endpoint"
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
@@ -211,8 +213,11 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		}
 		return nil, false, fmt.Errorf("register %s: conflicting registration for service key: %w", key, ErrConflict)
 	}
-	if other, ok := ix.endpoints[r.Endpoint]; ok {
-		return nil, false, fmt.Errorf("register %s: endpoint %s is used by %s: %w", key, r.Endpoint, other, ErrConflict)
+	keys := endpoint.Keys(r.Endpoint)
+	for _, k := range keys {
+		if other, ok := ix.endpoints[k]; ok {
+			return nil, false, ix.endpointConflictLocked(key, &r, other, k)
+		}
 	}
 	if len(ix.subs) >= ix.opts.MaxRegistrations {
 		return nil, false, fmt.Errorf("register %s: %d registrations: %w", key, len(ix.subs), ErrLimit)
@@ -234,11 +239,45 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 	sub.state = make(map[*context]*subCtx)
 	sub.state[c] = sub.newSubCtx(c)
 	ix.subs[key] = sub
-	ix.endpoints[r.Endpoint] = key
+	sub.endpointKeys = keys
+	for _, k := range keys {
+		ix.endpoints[k] = key
+	}
 	if !r.Type.pool() {
 		c.addRegSlot(slot{r.InstanceID, r.DPRank}, 1)
 	}
 	return sub, true, nil
+}
+
+// endpointConflictLocked is the refusal of r (key) whose endpoint shares
+// the publisher key k with the registration other: a *FieldError on
+// "endpoint" wrapping ErrConflict, naming other and, when the endpoints
+// differ, how they meet. Caller holds ix.mu.
+func (ix *Index) endpointConflictLocked(key ServiceKey, r *Registration, other ServiceKey, k string) error {
+	held := ix.subs[other].reg.Endpoint
+	msg := fmt.Sprintf("register %s: endpoint %s is used by %s", key, r.Endpoint, other)
+	if held != r.Endpoint {
+		how := "the same publisher"
+		if host, port, ok := strings.Cut(strings.TrimPrefix(k, "tcp://"), ":"); ok && host == endpoint.ThisHost {
+			how = "port " + port + " of this host, which is one publisher whatever address of this host names it"
+		}
+		msg = fmt.Sprintf("register %s: endpoint %s reaches %s, which %s is registered at as %s", key, r.Endpoint, how, other, held)
+	}
+	return &FieldError{Field: "endpoint", Err: fmt.Errorf("%s: %w", msg, ErrConflict)}
+}
+
+// EndpointHolder returns the registration whose endpoint may reach the same
+// publisher socket as ep (endpoint.Keys), if there is one.
+func (ix *Index) EndpointHolder(ep string) (Registration, bool) {
+	keys := endpoint.Keys(ep)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, k := range keys {
+		if other, ok := ix.endpoints[k]; ok {
+			return ix.subs[other].reg, true
+		}
+	}
+	return Registration{}, false
 }
 
 // Lookup returns the subscription registered under k.
@@ -292,7 +331,9 @@ func (ix *Index) unregister(k ServiceKey) (Registration, error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	delete(ix.subs, k)
-	delete(ix.endpoints, sub.reg.Endpoint)
+	for _, ek := range sub.endpointKeys {
+		delete(ix.endpoints, ek)
+	}
 	if !sub.reg.Type.pool() {
 		sub.home.addRegSlot(slot{sub.reg.InstanceID, sub.reg.DPRank}, -1)
 	}
@@ -332,6 +373,9 @@ type Subscription struct {
 	id   uint32
 	reg  Registration
 	home *context
+	// endpointKeys are the keys of the publisher sockets reg.Endpoint may
+	// reach (endpoint.Keys), held in Index.endpoints while registered.
+	endpointKeys []string
 	// regSalt is reg.AdditionalSalt as bytes (nil when empty): the default
 	// salt namespace of the subscription's blocks.
 	regSalt []byte

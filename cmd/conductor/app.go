@@ -82,6 +82,8 @@ type settings struct {
 	clientTokens    string
 	protectMetrics  bool
 	allowEndpoints  string
+	allowSource     bool // --allow-source-endpoints
+	allowSourceSet  bool // given on the command line (it then overrides the file)
 	sha256Backend   string
 	hashMemoBytes   int
 	hashPromptBytes int
@@ -151,6 +153,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
 	fs.StringVar(&s.allowEndpoints, "allow-endpoints", server.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
+	fs.BoolVar(&s.allowSource, "allow-source-endpoints", false,
+		"let registrations use libzmq's source-address form tcp://SOURCE;HOST:PORT, which makes conductor bind SOURCE (default: the config file's allow_source_endpoints, else off)")
 	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
 	fs.IntVar(&s.hashPromptBytes, "hash-memo-prompt-bytes", hash.DefaultMemoPromptBytes,
@@ -173,6 +177,7 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	s.allowSourceSet = set["allow-source-endpoints"]
 	if err := s.dynamoMode(set); err != nil {
 		return err
 	}
@@ -445,6 +450,7 @@ func (b *builder) build() (*app, int) {
 	if code != 0 {
 		return nil, code
 	}
+	policy.AllowSourceAddresses(s.allowSource || (!s.allowSourceSet && cfg.AllowSourceEndpoints))
 	var registrar server.Registrar = ing
 	if s.nats.consume {
 		registrar = replicaRegistrar{}

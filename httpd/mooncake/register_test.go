@@ -264,7 +264,11 @@ func TestRegisterSemantics(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			checkError(t, env.postMP(t, "/register", c.body), 400, "invalid_registration", "", -1)
+			field := ""
+			if c.name == "endpoint used by another key" {
+				field = "endpoint"
+			}
+			checkError(t, env.postMP(t, "/register", c.body), 400, "invalid_registration", field, -1)
 		})
 	}
 	if n := len(env.ix.Services()); n != 1 {
