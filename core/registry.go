@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/seed-c7a81618/conductor/endpoint"
 	"github.com/seed-c7a81618/conductor/hash"
@@ -144,9 +145,43 @@ func (r *Registration) checkLengths() error {
 	return nil
 }
 
+// checkText reports the first identity (instance id, model, LoRA, tenant)
+// that is not printable text as a *FieldError wrapping ErrInvalid: invalid
+// UTF-8, or a C0 or C1 control character or DEL. Identities become metric
+// labels, log fields and lines of /services; a NUL or an ESC there reaches
+// whoever reads them.
+func (r *Registration) checkText() error {
+	for _, f := range [...]struct{ name, v string }{
+		{"instance_id", r.InstanceID}, {"modelname", r.ModelName}, {"lora_name", r.LoraName}, {"tenant_id", r.TenantID},
+	} {
+		if why := notText(f.v); why != "" {
+			return &FieldError{Field: f.name, Err: fmt.Errorf("register: %s %s: %w", f.name, why, ErrInvalid)}
+		}
+	}
+	return nil
+}
+
+// notText says why s is not printable text ("" when it is).
+func notText(s string) string {
+	for i, c := range s {
+		switch {
+		case c == utf8.RuneError:
+			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
+				return fmt.Sprintf("is not valid UTF-8 (byte 0x%02x at offset %d)", s[i], i)
+			}
+		case c < 0x20 || (c >= 0x7f && c <= 0x9f):
+			return fmt.Sprintf("holds the control character U+%04X at offset %d", c, i)
+		}
+	}
+	return ""
+}
+
 // Validate checks the registration's fields.
 func (r *Registration) Validate() error {
 	if err := r.checkLengths(); err != nil {
+		return err
+	}
+	if err := r.checkText(); err != nil {
 		return err
 	}
 	switch {

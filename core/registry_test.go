@@ -67,3 +67,39 @@ func TestRegistrationEndpointAliases(t *testing.T) {
 	r.Endpoint = "tcp://[::1]:5557"
 	mustRegister(t, ix, r)
 }
+
+// TestRegistrationIdentityText: identities that are not printable text are
+// refused, naming the field; printable ones of any script are not.
+func TestRegistrationIdentityText(t *testing.T) {
+	ix := New(Options{})
+	p := cborProfile(t)
+	set := map[string]func(r *Registration, v string){
+		"instance_id": func(r *Registration, v string) { r.InstanceID = v },
+		"modelname":   func(r *Registration, v string) { r.ModelName = v },
+		"lora_name":   func(r *Registration, v string) { r.LoraName = v },
+		"tenant_id":   func(r *Registration, v string) { r.TenantID = v },
+	}
+	for field, f := range set {
+		for v, why := range map[string]string{
+			"a\x00b":     "U+0000 at offset 1",
+			"\x1b[31mx":  "U+001B at offset 0",
+			"tab\there":  "U+0009",
+			"line\n":     "U+000A",
+			"del\x7f":    "U+007F",
+			"c1\u009bx":  "U+009B",
+			"bad\xffutf": "not valid UTF-8 (byte 0xff at offset 3)",
+			"\xc3":       "not valid UTF-8",
+		} {
+			r := engineReg(t, "i", 0, p)
+			f(&r, v)
+			_, _, err := ix.Register(r)
+			var fe *FieldError
+			if !errors.Is(err, ErrInvalid) || !errors.As(err, &fe) || fe.Field != field || !strings.Contains(err.Error(), why) {
+				t.Errorf("%s=%q: %v, want invalid %s saying %q", field, v, err, field, why)
+			}
+		}
+	}
+	r := engineReg(t, "节点-0 \ufffd", 0, p)
+	r.ModelName, r.LoraName, r.TenantID = "Qwen/Qwen3-8B", "sql lora", "équipe"
+	mustRegister(t, ix, r)
+}
