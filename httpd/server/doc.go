@@ -42,8 +42,9 @@
 // # Limits
 //
 // Bodies are streamed and read by the preamble: Options.MaxBodyBytes (413
-// limit_exceeded, declared or as it arrives; a surface may set its own,
-// HostOptions), the Limiter's in-flight body budget (503 limit_exceeded with
+// limit_exceeded as it arrives, or at once for a declared Content-Length
+// past it, before any byte of the body and instead of "100 Continue"; a
+// surface may set its own, HostOptions), the Limiter's in-flight body budget (503 limit_exceeded with
 // Retry-After; a declared length is charged before any byte is read, memory
 // grows only with bytes received) and its connection cap (503 and close,
 // counted). Accept errors are retried with backoff. Options.MaxQueryTokens
