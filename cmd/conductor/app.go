@@ -759,19 +759,25 @@ func (a *app) serve(ctx context.Context) int {
 	}
 	cancelStatic()
 	a.dp.releaseAll()
+	// Every surface stops accepting at once and drains its requests in
+	// progress (those in a handler and those still arriving) within one
+	// --shutdown-timeout.
 	sctx, cancel := context.WithTimeout(context.Background(), a.shutdownTimeout)
 	defer cancel()
-	if err := a.srv.Shutdown(sctx); err != nil {
-		a.log.Warn("HTTP shutdown did not drain in time", "err", err)
+	var drain sync.WaitGroup
+	shutdown := func(what string, stop func(context.Context) error) {
+		drain.Go(func() {
+			if err := stop(sctx); err != nil {
+				a.log.Warn(what+" shutdown did not drain in time", "err", err)
+			}
+		})
 	}
+	shutdown("HTTP", a.srv.Shutdown)
 	if a.rpc != nil {
-		if err := a.rpc.Shutdown(sctx); err != nil {
-			a.log.Warn("RPC shutdown did not drain in time", "err", err)
-		}
+		shutdown("RPC", a.rpc.Shutdown)
 	}
-	if err := a.dp.dyn.Shutdown(sctx); err != nil {
-		a.log.Warn("Dynamo HTTP shutdown did not drain in time", "err", err)
-	}
+	shutdown("Dynamo HTTP", a.dp.dyn.Shutdown)
+	drain.Wait()
 	wg.Wait()
 	if a.pprof != nil {
 		a.pprof.Close()

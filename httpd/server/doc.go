@@ -51,9 +51,9 @@
 // (400 out_of_range on token_ids / seq_hashes), identity lengths
 // core.MaxIdentityBytes / core.MaxEndpointBytes (400 invalid_value naming the
 // field) and the registry bound core.Options.MaxRegistrations (core.ErrLimit
-// → 400 limit_exceeded). Shutdown closes connections that have not sent a
-// complete request at once. One Limiter is shared by every surface of a
-// process.
+// → 400 limit_exceeded). Shutdown closes connections with no request in
+// progress at once and drains the others (Host.Shutdown). One Limiter is
+// shared by every surface of a process.
 //
 // # Access
 //

@@ -194,11 +194,13 @@ func (f fastLogger) Printf(format string, args ...any) {
 // Limiter.
 func (h *Host) Serve(ln net.Listener) error { return h.lns.serve(h.srv, ln) }
 
-// Shutdown stops accepting connections, closes every connection that is not
-// inside a request (idle keep-alive connections, and connections that have
-// not sent a complete request) and waits for in-flight requests to finish
-// (or ctx to expire, returning ctx.Err()). Proved by
-// TestShutdownClosesPartialRequests.
+// Shutdown stops accepting connections, closes every connection with no
+// request in progress (new connections that have sent nothing, idle
+// keep-alive connections) and waits for the requests in progress to finish
+// and be answered, with Connection: close: those in a handler and those
+// still arriving (part of the headers or of the body sent), until ctx
+// expires (returning ctx.Err()); what is left is then the caller's to cut.
+// Proved by TestShutdownDrainsRequestsInProgress.
 func (h *Host) Shutdown(ctx context.Context) error { return h.lns.shutdown(h.srv, ctx) }
 
 // Handler is the fasthttp request handler: the preamble, then the Surface.
