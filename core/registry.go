@@ -217,7 +217,9 @@ func sameConfig(a, b *Registration) bool {
 
 // Register adds a subscription, or returns the existing one unchanged when an
 // identical registration exists (created=false). A conflicting registration for
-// the same key, an endpoint already used by another key, or a hash profile that
+// the same key, an endpoint that may reach the publisher socket of another
+// key's (endpoint.Keys: another spelling of it, another address of this host
+// on its port; a *FieldError on "endpoint" naming that key), or a hash profile that
 // differs from the profile of a partition of the context bound by the same
 // identity (Owner; partition.go) is refused with ErrConflict and no state
 // change. A profile that differs only from other identities' partitions gets
@@ -237,6 +239,7 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		return nil, false, err
 	}
 	key := r.Key()
+	keys := endpoint.Keys(r.Endpoint) // outside the lock: it reads this host's interfaces
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if old, ok := ix.subs[key]; ok {
@@ -248,7 +251,6 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		}
 		return nil, false, fmt.Errorf("register %s: conflicting registration for service key: %w", key, ErrConflict)
 	}
-	keys := endpoint.Keys(r.Endpoint)
 	for _, k := range keys {
 		if other, ok := ix.endpoints[k]; ok {
 			return nil, false, ix.endpointConflictLocked(key, &r, other, k)
