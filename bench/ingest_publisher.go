@@ -42,6 +42,9 @@ type PublisherOptions struct {
 	// ReplayDelay delays each replay answer (a slow publisher); the answer holds
 	// the ring as it was when the request arrived. Default 0.
 	ReplayDelay time.Duration
+	// IPv6 sets ZMQ_IPV6 on both sockets, so that a wildcard bind
+	// (tcp://*:P) answers on IPv6 and IPv4 addresses alike. Default false.
+	IPv6 bool
 }
 
 // Publisher simulates a vLLM / SGLang / Mooncake-master KV-event publisher: a PUB
@@ -122,6 +125,9 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 		return fail(err)
 	}
 	_ = p.pub.SetLinger(0)
+	if err = p.pub.SetIpv6(opts.IPv6); err != nil {
+		return fail(err)
+	}
 	if err = p.pub.SetSndhwm(opts.SndHWM); err != nil {
 		return fail(err)
 	}
@@ -137,6 +143,7 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 		return fail(err)
 	}
 	_ = router.SetLinger(0)
+	_ = router.SetIpv6(opts.IPv6)
 	_ = router.SetSndhwm(0) // a whole ring must fit: a ROUTER drops what does not
 	if p.replayEP, err = bindRetry(router, opts.ReplayEndpoint); err != nil {
 		_ = router.Close()

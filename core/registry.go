@@ -4,10 +4,13 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
+	"github.com/seed-c7a81618/conductor/endpoint"
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
@@ -150,9 +153,43 @@ func (r *Registration) checkLengths() error {
 	return nil
 }
 
+// checkText reports the first identity (instance id, model, LoRA, tenant)
+// that is not printable text as a *FieldError wrapping ErrInvalid: invalid
+// UTF-8, or a C0 or C1 control character or DEL. Identities become metric
+// labels, log fields and lines of /services; a NUL or an ESC there reaches
+// whoever reads them.
+func (r *Registration) checkText() error {
+	for _, f := range [...]struct{ name, v string }{
+		{"instance_id", r.InstanceID}, {"modelname", r.ModelName}, {"lora_name", r.LoraName}, {"tenant_id", r.TenantID},
+	} {
+		if why := notText(f.v); why != "" {
+			return &FieldError{Field: f.name, Err: fmt.Errorf("register: %s %s: %w", f.name, why, ErrInvalid)}
+		}
+	}
+	return nil
+}
+
+// notText says why s is not printable text ("" when it is).
+func notText(s string) string {
+	for i, c := range s {
+		switch {
+		case c == utf8.RuneError:
+			if _, n := utf8.DecodeRuneInString(s[i:]); n == 1 {
+				return fmt.Sprintf("is not valid UTF-8 (byte 0x%02x at offset %d)", s[i], i)
+			}
+		case c < 0x20 || (c >= 0x7f && c <= 0x9f):
+			return fmt.Sprintf("holds the control character U+%04X at offset %d", c, i)
+		}
+	}
+	return ""
+}
+
 // Validate checks the registration's fields.
 func (r *Registration) Validate() error {
 	if err := r.checkLengths(); err != nil {
+		return err
+	}
+	if err := r.checkText(); err != nil {
 		return err
 	}
 	switch {
@@ -190,7 +227,9 @@ func sameConfig(a, b *Registration) bool {
 
 // Register adds a subscription, or returns the existing one unchanged when an
 // identical registration exists (created=false). A conflicting registration for
-// the same key, an endpoint already used by another key, or a hash profile that
+// the same key, an endpoint that may reach the publisher socket of another
+// key's (endpoint.Keys: another spelling of it, another address of this host
+// on its port; a *FieldError on "endpoint" naming that key), or a hash profile that
 // differs from the profile of a partition of the context bound by the same
 // identity (Owner; partition.go) is refused with ErrConflict and no state
 // change. A profile that differs only from other identities' partitions gets
@@ -210,6 +249,7 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		return nil, false, err
 	}
 	key := r.Key()
+	keys := endpoint.Keys(r.Endpoint) // outside the lock: it reads this host's interfaces
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if old, ok := ix.subs[key]; ok {
@@ -221,8 +261,10 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		}
 		return nil, false, fmt.Errorf("register %s: conflicting registration for service key: %w", key, ErrConflict)
 	}
-	if other, ok := ix.endpoints[r.Endpoint]; ok {
-		return nil, false, fmt.Errorf("register %s: endpoint %s is used by %s: %w", key, r.Endpoint, other, ErrConflict)
+	for _, k := range keys {
+		if other, ok := ix.endpoints[k]; ok {
+			return nil, false, ix.endpointConflictLocked(key, &r, other, k)
+		}
 	}
 	if len(ix.subs) >= ix.opts.MaxRegistrations {
 		return nil, false, fmt.Errorf("register %s: %d registrations: %w", key, len(ix.subs), ErrLimit)
@@ -244,11 +286,45 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 	sub.state = make(map[*context]*subCtx)
 	sub.state[c] = sub.newSubCtx(c)
 	ix.subs[key] = sub
-	ix.endpoints[r.Endpoint] = key
+	sub.endpointKeys = keys
+	for _, k := range keys {
+		ix.endpoints[k] = key
+	}
 	if !r.Type.pool() {
 		c.addRegSlot(slot{r.InstanceID, r.DPRank}, 1)
 	}
 	return sub, true, nil
+}
+
+// endpointConflictLocked is the refusal of r (key) whose endpoint shares
+// the publisher key k with the registration other: a *FieldError on
+// "endpoint" wrapping ErrConflict, naming other and, when the endpoints
+// differ, how they meet. Caller holds ix.mu.
+func (ix *Index) endpointConflictLocked(key ServiceKey, r *Registration, other ServiceKey, k string) error {
+	held := ix.subs[other].reg.Endpoint
+	msg := fmt.Sprintf("register %s: endpoint %s is used by %s", key, r.Endpoint, other)
+	if held != r.Endpoint {
+		how := "the same publisher"
+		if host, port, ok := strings.Cut(strings.TrimPrefix(k, "tcp://"), ":"); ok && host == endpoint.ThisHost {
+			how = "port " + port + " of this host, which is one publisher whatever address of this host names it"
+		}
+		msg = fmt.Sprintf("register %s: endpoint %s reaches %s, which %s is registered at as %s", key, r.Endpoint, how, other, held)
+	}
+	return &FieldError{Field: "endpoint", Err: fmt.Errorf("%s: %w", msg, ErrConflict)}
+}
+
+// EndpointHolder returns the registration whose endpoint may reach the same
+// publisher socket as ep (endpoint.Keys), if there is one.
+func (ix *Index) EndpointHolder(ep string) (Registration, bool) {
+	keys := endpoint.Keys(ep)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, k := range keys {
+		if other, ok := ix.endpoints[k]; ok {
+			return ix.subs[other].reg, true
+		}
+	}
+	return Registration{}, false
 }
 
 // Lookup returns the subscription registered under k.
@@ -302,7 +378,9 @@ func (ix *Index) unregister(k ServiceKey) (Registration, error) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	delete(ix.subs, k)
-	delete(ix.endpoints, sub.reg.Endpoint)
+	for _, ek := range sub.endpointKeys {
+		delete(ix.endpoints, ek)
+	}
 	if !sub.reg.Type.pool() {
 		sub.home.addRegSlot(slot{sub.reg.InstanceID, sub.reg.DPRank}, -1)
 	}
@@ -342,6 +420,9 @@ type Subscription struct {
 	id   uint32
 	reg  Registration
 	home *context
+	// endpointKeys are the keys of the publisher sockets reg.Endpoint may
+	// reach (endpoint.Keys), held in Index.endpoints while registered.
+	endpointKeys []string
 	// regSalt is reg.AdditionalSalt as bytes (nil when empty): the default
 	// salt namespace of the subscription's blocks.
 	regSalt []byte

@@ -87,6 +87,8 @@ type settings struct {
 	clientTokens    string
 	protectMetrics  bool
 	allowEndpoints  string
+	allowSource     bool // --allow-source-endpoints
+	allowSourceSet  bool // given on the command line (it then overrides the file)
 	sha256Backend   string
 	hashMemoBytes   int
 	hashPromptBytes int
@@ -162,6 +164,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&s.protectMetrics, "protect-metrics", false, "require the admin token on /metrics too")
 	fs.StringVar(&s.allowEndpoints, "allow-endpoints", server.DefaultEndpointRules,
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
+	fs.BoolVar(&s.allowSource, "allow-source-endpoints", false,
+		"let registrations use libzmq's source-address form tcp://SOURCE;HOST:PORT, which makes conductor bind SOURCE (default: the config file's allow_source_endpoints, else off)")
 	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
 		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
 	fs.IntVar(&s.hashPromptBytes, "hash-memo-prompt-bytes", hash.DefaultMemoPromptBytes,
@@ -184,6 +188,7 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	s.allowSourceSet = set["allow-source-endpoints"]
 	if err := s.dynamoMode(set); err != nil {
 		return err
 	}
@@ -470,6 +475,7 @@ func (b *builder) build() (*app, int) {
 	if code != 0 {
 		return nil, code
 	}
+	policy.AllowSourceAddresses(s.allowSource || (!s.allowSourceSet && cfg.AllowSourceEndpoints))
 	var registrar server.Registrar = ing
 	if s.nats.consume {
 		registrar = replicaRegistrar{}
@@ -778,19 +784,25 @@ func (a *app) serve(ctx context.Context) int {
 	}
 	cancelStatic()
 	a.dp.releaseAll()
+	// Every surface stops accepting at once and drains its requests in
+	// progress (those in a handler and those still arriving) within one
+	// --shutdown-timeout.
 	sctx, cancel := context.WithTimeout(context.Background(), a.shutdownTimeout)
 	defer cancel()
-	if err := a.srv.Shutdown(sctx); err != nil {
-		a.log.Warn("HTTP shutdown did not drain in time", "err", err)
+	var drain sync.WaitGroup
+	shutdown := func(what string, stop func(context.Context) error) {
+		drain.Go(func() {
+			if err := stop(sctx); err != nil {
+				a.log.Warn(what+" shutdown did not drain in time", "err", err)
+			}
+		})
 	}
+	shutdown("HTTP", a.srv.Shutdown)
 	if a.rpc != nil {
-		if err := a.rpc.Shutdown(sctx); err != nil {
-			a.log.Warn("RPC shutdown did not drain in time", "err", err)
-		}
+		shutdown("RPC", a.rpc.Shutdown)
 	}
-	if err := a.dp.dyn.Shutdown(sctx); err != nil {
-		a.log.Warn("Dynamo HTTP shutdown did not drain in time", "err", err)
-	}
+	shutdown("Dynamo HTTP", a.dp.dyn.Shutdown)
+	drain.Wait()
 	wg.Wait()
 	if a.pprof != nil {
 		a.pprof.Close()

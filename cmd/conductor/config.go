@@ -31,7 +31,8 @@ var ErrConfig = errors.New("conductor: bad configuration file")
 //	  "rpc_server_port": 50052,           // optional, 0..65535; the Python client's RPC surface; 0 = off
 //	  "kvevent_instance": {"name": E...}, // static registrations; instance_id defaults to the name
 //	  "services": [E...],                 // the same entries as a list (instance_id required)
-//	  "media": {"engine": {"tape": "disk"}, "pool": {"cxl": "cpu_share"}} // medium → tier overrides
+//	  "media": {"engine": {"tape": "disk"}, "pool": {"cxl": "cpu_share"}}, // medium → tier overrides
+//	  "allow_source_endpoints": false     // optional; --allow-source-endpoints wins
 //	}
 //
 // E is a /register JSON body (same keys and rules, hash_profile optional), except
@@ -46,6 +47,9 @@ type fileConfig struct {
 	// EngineMedia / PoolMedia are the media maps with the file's overrides
 	// (nil: the defaults).
 	EngineMedia, PoolMedia core.MediumMap
+	// AllowSourceEndpoints is allow_source_endpoints: registrations may use
+	// the tcp source-address form (server.EndpointPolicy.AllowSourceAddresses).
+	AllowSourceEndpoints bool
 }
 
 // configOwner owns the configuration file's registrations.
@@ -149,6 +153,10 @@ func parseConfig(data []byte) (fileConfig, error) {
 			}
 			if cfg.PoolMedia, err = core.DefaultPoolMedia().WithOverrides(m.Pool, true); err != nil {
 				return cfg, fmt.Errorf("%w: media.pool: %v", ErrConfig, err)
+			}
+		case "allow_source_endpoints":
+			if err := json.Unmarshal(raw, &cfg.AllowSourceEndpoints); err != nil {
+				return cfg, fmt.Errorf("%w: allow_source_endpoints: want true or false, got %s", ErrConfig, bytes.TrimSpace(raw))
 			}
 		default:
 			cfg.Unknown = append(cfg.Unknown, k)

@@ -201,8 +201,9 @@ func New(c *server.Core, opts Options) (*Server, error) {
 // Limiter.
 func (d *Server) Serve(ln net.Listener) error { return d.host.Serve(ln) }
 
-// Shutdown stops accepting connections, closes the ones not inside a request,
-// waits for in-flight requests (or ctx) and closes the access log.
+// Shutdown stops accepting connections, closes the ones with no request in
+// progress, waits for the requests in progress, in a handler or still
+// arriving (or ctx), and closes the access log.
 func (d *Server) Shutdown(ctx context.Context) error {
 	err := d.host.Shutdown(ctx)
 	if d.alog != nil {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
@@ -264,7 +265,11 @@ func TestRegisterSemantics(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			checkError(t, env.postMP(t, "/register", c.body), 400, "invalid_registration", "", -1)
+			field := ""
+			if c.name == "endpoint used by another key" {
+				field = "endpoint"
+			}
+			checkError(t, env.postMP(t, "/register", c.body), 400, "invalid_registration", field, -1)
 		})
 	}
 	if n := len(env.ix.Services()); n != 1 {
@@ -585,5 +590,25 @@ func TestRegisterIdentityLimits(t *testing.T) {
 	}
 	if got := len(env.ix.Services()); got != 7 {
 		t.Fatalf("%d registrations, want the 7 at the limit", got)
+	}
+}
+
+// TestRegisterIdentityText: an identity that is not printable text (a NUL,
+// an ESC, another control character, invalid UTF-8) is refused in both
+// dialects, 400 invalid_value naming the field, and nothing is registered.
+func TestRegisterIdentityText(t *testing.T) {
+	env := startEnv(t, Options{}, core.Options{})
+	for i, c := range []struct{ key, v string }{
+		{"instance_id", "a\x00b"}, {"instance_id", "\x1b[2J"}, {"modelname", "m\x07"},
+		{"lora_name", "l\u009b"}, {"tenant_id", "t\xff"}, {"instance_id", "\xc3"},
+	} {
+		o := with(baseReg(), "endpoint", fmt.Sprintf("tcp://h:%d", i+1), c.key, c.v)
+		checkError(t, env.postMP(t, "/register", mp(o)), 400, "invalid_value", c.key, -1)
+		if utf8.ValidString(c.v) {
+			checkError(t, env.postJSON(t, "/register", jsonEnc(o)), 400, "invalid_value", c.key, -1)
+		}
+	}
+	if n := len(env.ix.Services()); n != 0 {
+		t.Fatalf("%d registrations created", n)
 	}
 }

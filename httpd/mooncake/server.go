@@ -38,10 +38,10 @@ func New(c *server.Core) *Server {
 // Limiter (server.Options.Limiter).
 func (s *Server) Serve(ln net.Listener) error { return s.host.Serve(ln) }
 
-// Shutdown stops accepting connections, closes every connection that is not
-// inside a request (idle keep-alive connections, and connections that have
-// not sent a complete request) and waits for in-flight requests to finish (or
-// ctx to expire, returning ctx.Err()). Proved by TestShutdownClosesPartialRequests.
+// Shutdown stops accepting connections, closes every connection with no
+// request in progress (new and idle keep-alive connections) and waits for the
+// requests in progress, in a handler or still arriving, to finish (or ctx to
+// expire, returning ctx.Err()): server.Host.Shutdown.
 func (s *Server) Shutdown(ctx context.Context) error { return s.host.Shutdown(ctx) }
 
 // Handler is the fasthttp request handler (exported for embedding and tests).

@@ -34,7 +34,7 @@ func TestRPCRegisterRefusalReason(t *testing.T) {
 			"hash_profile", with(cborSpec(), "strategy", "vllm_v2")),
 			"invalid_value", "strategy", []string{`hash_profile.strategy="vllm_v2"`}},
 		{"endpoint of another registration", with(pyReg(), "instance_id", "vllm-1"),
-			"invalid_registration", "", []string{"endpoint tcp://127.0.0.1:5557 is used by vllm-0|default|0"}},
+			"invalid_registration", "endpoint", []string{"endpoint tcp://127.0.0.1:5557 is used by vllm-0|default|0"}},
 		{"hash profile conflicting with the context's", with(pyReg(), "instance_id", "vllm-1", "endpoint", "tcp://127.0.0.1:6001",
 			"hash_profile", with(cborSpec(), "python_hash_seed", "7")),
 			"invalid_registration", "", []string{`context default/my-model/""/16 is bound to hash profile vllm_v1/sha256_cbor/0/low64_be`}},

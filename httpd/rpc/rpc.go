@@ -91,9 +91,9 @@ func New(c *server.Core) *Server {
 // Limiter.
 func (r *Server) Serve(ln net.Listener) error { return r.host.Serve(ln) }
 
-// Shutdown stops accepting connections, closes the ones not inside a request
-// and waits for in-flight requests to finish (or ctx to expire, returning
-// ctx.Err()).
+// Shutdown stops accepting connections, closes the ones with no request in
+// progress and waits for the requests in progress, in a handler or still
+// arriving, to finish (or ctx to expire, returning ctx.Err()).
 func (r *Server) Shutdown(ctx context.Context) error { return r.host.Shutdown(ctx) }
 
 // Handler is the fasthttp request handler of the RPC surface (exported for

@@ -257,15 +257,20 @@ func NewGate(reg Registrar, ix *core.Index, endpoints *EndpointPolicy) *Gate {
 	return &Gate{reg: reg, ix: ix, endpoints: endpoints}
 }
 
-// Register registers r on behalf of p: r.Owner is set to p's identity. Errors
-// wrap ErrForbidden (endpoint policy, ownership), core's sentinels, or the
-// registrar's.
+// Register registers r on behalf of p: r.Owner is set to p's identity, and
+// its endpoints are checked and registered in the form they are connected
+// to (EndpointPolicy.Resolve: canonical, a host name resolved once). An
+// identity other than the admin may not take an instance id, or a
+// publisher (core.Index.EndpointHolder: any spelling of its endpoint), that
+// another identity holds. Errors wrap ErrForbidden (endpoint policy,
+// ownership), core's sentinels, or the registrar's.
 func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
-	if err := g.endpoints.Check("endpoint", r.Endpoint); err != nil {
+	var err error
+	if r.Endpoint, err = g.endpoints.Resolve("endpoint", r.Endpoint); err != nil {
 		return false, err
 	}
 	if r.ReplayEndpoint != "" {
-		if err := g.endpoints.Check("replay_endpoint", r.ReplayEndpoint); err != nil {
+		if r.ReplayEndpoint, err = g.endpoints.Resolve("replay_endpoint", r.ReplayEndpoint); err != nil {
 			return false, err
 		}
 	}
@@ -277,9 +282,10 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 			if o.InstanceID == r.InstanceID && o.Owner != p.Name {
 				return false, fmt.Errorf("register: instance_id %q is held by another identity: %w", r.InstanceID, ErrForbidden)
 			}
-			if o.Endpoint == r.Endpoint && o.Owner != p.Name {
-				return false, fmt.Errorf("register: endpoint %s is held by another identity: %w", r.Endpoint, ErrForbidden)
-			}
+		}
+		if o, ok := g.ix.EndpointHolder(r.Endpoint); ok && o.Owner != p.Name {
+			return false, &core.FieldError{Field: "endpoint", Err: fmt.Errorf(
+				"register: endpoint %s reaches a publisher another identity has registered: %w", r.Endpoint, ErrForbidden)}
 		}
 	}
 	created, err := g.reg.Register(r)

@@ -43,7 +43,7 @@ func (c *Core) readBody(ctx *fasthttp.RequestCtx, st *State, maxBytes int) ([]by
 		return ctx.PostBody(), nil
 	}
 	limit := int64(maxBytes)
-	declared := int64(ctx.Request.Header.ContentLength())
+	declared := declaredLength(ctx)
 	if declared > limit {
 		ctx.SetConnectionClose()
 		return nil, BodyTooLarge(maxBytes)

@@ -91,11 +91,12 @@ func retryableAccept(err error) bool {
 	return false
 }
 
-// closeIdle closes every connection of l that is not inside a request: new
-// connections, keep-alive connections waiting for their next request, and
-// connections that have sent part of a request but not all of its headers.
-// Connections whose handler runs, or whose response is being written, are
-// left to finish. It returns how many connections remain open.
+// closeIdle closes every connection of l that has no request in progress:
+// new connections that have sent nothing, and keep-alive connections waiting
+// for their next request. Connections that have sent part of a request (its
+// headers or its body still arriving), whose handler runs, or whose response
+// is being written, are left to finish. It returns how many connections
+// remain open.
 func (l *guardedListener) closeIdle() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -110,14 +111,20 @@ func (l *guardedListener) closeIdle() int {
 // Connection states. The protocol (every transition is a CAS or a store by the
 // connection's own goroutine):
 //
-//	idle ──handler entry (begin)──▶ busy ──handler exit (end)──▶ responded
+//	idle ──a Read returns bytes──▶ reading ──handler entry (begin)──▶ busy
+//	busy ──handler exit (end)──▶ responded
 //	responded ──next Read──▶ idle          responded ──pipelined begin──▶ busy
 //	idle ──closeIdle (shutdown) or eviction (Limiter.admit)──▶ closing
+//	reading ──eviction (Limiter.admit)──▶ closing
 //
 // closing is terminal: the connection is closed. A handler that loses the
-// idle→busy race does no work: its connection is already closed.
+// race to it does no work: its connection is already closed. reading is a
+// request in progress whose handler has not run yet (its headers, or the
+// first bytes of its body fasthttp reads before the handler, still
+// arriving): shutdown lets it finish, eviction does not (Limiter).
 const (
 	connIdle int32 = iota
+	connReading
 	connBusy
 	connResponded
 	connClosing
@@ -168,16 +175,22 @@ func (c *trackedConn) Write(p []byte) (int, error) {
 	return c.raw.Write(c.Conn, p)
 }
 
-// Read marks a connection whose response went out as idle again: fasthttp
-// reads only after it has flushed the previous response.
-func (c *trackedConn) Read(p []byte) (int, error) {
+// Read marks a connection whose response went out as idle again (fasthttp
+// reads only after it has flushed the previous response), and an idle one
+// whose read returns bytes as reading: a request has begun.
+func (c *trackedConn) Read(p []byte) (n int, err error) {
 	if c.state.CompareAndSwap(connResponded, connIdle) {
 		c.idleSince.Store(c.l.g.now())
 	}
 	if c.raw == nil {
-		return c.Conn.Read(p)
+		n, err = c.Conn.Read(p)
+	} else {
+		n, err = c.raw.Read(c.Conn, p)
 	}
-	return c.raw.Read(c.Conn, p)
+	if n > 0 {
+		c.state.CompareAndSwap(connIdle, connReading)
+	}
+	return n, err
 }
 
 // SetReadDeadline records t for readBody (a control connection's is never
@@ -245,7 +258,7 @@ func (c *trackedConn) end() { c.state.CompareAndSwap(connBusy, connResponded) }
 
 // listeners is the serving plumbing every surface shares: Serve runs a
 // fasthttp server on a listener guarded by the Limiter, Shutdown closes the
-// connections that are not inside a request while fasthttp drains the rest.
+// connections with no request in progress while fasthttp drains the rest.
 type listeners struct {
 	lim *Limiter
 	// mu guards lns, the guarded listeners Serve runs on.

@@ -42,17 +42,18 @@
 // # Limits
 //
 // Bodies are streamed and read by the preamble: Options.MaxBodyBytes (413
-// limit_exceeded, declared or as it arrives; a surface may set its own,
-// HostOptions), the Limiter's in-flight body budget (503 limit_exceeded with
+// limit_exceeded as it arrives, or at once for a declared Content-Length
+// past it, before any byte of the body and instead of "100 Continue"; a
+// surface may set its own, HostOptions), the Limiter's in-flight body budget (503 limit_exceeded with
 // Retry-After; a declared length is charged before any byte is read, memory
 // grows only with bytes received) and its connection cap (503 and close,
 // counted). Accept errors are retried with backoff. Options.MaxQueryTokens
 // (400 out_of_range on token_ids / seq_hashes), identity lengths
 // core.MaxIdentityBytes / core.MaxEndpointBytes (400 invalid_value naming the
 // field) and the registry bound core.Options.MaxRegistrations (core.ErrLimit
-// → 400 limit_exceeded). Shutdown closes connections that have not sent a
-// complete request at once. One Limiter is shared by every surface of a
-// process.
+// → 400 limit_exceeded). Shutdown closes connections with no request in
+// progress at once and drains the others (Host.Shutdown). One Limiter is
+// shared by every surface of a process.
 //
 // # Access
 //

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/endpoint"
 )
 
 // EndpointPolicy is the allowlist a registration's endpoint and
@@ -32,42 +33,49 @@ import (
 // listeners (its ports on a loopback, unspecified or local address), and
 // conductor's own inproc sockets (conductor-*).
 //
-// A tcp destination (the part after the last ';'; the source before it is
-// bound, not connected to) is judged by the address libzmq will connect to.
-// libzmq strips [brackets] and a %zone, then resolves the host with
-// getaddrinfo, which reads any number inet_aton accepts (127.1, 2130706433,
-// 0x7f000001, 0177.0.0.1) as an IPv4 address before it tries DNS. So:
-//   - a host with a zone id (%...) is refused;
+// A tcp destination (the part after the last ';') is judged by the address
+// conductor connects to (endpoint.Parse, endpoint.Resolve). libzmq strips
+// [brackets] and a %zone, then resolves the host with getaddrinfo, which
+// reads any number inet_aton accepts (127.1, 2130706433, 0x7f000001,
+// 0177.0.0.1) as an IPv4 address before it tries DNS. So:
+//   - a host with a zone id (%...) is refused, as is an unspecified address
+//     (0.0.0.0, [::]: a bind address, which a connect turns into this host);
 //   - a numeric host (a digit, then only hex digits, x and dots) must be a
 //     dotted quad of four decimal octets without leading zeros; every other
 //     spelling is refused, naming the address libzmq would read;
 //   - a host with a colon must be an IPv6 address (any spelling; its value
 //     is checked);
 //   - any other host is a DNS name. One that names a network interface of
-//     this host is refused. The rest are resolved (2 s bound) and every
-//     address must pass; localhost and *.localhost also count as loopback
-//     (RFC 6761). A name that does not resolve yet is let through by a rule
-//     that matches it by name (a pod whose DNS record appears later), since
-//     there is nothing to check.
+//     this host is refused. The rest are resolved once (2 s bound): every
+//     address must pass, localhost and *.localhost also count as loopback
+//     (RFC 6761), and the registration connects to one of them, the literal
+//     Resolve returns, never to the name, so DNS answering otherwise later
+//     (rebinding) cannot move it. A name that does not resolve is refused.
+//
+// The source-address form (tcp://SOURCE;HOST:PORT), which makes conductor
+// bind SOURCE, is refused unless AllowSourceAddresses allows it.
 //
 // Every address checked, literal or resolved, is also judged by the IPv4
 // address it embeds: IPv4-mapped, IPv4-compatible and IPv4-translated
 // addresses, NAT64 (64:ff9b::/96, 64:ff9b:1::/48), 6to4 (2002::/16) and a
-// Teredo client (2001::/32). DNS may change after the check (rebinding); the
-// tcp rules should name networks, not only names, where that matters.
-// TestEndpointPolicy and TestEndpointPolicyHosts list the cases.
+// Teredo client (2001::/32). TestEndpointPolicy and TestEndpointPolicyHosts
+// list the cases.
 //
 // An EndpointPolicy is safe for concurrent use; a nil one allows everything.
 type EndpointPolicy struct {
 	spec  string
 	rules []endpointRule
 
+	// allowSource lets the tcp source-address form through
+	// (AllowSourceAddresses).
+	allowSource bool
+
 	mu   sync.RWMutex
 	own  map[uint16]bool // conductor's listening ports
 	self []netip.Addr    // this host's interface addresses
 
 	// lookup resolves a DNS name (tests replace it).
-	lookup func(ctx context.Context, host string) ([]netip.Addr, error)
+	lookup endpoint.Lookup
 }
 
 type endpointRule struct {
@@ -97,9 +105,7 @@ func ParseEndpointPolicy(spec string) (*EndpointPolicy, error) {
 	if strings.TrimSpace(spec) == "" {
 		spec = DefaultEndpointRules
 	}
-	p := &EndpointPolicy{spec: spec, own: map[uint16]bool{}, lookup: func(ctx context.Context, host string) ([]netip.Addr, error) {
-		return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-	}}
+	p := &EndpointPolicy{spec: spec, own: map[uint16]bool{}, lookup: endpoint.DefaultLookup}
 	for _, text := range strings.Split(spec, ",") {
 		text = strings.TrimSpace(text)
 		if text == "" {
@@ -210,118 +216,103 @@ func (p *EndpointPolicy) DenyOwn(ports ...int) {
 	}
 }
 
-// Check reports whether ep may be connected to; the refusal is a
-// *core.FieldError naming field and wrapping ErrForbidden.
+// AllowSourceAddresses lets registrations use libzmq's source-address form
+// tcp://SOURCE;HOST:PORT, which makes conductor bind SOURCE before it
+// connects (off by default: a client could make conductor bind an address
+// and port of its choosing). Call it before the policy is in use.
+func (p *EndpointPolicy) AllowSourceAddresses(allow bool) {
+	if p != nil {
+		p.allowSource = allow
+	}
+}
+
+// Check reports whether ep may be connected to (Resolve without its result).
 func (p *EndpointPolicy) Check(field, ep string) error {
+	_, err := p.Resolve(field, ep)
+	return err
+}
+
+// Resolve checks ep, the value of the registration field field, and returns
+// the endpoint the registration connects to: ep in its canonical form
+// (endpoint.Parse), a tcp host name resolved once (2 s bound) to the
+// address the checks judged (endpoint.Resolve). Refusals are a
+// *core.FieldError naming field: wrapping core.ErrInvalid when ep is
+// malformed or its host does not resolve, ErrForbidden when the policy
+// refuses it. A nil policy returns ep unchanged (the registrar reads it).
+func (p *EndpointPolicy) Resolve(field, ep string) (string, error) {
 	if p == nil {
-		return nil
+		return ep, nil
 	}
 	refuse := func(why string) error {
 		return &core.FieldError{Field: field, Err: fmt.Errorf("%s %q refused: %s: %w", field, ep, why, ErrForbidden)}
 	}
-	scheme, rest, ok := strings.Cut(ep, "://")
-	if !ok {
-		return nil // malformed: the registrar's own check says why
+	invalid := func(err error) error {
+		return &core.FieldError{Field: field, Err: fmt.Errorf("%s %q refused: %w: %w", field, ep, err, core.ErrInvalid)}
 	}
-	switch scheme {
+	e, err := endpoint.Parse(ep)
+	if err != nil {
+		return "", invalid(err)
+	}
+	switch e.Scheme {
 	case "ipc", "inproc":
-		if scheme == "inproc" && strings.HasPrefix(rest, "conductor-") {
-			return refuse("conductor's own inproc sockets are never allowed")
+		if e.Scheme == "inproc" && strings.HasPrefix(e.Path, "conductor-") {
+			return "", refuse("conductor's own inproc sockets are never allowed")
 		}
 		for i := range p.rules {
-			if p.rules[i].scheme == scheme {
-				if m, _ := path.Match(p.rules[i].glob, rest); m {
-					return nil
+			if p.rules[i].scheme == e.Scheme {
+				if m, _ := path.Match(p.rules[i].glob, e.Path); m {
+					return e.String(), nil
 				}
 			}
 		}
-		return refuse(fmt.Sprintf("no rule of --allow-endpoints %q allows %s endpoints like it", p.spec, scheme))
-	case "tcp":
-	default:
-		return nil
+		return "", refuse(fmt.Sprintf("no rule of --allow-endpoints %q allows %s endpoints like it", p.spec, e.Scheme))
 	}
-	if i := strings.LastIndexByte(rest, ';'); i >= 0 {
-		rest = rest[i+1:] // the source address is bound, not connected to
+	if e.Source != "" && !p.allowSource {
+		return "", refuse("the source-address form (SOURCE;HOST:PORT) makes conductor bind SOURCE, and is off; " +
+			"an operator enables it with --allow-source-endpoints (allow_source_endpoints in the configuration file)")
 	}
-	i := strings.LastIndexByte(rest, ':')
-	if i < 0 {
-		return nil
+	port := e.Port
+	lname := strings.TrimSuffix(e.Host, ".")
+	if e.IsName() {
+		for _, m := range metaNames {
+			if lname == m {
+				return "", refuse("cloud metadata service")
+			}
+		}
+		if _, err := net.InterfaceByName(e.Host); err == nil {
+			return "", refuse(fmt.Sprintf("host %q names a network interface of this host, not a DNS name", e.Host))
+		}
 	}
-	host := rest[:i]
-	port64, err := strconv.ParseUint(rest[i+1:], 10, 16)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	r, addrs, err := endpoint.Resolve(ctx, e, p.lookup)
+	cancel()
 	if err != nil {
-		return nil
-	}
-	port := uint16(port64)
-	if strings.IndexByte(host, '%') >= 0 {
-		return refuse(fmt.Sprintf("host %q has a zone id, which is never allowed: "+
-			"libzmq drops it and connects to what precedes it", host))
-	}
-	if len(host) >= 2 && host[0] == '[' && host[len(host)-1] == ']' {
-		host = host[1 : len(host)-1]
-	}
-	lname := strings.ToLower(strings.TrimSuffix(host, "."))
-	for _, m := range metaNames {
-		if lname == m {
-			return refuse("cloud metadata service")
-		}
-	}
-	var addrs []netip.Addr
-	literal := false
-	switch {
-	case strings.IndexByte(host, ':') >= 0:
-		a, err := netip.ParseAddr(host)
-		if err != nil {
-			return refuse(fmt.Sprintf("host %q is not an IPv6 address", host))
-		}
-		addrs, literal = []netip.Addr{a.Unmap()}, true
-	case numericHost(host):
-		a, err := netip.ParseAddr(host)
-		if err != nil {
-			if v4, ok := inetAton(host); ok {
-				return refuse(fmt.Sprintf("host %q is not a dotted-quad IPv4 address (libzmq would read it as %s); "+
-					"write four decimal octets", host, v4))
-			}
-			return refuse(fmt.Sprintf("host %q is not a dotted-quad IPv4 address, and not a DNS name", host))
-		}
-		addrs, literal = []netip.Addr{a}, true
-	default:
-		if _, err := net.InterfaceByName(host); err == nil {
-			return refuse(fmt.Sprintf("host %q names a network interface of this host, not a DNS name", host))
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		res, err := p.lookup(ctx, host)
-		cancel()
-		if err == nil {
-			for _, a := range res {
-				addrs = append(addrs, a.Unmap().WithZone("")) // a zone from the hosts file
-			}
-		}
+		return "", invalid(err)
 	}
 	deny := addrs
-	if lname == "localhost" || strings.HasSuffix(lname, ".localhost") {
+	if e.IsName() && (lname == "localhost" || strings.HasSuffix(lname, ".localhost")) {
 		deny = append(deny[:len(deny):len(deny)], localhost4, localhost6) // RFC 6761
 	}
 	for _, a := range deny {
 		if why := p.denied(a, port); why != "" {
-			return refuse(why)
+			return "", refuse(why)
 		}
 	}
 	for i := range p.rules {
-		r := &p.rules[i]
-		if r.scheme != "tcp" || port < r.lo || port > r.hi {
+		rule := &p.rules[i]
+		if rule.scheme != "tcp" || port < rule.lo || port > rule.hi {
 			continue
 		}
 		switch {
-		case r.any:
-			return nil
-		case r.name != "" && !literal && (lname == r.name || (r.name[0] == '.' && strings.HasSuffix(lname, r.name))):
-			return nil
-		case r.prefix.IsValid() && len(addrs) > 0 && allIn(addrs, r.prefix):
-			return nil
+		case rule.any:
+			return r.String(), nil
+		case rule.name != "" && e.IsName() && (lname == rule.name || (rule.name[0] == '.' && strings.HasSuffix(lname, rule.name))):
+			return r.String(), nil
+		case rule.prefix.IsValid() && allIn(addrs, rule.prefix):
+			return r.String(), nil
 		}
 	}
-	return refuse(fmt.Sprintf("not allowed by --allow-endpoints %q", p.spec))
+	return "", refuse(fmt.Sprintf("not allowed by --allow-endpoints %q", p.spec))
 }
 
 // denied says why address a on port may never be connected to ("" if it
@@ -331,7 +322,7 @@ func (p *EndpointPolicy) denied(a netip.Addr, port uint16) string {
 		return why
 	}
 	var buf [4]netip.Addr
-	for _, e := range appendEmbeddedIPv4(buf[:0], a) {
+	for _, e := range endpoint.AppendEmbeddedIPv4(buf[:0], a) {
 		if why := p.deniedAddr(e, port); why != "" {
 			return fmt.Sprintf("%s (%s embeds %s)", why, a, e)
 		}

@@ -30,9 +30,20 @@ func testPolicy(t *testing.T, spec string, dns map[string][]netip.Addr) *Endpoin
 	return p
 }
 
-// checkPolicy asserts p's decision on ep; a refusal must be a forbidden
-// *core.FieldError naming field whose text names the field, the endpoint and
-// contains why.
+// Why a policy refuses an endpoint it cannot read (400 invalid_value), as
+// opposed to one it reads and refuses (403 forbidden).
+const (
+	numeric    = "not a dotted-quad IPv4 address"
+	zone       = "zone id"
+	unspec     = "the unspecified address"
+	unresolved = "does not resolve"
+	notIPv6    = "not an IPv6 address"
+)
+
+// checkPolicy asserts p's decision on ep; a refusal must be a *core.FieldError
+// naming field whose text names the field, the endpoint and contains why,
+// wrapping core.ErrInvalid for an endpoint the policy cannot read (why one
+// of the reasons above) and ErrForbidden for one it refuses.
 func checkPolicy(t *testing.T, p *EndpointPolicy, field, ep string, ok bool, why string) {
 	t.Helper()
 	err := p.Check(field, ep)
@@ -43,9 +54,15 @@ func checkPolicy(t *testing.T, p *EndpointPolicy, field, ep string, ok bool, why
 	if err == nil {
 		return
 	}
+	kind := ErrForbidden
+	for _, w := range []string{numeric, zone, unspec, unresolved, notIPv6} {
+		if why == w {
+			kind = core.ErrInvalid
+		}
+	}
 	var fe *core.FieldError
-	if !errors.Is(err, ErrForbidden) || !errors.As(err, &fe) || fe.Field != field {
-		t.Errorf("%s: error %v is not a forbidden field error for %s", ep, err, field)
+	if !errors.Is(err, kind) || !errors.As(err, &fe) || fe.Field != field {
+		t.Errorf("%s: error %v is not a field error for %s wrapping %v", ep, err, field, kind)
 		return
 	}
 	if msg := err.Error(); !strings.HasPrefix(msg, field+" ") || !strings.Contains(msg, ep) || !strings.Contains(msg, why) {
@@ -69,7 +86,7 @@ func TestEndpointPolicy(t *testing.T) {
 	def := testPolicy(t, "", dns)
 	f(def, "tcp://10.0.0.5:5557", true)
 	f(def, "tcp://engine.svc:5557", true)
-	f(def, "tcp://unresolvable.example:5557", true) // nothing to check yet
+	checkPolicy(t, def, "endpoint", "tcp://unresolvable.example:5557", false, unresolved)
 	f(def, "tcp://169.254.169.254:80", false)
 	f(def, "tcp://[fe80::1]:5557", false)
 	f(def, "tcp://[fd00:ec2::254]:80", false)
@@ -77,9 +94,9 @@ func TestEndpointPolicy(t *testing.T) {
 	f(def, "tcp://evil.example:80", false) // resolves to the metadata address
 	f(def, "tcp://127.0.0.1:13333", false) // conductor's own HTTP port
 	f(def, "tcp://loop.example:50052", false)
-	f(def, "tcp://0.0.0.0:13333", false)
+	checkPolicy(t, def, "endpoint", "tcp://0.0.0.0:13333", false, unspec)
 	f(def, "tcp://127.0.0.1:13334", true)
-	f(def, "tcp://127.0.0.1;169.254.1.1:5557", false) // the destination is what counts
+	checkPolicy(t, def, "endpoint", "tcp://127.0.0.1;10.0.0.5:5557", false, "--allow-source-endpoints")
 	f(def, "ipc:///tmp/engine.sock", false)
 	f(def, "inproc://x", false)
 
@@ -88,7 +105,8 @@ func TestEndpointPolicy(t *testing.T) {
 	f(nets, "tcp://10.9.9.9:5561", false)
 	f(nets, "tcp://192.168.1.1:5555", false)
 	f(nets, "tcp://engine.svc:9", true)
-	f(nets, "tcp://mixed.example:5555", false) // one address outside 10/8
+	checkPolicy(t, nets, "endpoint", "tcp://pending.svc:9", false, unresolved) // a name rule does not let an unresolved name through
+	f(nets, "tcp://mixed.example:5555", false)                                 // one address outside 10/8
 	f(nets, "ipc:///run/engines/a.sock", true)
 	f(nets, "ipc:///etc/passwd", false)
 	f(nets, "inproc://test-1", true)
@@ -101,6 +119,48 @@ func TestEndpointPolicy(t *testing.T) {
 	}
 	var nilPolicy *EndpointPolicy
 	f(nilPolicy, "tcp://169.254.169.254:80", true)
+
+	// The source-address form, once allowed, is judged by its destination.
+	src := testPolicy(t, "", dns)
+	src.AllowSourceAddresses(true)
+	f(src, "tcp://127.0.0.1:0;10.0.0.5:5557", true)
+	f(src, "tcp://127.0.0.1;169.254.1.1:5557", false)
+	f(src, "tcp://127.0.0.1:7;127.0.0.1:13333", false)
+}
+
+// TestEndpointPolicyResolve: what a registration connects to is the
+// canonical form of its endpoint, a name resolved to the address the
+// policy judged.
+func TestEndpointPolicyResolve(t *testing.T) {
+	dns := map[string][]netip.Addr{
+		"engine.svc": {netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("10.1.2.4")},
+		"dual.svc":   {netip.MustParseAddr("fd00::7"), netip.MustParseAddr("10.1.2.5")},
+		"v6.svc":     {netip.MustParseAddr("fd00::7"), netip.MustParseAddr("fd00::8")},
+		"localhost":  {netip.MustParseAddr("::1"), netip.MustParseAddr("127.0.0.1")},
+	}
+	p := testPolicy(t, "tcp://10.0.0.0/8:*, tcp://[fd00::]/8:*, tcp://*.svc:*, tcp://localhost:5557, ipc:///run/*", dns)
+	p.AllowSourceAddresses(true)
+	f := func(in, want string) {
+		t.Helper()
+		got, err := p.Resolve("endpoint", in)
+		if err != nil || got != want {
+			t.Errorf("Resolve(%s) = %q, %v; want %s", in, got, err, want)
+		}
+	}
+	f("tcp://engine.svc:5557", "tcp://10.1.2.3:5557")
+	f("tcp://ENGINE.SVC:05557", "tcp://10.1.2.3:5557")
+	f("tcp://dual.svc:5557", "tcp://10.1.2.5:5557") // IPv4 first
+	f("tcp://v6.svc:5557", "tcp://[fd00::7]:5557")
+	f("tcp://localhost:5557", "tcp://127.0.0.1:5557")
+	f("tcp://[::ffff:10.0.0.5]:5557", "tcp://10.0.0.5:5557")
+	f("tcp://10.0.0.5:0005557", "tcp://10.0.0.5:5557")
+	f("tcp://[FD00:0::5]:1", "tcp://[fd00::5]:1")
+	f("tcp://10.9.9.9:1;engine.svc:5557", "tcp://10.9.9.9:1;10.1.2.3:5557")
+	f("ipc:///run/kv.sock", "ipc:///run/kv.sock")
+	var nilPolicy *EndpointPolicy
+	if got, err := nilPolicy.Resolve("endpoint", "tcp://ENGINE:05557"); err != nil || got != "tcp://ENGINE:05557" {
+		t.Errorf("nil policy: %q %v", got, err)
+	}
 }
 
 // loopbackInterface is the name of this host's loopback interface ("" if it
@@ -124,11 +184,9 @@ func loopbackInterface() string {
 // here connects or resolves on the network.
 func TestEndpointPolicyHosts(t *testing.T) {
 	const (
-		own     = "conductor's own listener"
-		meta    = "link-local and cloud-metadata addresses are never allowed"
-		numeric = "not a dotted-quad IPv4 address"
-		zone    = "zone"
-		iface   = "network interface of this host"
+		own   = "conductor's own listener"
+		meta  = "link-local and cloud-metadata addresses are never allowed"
+		iface = "network interface of this host"
 	)
 	dns := map[string][]netip.Addr{
 		"engine-0.svc":        {netip.MustParseAddr("10.1.2.3")},
@@ -137,6 +195,11 @@ func TestEndpointPolicyHosts(t *testing.T) {
 		"mapped-loop.example": {netip.MustParseAddr("::ffff:127.0.0.1")},
 		"v6-engine.example":   {netip.MustParseAddr("fd00::5"), netip.MustParseAddr("10.1.2.4")},
 		"zoned.example":       {netip.MustParseAddr("fe80::1%eth0")},
+		"1e100.example":       {netip.MustParseAddr("10.1.2.5")},
+		"deadbeef":            {netip.MustParseAddr("10.1.2.6")},
+		"localhost":           {netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")},
+		"localhost.":          {netip.MustParseAddr("127.0.0.1")},
+		"engine.localhost":    {netip.MustParseAddr("10.1.2.7")}, // loopback whatever DNS says
 	}
 	cases := []struct {
 		ep  string
@@ -149,15 +212,15 @@ func TestEndpointPolicyHosts(t *testing.T) {
 		{"tcp://[FD00:0:0:0:0:0:0:5]:5557", true, ""}, // any IPv6 spelling: its value is checked
 		{"tcp://engine-0.svc:5557", true, ""},
 		{"tcp://v6-engine.example:5557", true, ""},
-		{"tcp://unresolvable.example:5557", true, ""},
+		{"tcp://unresolvable.example:5557", false, unresolved},
 		{"tcp://1e100.example:5557", true, ""}, // a digit first, but a DNS name
 		{"tcp://deadbeef:5557", true, ""},      // hex digits, but a DNS name
 		{"tcp://127.0.0.1:13334", true, ""},    // loopback, not an own port
 		{"tcp://[::1]:13334", true, ""},
 		{"tcp://localhost:13334", true, ""},
-		{"tcp://[64:ff9b::a00:5]:5557", true, ""}, // NAT64 of 10.0.0.5
-		{"tcp://[2002:a00:5::1]:5557", true, ""},  // 6to4 of 10.0.0.5
-		{"tcp://127.1;10.0.0.5:5557", true, ""},   // the source address is bound, not connected to
+		{"tcp://[64:ff9b::a00:5]:5557", true, ""},                        // NAT64 of 10.0.0.5
+		{"tcp://[2002:a00:5::1]:5557", true, ""},                         // 6to4 of 10.0.0.5
+		{"tcp://127.1;10.0.0.5:5557", false, "--allow-source-endpoints"}, // the source address would be bound
 
 		// Conductor's own ports, spelled as inet_aton (and so getaddrinfo) reads them.
 		{"tcp://127.1:13333", false, numeric},
@@ -177,7 +240,8 @@ func TestEndpointPolicyHosts(t *testing.T) {
 		{"tcp://[::ffff:127.0.0.1]:13333", false, own},
 		{"tcp://[::ffff:7f00:1]:50052", false, own},
 		{"tcp://[::127.0.0.1]:13333", false, own}, // IPv4-compatible
-		{"tcp://[::]:13333", false, own},
+		{"tcp://[::]:13333", false, unspec},
+		{"tcp://0.0.0.0:5557", false, unspec},
 		{"tcp://[0:0:0:0:0:0:0:1]:13333", false, own},
 		{"tcp://[64:ff9b::7f00:1]:13333", false, own},
 		// ... through names.
@@ -225,7 +289,7 @@ func TestEndpointPolicyHosts(t *testing.T) {
 		{"tcp://10.0.0.5.:5557", false, numeric},
 		{"tcp://10.0.0.5%eth0:5557", false, zone},
 		{"tcp://engine-0.svc%lo:5557", false, zone},
-		{"tcp://[not:an:address]:5557", false, "not an IPv6 address"},
+		{"tcp://[not:an:address]:5557", false, notIPv6},
 	}
 	def := testPolicy(t, "", dns)
 	for _, c := range cases {
@@ -246,99 +310,4 @@ func TestEndpointPolicyHosts(t *testing.T) {
 	checkPolicy(t, nets, "endpoint", "tcp://[::ffff:10.9.9.9]:5555", true, "")
 	checkPolicy(t, nets, "endpoint", "tcp://10.1:5555", false, numeric)
 	checkPolicy(t, nets, "endpoint", "tcp://167772161:5555", false, numeric)
-}
-
-// TestEndpointInetAton: numeric IPv4 hosts read as glibc's getaddrinfo reads
-// them (the expected column is its output on Debian 12, glibc 2.36).
-func TestEndpointInetAton(t *testing.T) {
-	f := func(in, want string) {
-		t.Helper()
-		a, ok := inetAton(in)
-		got := "-"
-		if ok {
-			got = a.String()
-		}
-		if got != want {
-			t.Fatalf("inetAton(%q) = %s, want %s", in, got, want)
-		}
-		if ok && !numericHost(in) {
-			t.Fatalf("%q is an address but not a numeric host", in)
-		}
-	}
-	f("127.0.0.1", "127.0.0.1")
-	f("127.1", "127.0.0.1")
-	f("2130706433", "127.0.0.1")
-	f("0x7f000001", "127.0.0.1")
-	f("0X7F.0.0.1", "127.0.0.1")
-	f("127.000.000.001", "127.0.0.1")
-	f("0177.0.0.1", "127.0.0.1")
-	f("0", "0.0.0.0")
-	f("0xA9FEA9FE", "169.254.169.254")
-	f("0251.0376.0251.0376", "169.254.169.254")
-	f("169.254.43518", "169.254.169.254")
-	f("169.16689662", "169.254.169.254")
-	f("1.2.3.04", "1.2.3.4")
-	f("0377.1", "255.0.0.1")
-	f("4294967295", "255.255.255.255")
-	f("1.16777215", "1.255.255.255")
-	f("1.2.65535", "1.2.255.255")
-	f("00000000000000000000001", "0.0.0.1")
-	f("0x00000000000000000001", "0.0.0.1")
-	for _, bad := range []string{"", "08", "09", "0x", "0x.1", "0xg", "1.2.3.4.", "1..2", ".1", "1 ", " 1", "1e",
-		"4294967296", "1.16777216", "1.2.65536", "1.2.3.256", "256.1", "0x100.1", "0400.1", "1.2.3.4.5", "localhost"} {
-		f(bad, "-")
-	}
-}
-
-// FuzzEndpointInetAton: every string getaddrinfo could read as an IPv4
-// address is a numeric host (so Check never takes it for a DNS name), and
-// every canonical dotted quad reads as itself.
-func FuzzEndpointInetAton(f *testing.F) {
-	for _, s := range []string{"127.1", "0x7f000001", "0251.0376.0251.0376", "10.0.0.5", "1e100.example", "0x", "1.2.3.4."} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if len(s) > 64 {
-			return
-		}
-		a, ok := inetAton(s)
-		if ok && !numericHost(s) {
-			t.Fatalf("%q reads as %s but is not a numeric host", s, a)
-		}
-		if p, err := netip.ParseAddr(s); err == nil && p.Is4() && (!ok || a != p) {
-			t.Fatalf("canonical %q reads as %v, %v", s, a, ok)
-		}
-	})
-}
-
-// TestEndpointEmbeddedIPv4: the IPv4 addresses an IPv6 address carries.
-func TestEndpointEmbeddedIPv4(t *testing.T) {
-	var scratch []netip.Addr
-	f := func(in string, want ...string) {
-		t.Helper()
-		got := appendEmbeddedIPv4(scratch[:0], netip.MustParseAddr(in))
-		if len(got) > 0 && &got[0] != &scratch[:1][0] {
-			t.Fatalf("%s: did not append to dst", in)
-		}
-		var s []string
-		for _, a := range got {
-			s = append(s, a.String())
-		}
-		if strings.Join(s, " ") != strings.Join(want, " ") {
-			t.Fatalf("%s embeds %v, want %v", in, s, want)
-		}
-	}
-	scratch = make([]netip.Addr, 0, 4)
-	f("169.254.169.254")
-	f("fd00::5")
-	f("fe80::1")
-	f("::ffff:169.254.169.254", "169.254.169.254")
-	f("::a9fe:a9fe", "169.254.169.254")
-	f("::ffff:0:a9fe:a9fe", "169.254.169.254")
-	f("64:ff9b::a9fe:a9fe", "169.254.169.254")
-	f("64:ff9b:1:a9fe:a9:fe00::", "169.254.169.254", "254.169.254.0", "169.254.0.0", "0.0.0.0")
-	f("64:ff9b:1::a9fe:a9fe", "0.0.0.0", "0.0.0.0", "0.0.0.169", "169.254.169.254")
-	f("2002:a9fe:a9fe::1", "169.254.169.254")
-	f("2001:0:4136:e378:8000:63bf:5601:5601", "169.254.169.254")
-	f("2001:db8::1")
 }

@@ -52,3 +52,19 @@ func (c *Core) BigKept() (n, bytes int) {
 	defer c.big.mu.Unlock()
 	return len(c.big.bufs), c.big.bytes
 }
+
+// ReadingConns is how many of g's connections have a request in progress
+// whose handler has not run yet (connReading).
+func (g *Limiter) ReadingConns() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n := 0
+	for _, cl := range g.clients {
+		for c := cl.head; c != nil; c = c.next {
+			if c.state.Load() == connReading {
+				n++
+			}
+		}
+	}
+	return n
+}

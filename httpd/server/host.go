@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -115,11 +116,13 @@ func (c *Core) Host(s Surface, o HostOptions) *Host {
 
 // newFastServer configures fasthttp for a conductor surface. Bodies are
 // streamed (StreamRequestBody) so that a declared Content-Length reserves no
-// memory; the preamble reads them with readBody.
+// memory; the preamble reads them with readBody. A declared length past the
+// body limit reaches the handler at once (headerReceived).
 func newFastServer(h fasthttp.RequestHandler, eh func(*fasthttp.RequestCtx, error), opts *Options) *fasthttp.Server {
 	return &fasthttp.Server{
 		Handler:                      h,
 		ErrorHandler:                 eh,
+		HeaderReceived:               headerReceived(opts.MaxBodyBytes),
 		Name:                         "conductor",
 		MaxRequestBodySize:           opts.MaxBodyBytes,
 		StreamRequestBody:            true,
@@ -133,6 +136,45 @@ func newFastServer(h fasthttp.RequestHandler, eh func(*fasthttp.RequestCtx, erro
 		NoDefaultServerHeader:        true,
 		Logger:                       fastLogger{opts.Logger},
 	}
+}
+
+// tooLargeHeader carries a request's declared Content-Length from
+// headerReceived to the handler when it is past the body limit.
+const tooLargeHeader = "X-Conductor-Declared-Length"
+
+// headerReceived runs once a request's headers are in, before fasthttp reads
+// any of its body. fasthttp reads the first bytes of a body (up to 8 KiB)
+// before it calls the handler, and answers "Expect: 100-continue" with "100
+// Continue", whatever the declared length: a request declaring more than
+// maxBody bytes would wait for body bytes it will never be allowed to send,
+// up to the read timeout, or be invited to send them. So such a request's
+// length moves to tooLargeHeader, its Content-Length becomes 0 and its
+// Expect is dropped: fasthttp reads no body and runs the handler at once,
+// which closes the connection (Handler) and answers 413 (readBody), or what
+// the route answers first (404, 405, 401), without reading the body. A
+// tooLargeHeader sent by the client is removed first.
+// TestDeclaredLengthTooLarge proves it.
+func headerReceived(maxBody int) func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		h.Del(tooLargeHeader)
+		if cl := h.ContentLength(); maxBody > 0 && cl > maxBody {
+			h.Set(tooLargeHeader, strconv.Itoa(cl))
+			h.SetContentLength(0)
+			h.Del(fasthttp.HeaderExpect)
+		}
+		return fasthttp.RequestConfig{}
+	}
+}
+
+// declaredLength is the request's declared Content-Length (-1 chunked, -2
+// none), the one headerReceived set aside included.
+func declaredLength(ctx *fasthttp.RequestCtx) int64 {
+	if v := ctx.Request.Header.Peek(tooLargeHeader); len(v) > 0 {
+		if n, err := strconv.ParseInt(B2S(v), 10, 64); err == nil {
+			return n
+		}
+	}
+	return int64(ctx.Request.Header.ContentLength())
 }
 
 // fastLogger routes fasthttp's log lines to slog at debug level: they report
@@ -152,11 +194,13 @@ func (f fastLogger) Printf(format string, args ...any) {
 // Limiter.
 func (h *Host) Serve(ln net.Listener) error { return h.lns.serve(h.srv, ln) }
 
-// Shutdown stops accepting connections, closes every connection that is not
-// inside a request (idle keep-alive connections, and connections that have
-// not sent a complete request) and waits for in-flight requests to finish
-// (or ctx to expire, returning ctx.Err()). Proved by
-// TestShutdownClosesPartialRequests.
+// Shutdown stops accepting connections, closes every connection with no
+// request in progress (new connections that have sent nothing, idle
+// keep-alive connections) and waits for the requests in progress to finish
+// and be answered, with Connection: close: those in a handler and those
+// still arriving (part of the headers or of the body sent), until ctx
+// expires (returning ctx.Err()); what is left is then the caller's to cut.
+// Proved by TestShutdownDrainsRequestsInProgress.
 func (h *Host) Shutdown(ctx context.Context) error { return h.lns.shutdown(h.srv, ctx) }
 
 // Handler is the fasthttp request handler: the preamble, then the Surface.
@@ -167,6 +211,11 @@ func (h *Host) Handler(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer end()
+	if len(ctx.Request.Header.Peek(tooLargeHeader)) > 0 {
+		// The body was not read (headerReceived): nothing after it on this
+		// connection is a request.
+		ctx.SetConnectionClose()
+	}
 	c := h.c
 	r := h.s.Route(ctx.Path())
 	st := c.getState()

@@ -376,8 +376,8 @@ func (g *Limiter) admit(c net.Conn, l *guardedListener) (tc, victim *trackedConn
 	return tc, victim
 }
 
-// victimLocked claims (idle → closing) the idle connection admit closes for
-// a newcomer of client cl, or returns nil.
+// victimLocked claims (idle or reading → closing) the idle connection admit
+// closes for a newcomer of client cl, or returns nil.
 func (g *Limiter) victimLocked(cl *client) *trackedConn {
 	g.cands = g.cands[:0]
 	for _, k := range g.clients {
@@ -391,15 +391,17 @@ func (g *Limiter) victimLocked(cl *client) *trackedConn {
 	for _, k := range g.cands {
 		for {
 			var best *trackedConn
+			var bestState int32
 			for c := k.head; c != nil; c = c.next {
-				if c.state.Load() == connIdle && (best == nil || c.idleSince.Load() < best.idleSince.Load()) {
-					best = c
+				st := c.state.Load()
+				if (st == connIdle || st == connReading) && (best == nil || c.idleSince.Load() < best.idleSince.Load()) {
+					best, bestState = c, st
 				}
 			}
 			if best == nil {
 				break
 			}
-			if best.state.CompareAndSwap(connIdle, connClosing) {
+			if best.state.CompareAndSwap(bestState, connClosing) {
 				return best
 			}
 			// it entered a request meanwhile: look again

@@ -296,14 +296,17 @@ func TestAcceptErrorsAreNotFatal(t *testing.T) {
 	}
 }
 
-// TestShutdownClosesPartialRequests: shutdown does not wait for connections
-// that have not sent a complete request (a half-sent request line, a new
-// connection, an idle keep-alive one) while a request in a handler finishes,
-// so a half-sent request line cannot hold a SIGTERM for the whole timeout.
-func TestShutdownClosesPartialRequests(t *testing.T) {
+// TestShutdownDrainsRequestsInProgress: shutdown closes at once the
+// connections with no request in progress (a new one that sent nothing, an
+// idle keep-alive one), and drains the others: a request in its handler, one
+// whose request line is half sent and one whose body is still arriving each
+// finish and are answered, with Connection: close, once the rest arrives.
+// Read and idle timeouts are an hour, so nothing here waits them out.
+func TestShutdownDrainsRequestsInProgress(t *testing.T) {
 	ix := core.New(core.Options{Logger: quietLogger()})
 	br := apitest.NewBlockingRegistrar(ix)
-	s, err := newServer(ix, br, Options{Logger: quietLogger(), ReadTimeout: time.Hour, IdleTimeout: time.Hour})
+	lim := newTestLimiter(t, LimiterOptions{})
+	s, err := newServer(ix, br, Options{Logger: quietLogger(), ReadTimeout: time.Hour, IdleTimeout: time.Hour, Limiter: lim})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +318,12 @@ func TestShutdownClosesPartialRequests(t *testing.T) {
 	go func() { served <- s.Serve(ln) }()
 	addr := ln.Addr().String()
 
-	half := rawConn(t, addr, "POST /query HTT")
+	query := `{"model":"m","block_size":16,"token_ids":[1,2,3]}`
+	const line = "POST /query HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+	full := fmt.Sprintf(line, len(query), query)
+	half := rawConn(t, addr, full[:15]) // "POST /query HTT"
+	cut := len(full) - len(query)/2
+	arriving := rawConn(t, addr, full[:cut]) // headers and half the body
 	fresh := rawConn(t, addr, "")
 	idle := rawConn(t, addr, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
 	if code, _ := readStatus(t, idle); code != 200 {
@@ -325,24 +333,36 @@ func TestShutdownClosesPartialRequests(t *testing.T) {
 	busy := rawConn(t, addr, fmt.Sprintf("POST /register HTTP/1.1\r\nHost: x\r\nContent-Type: application/msgpack\r\n"+
 		"Content-Length: %d\r\n\r\n%s", len(body), body))
 	<-br.Entered
+	waitFor(t, "the server to read the two partial requests", func() bool { return lim.ReadingConns() == 2 })
 
-	// Shutdown must finish well inside this bound, not wait out ReadTimeout
-	// and IdleTimeout (an hour) and return ctx's error.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), apitest.WaitBound)
 	defer cancel()
 	shut := make(chan error, 1)
 	go func() { shut <- s.Shutdown(ctx) }()
-	for _, c := range []net.Conn{half, fresh, idle} {
+	for _, c := range []net.Conn{fresh, idle} {
 		_ = c.SetReadDeadline(time.Now().Add(apitest.WaitBound))
 		buf := make([]byte, 512)
 		for {
 			_, err := c.Read(buf)
 			if err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
-					t.Fatal("connection without a complete request left open during shutdown")
+					t.Fatal("connection with no request in progress left open during shutdown")
 				}
 				break
 			}
+		}
+	}
+	// The requests in progress are still there: each completes now.
+	if _, err := io.WriteString(half, full[15:]); err != nil {
+		t.Fatalf("half-sent request cut at shutdown: %v", err)
+	}
+	if _, err := io.WriteString(arriving, full[cut:]); err != nil {
+		t.Fatalf("request with its body arriving cut at shutdown: %v", err)
+	}
+	for name, c := range map[string]net.Conn{"half-sent request line": half, "body arriving": arriving} {
+		code, hdr := readStatus(t, c)
+		if code != 200 || !strings.Contains(strings.ToLower(hdr), "connection: close") {
+			t.Fatalf("%s, finished during shutdown: %d %q", name, code, hdr)
 		}
 	}
 	close(br.Release)
@@ -355,4 +375,28 @@ func TestShutdownClosesPartialRequests(t *testing.T) {
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestShutdownBoundedByContext: a request in progress that never completes
+// holds shutdown only until its context ends, which Shutdown then reports.
+func TestShutdownBoundedByContext(t *testing.T) {
+	ix := core.New(core.Options{Logger: quietLogger()})
+	lim := newTestLimiter(t, LimiterOptions{})
+	s, err := newServer(ix, newCoreRegistrar(ix), Options{Logger: quietLogger(), ReadTimeout: time.Hour, IdleTimeout: time.Hour, Limiter: lim})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	c := rawConn(t, ln.Addr().String(), "POST /query HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	waitFor(t, "the server to read the partial request", func() bool { return lim.ReadingConns() == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if err := s.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("shutdown with a request that never completes: %v, want the context's deadline", err)
+	}
+	_ = c.Close()
 }

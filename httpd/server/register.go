@@ -423,8 +423,9 @@ func decodeProfile(r *Reader) (hash.Profile, *RequestError) {
 // caused is a *RequestError: ErrForbidden → 403 forbidden (naming the field
 // of a core.FieldError), ErrStateWrite → 500 state_not_saved, core.ErrLimit
 // → limit_exceeded, a core.FieldError → invalid_value naming the field,
-// core.ErrConflict or core.ErrInvalid → invalid_registration. Any other
-// failure is logged and returned as err.
+// core.ErrConflict or core.ErrInvalid → invalid_registration (naming the
+// field of a core.FieldError: "endpoint" when another registration holds
+// the publisher). Any other failure is logged and returned as err.
 func (c *Core) Register(who Principal, reg core.Registration) (*RequestError, error) {
 	created, err := c.gate.Register(who, reg)
 	key := ServiceKey(reg.InstanceID, reg.TenantID, reg.DPRank)
@@ -445,7 +446,11 @@ func (c *Core) Register(who Principal, reg core.Registration) (*RequestError, er
 		case errors.As(err, &fe) && !errors.Is(err, core.ErrConflict):
 			return NewError(ErrInvalidValue, fe.Field, err.Error()), nil
 		case errors.Is(err, core.ErrConflict), errors.Is(err, core.ErrInvalid):
-			return NewError(ErrInvalidRegistration, "", err.Error()), nil
+			field := ""
+			if errors.As(err, &fe) {
+				field = fe.Field
+			}
+			return NewError(ErrInvalidRegistration, field, err.Error()), nil
 		}
 		c.opts.Logger.Error("register failed", "service", key, "endpoint", reg.Endpoint, "err", err)
 		return nil, err

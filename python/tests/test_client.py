@@ -442,16 +442,17 @@ class RegisterTest(unittest.TestCase):
         self.assertIsNone(self.c.last_error)
         self.assertEqual([r for r in records if r.levelno >= logging.WARNING], [])
 
-        # A conflict with another registration: its endpoint. No field.
+        # A conflict with another registration: its endpoint, the field named.
         with self.assertLogs("conductor_client", logging.WARNING) as logs:
             rc = self.c.register(reg(instance_id="r1", endpoint="tcp://127.0.0.1:9", model_name="refusals"))
         self.assertEqual(rc, INVALID_PARAMS)
         err = self.c.last_error
         assert err is not None
-        self.assertEqual((err.ret, err.reason, err.field), (INVALID_PARAMS, "invalid_registration", None))
+        self.assertEqual((err.ret, err.reason, err.field), (INVALID_PARAMS, "invalid_registration", "endpoint"))
         self.assertIn("endpoint tcp://127.0.0.1:9 is used by r0|default|0", err.message)
         self.assertEqual(len(logs.records), 1)
-        self.assertIn("'r1': reason invalid_registration: register r1|default|0: endpoint", logs.records[0].getMessage())
+        self.assertIn("'r1': reason invalid_registration, field endpoint: register r1|default|0: endpoint",
+                      logs.records[0].getMessage())
 
         # Per thread: another thread's latest register() is its own.
         seen: List[Any] = []

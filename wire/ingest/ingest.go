@@ -213,8 +213,13 @@ func (g *Ingester) Metrics() *metrics.Set { return g.opts.Metrics }
 // Register registers reg with the index and starts its subscriber. It does not wait
 // for the publisher: a publisher that is not up yet leaves the listener pending
 // until it appears. An identical registration of an existing key returns
-// created=false and keeps the running subscriber. A malformed endpoint is refused
-// (ErrBadEndpoint, also wrapping core.ErrInvalid) before the index is touched; if
+// created=false and keeps the running subscriber. The endpoints are registered
+// and connected to in their canonical form, a tcp host name resolved once to
+// the address the sockets connect to (IngestOptions.Lookup), so that the index
+// refuses a second registration of one publisher under another spelling
+// (core.Index.Register). A malformed endpoint, or a name that does not
+// resolve, is refused (ErrBadEndpoint, also wrapping core.ErrInvalid) before
+// the index is touched; if
 // libzmq refuses to connect, the registration is rolled back (core.Unregister)
 // and the error returned (the same sentinels). Past MaxListeners listeners, or
 // when libzmq or the OS refuses a listener its sockets or descriptors, the
@@ -223,11 +228,11 @@ func (g *Ingester) Metrics() *metrics.Set { return g.opts.Metrics }
 func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	// Refusals of the registration's content also wrap core.ErrInvalid, which the
 	// HTTP layer answers with 400 (like core's own validation errors).
-	if err := checkConnectEndpoint("endpoint", reg.Endpoint); err != nil {
+	if reg.Endpoint, err = g.canonicalEndpoint("endpoint", reg.Endpoint); err != nil {
 		return false, fmt.Errorf("register: %w: %w", err, core.ErrInvalid)
 	}
 	if reg.ReplayEndpoint != "" {
-		if err := checkConnectEndpoint("replay_endpoint", reg.ReplayEndpoint); err != nil {
+		if reg.ReplayEndpoint, err = g.canonicalEndpoint("replay_endpoint", reg.ReplayEndpoint); err != nil {
 			return false, fmt.Errorf("register: %w: %w", err, core.ErrInvalid)
 		}
 	}

@@ -3,8 +3,8 @@ package ingest
 import (
 	"math"
 	"strconv"
-	"strings"
 	"sync/atomic"
+	"unicode/utf8"
 
 	"github.com/VictoriaMetrics/metrics"
 	"github.com/seed-c7a81618/conductor/core"
@@ -152,11 +152,40 @@ func (m *streamMetrics) unregister() {
 	}
 }
 
-// escapeLabel escapes a Prometheus label value (backslash, quote, newline).
+// escapeLabel writes s as a Prometheus label value: backslash, quote and
+// newline escaped as the text format defines, and every other byte that is
+// not printable text (a C0 control, DEL, a C1 control, a byte of invalid
+// UTF-8) as the label value \xHH (written \\xHH), so that no raw control
+// byte reaches a scrape. core refuses such identities at registration; this keeps the
+// exposition clean whatever reaches it (TestEscapeLabel).
 func escapeLabel(s string) string {
-	if !strings.ContainsAny(s, "\\\"\n") {
+	clean := true
+	for i := 0; i < len(s) && clean; i++ {
+		c := s[i]
+		clean = c >= 0x20 && c < 0x7f && c != '\\' && c != '"'
+	}
+	if clean {
 		return s
 	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return r.Replace(s)
+	const hex = "0123456789abcdef"
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case s[i] == '\\':
+			b = append(b, `\\`...)
+		case s[i] == '"':
+			b = append(b, `\"`...)
+		case s[i] == '\n':
+			b = append(b, `\n`...)
+		case (r == utf8.RuneError && n == 1) || r < 0x20 || (r >= 0x7f && r <= 0x9f):
+			for _, c := range []byte(s[i : i+n]) {
+				b = append(b, '\\', '\\', 'x', hex[c>>4], hex[c&15])
+			}
+		default:
+			b = append(b, s[i:i+n]...)
+		}
+		i += n
+	}
+	return string(b)
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/seed-c7a81618/conductor/endpoint"
 )
 
 // Defaults of IngestOptions. They follow the Mooncake C++v2 conductor (§4.4 of the
@@ -187,6 +189,11 @@ type IngestOptions struct {
 	// BENCHMARKS.md, "Query tail latency under full ingest".
 	// Default 0: the listener runs like any goroutine.
 	ListenerNice int
+	// Lookup resolves the host name of a registration's tcp endpoint, once,
+	// at Register: the sockets connect to the address it gives
+	// (endpoint.Resolve). Default endpoint.DefaultLookup, the system
+	// resolver.
+	Lookup endpoint.Lookup
 }
 
 // queueHWM is the ZMQ_RCVHWM of the SUB and replay sockets of a stream
@@ -254,6 +261,9 @@ func (o *IngestOptions) EnsureDefaults() {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
+	}
+	if o.Lookup == nil {
+		o.Lookup = endpoint.DefaultLookup
 	}
 	if o.Metrics == nil {
 		o.Metrics = metrics.NewSet()

@@ -69,13 +69,13 @@ func cpuTicks(t *testing.T) int {
 
 const userHZ = 100
 
-// pendingRegistration is a registration whose publisher endpoint is a closed
-// loopback port (nothing listens: libzmq keeps reconnecting). Endpoints must be
-// unique per registration: i picks one of 127.1.0.0/16 (all loopback on Linux),
-// port the closed port.
-func pendingRegistration(t *testing.T, inst string, i int, port string) core.Registration {
+// pendingRegistration is a registration whose publisher endpoint is an ipc
+// socket path nothing listens on (libzmq keeps reconnecting). Endpoints must
+// reach distinct publishers: i picks the path in dir (the addresses of
+// 127.0.0.0/8 on one port are one publisher, endpoint.Keys).
+func pendingRegistration(t *testing.T, inst string, i int, dir string) core.Registration {
 	return core.Registration{
-		Endpoint:        fmt.Sprintf("tcp://127.1.%d.%d:%s", i>>8&255, i&255, port),
+		Endpoint:        fmt.Sprintf("ipc://%s/pub-%05d", dir, i),
 		Type:            core.PublisherVLLM,
 		ModelName:       testModel,
 		InstanceID:      inst,
@@ -98,9 +98,9 @@ func registerPending(t *testing.T, g *ingest.Ingester, prefix string, n int) []c
 func registerPendingRegs(t *testing.T, g *ingest.Ingester, prefix string, n int) []core.Registration {
 	t.Helper()
 	regs := make([]core.Registration, 0, n)
-	port := freePort(t)
+	dir := t.TempDir()
 	for i := 0; i < n; i++ {
-		r := pendingRegistration(t, fmt.Sprintf("%s-%05d", prefix, i), i, port)
+		r := pendingRegistration(t, fmt.Sprintf("%s-%05d", prefix, i), i, dir)
 		if _, err := g.Register(r); err != nil {
 			t.Fatalf("register %d of %d: %v", i+1, n, err)
 		}
@@ -237,7 +237,7 @@ func TestZMQSupportedListeners(t *testing.T) {
 	fds, threads := countFDs(t), procStatus(t, "Threads")
 	t.Logf("%d listeners in %v: fds %d -> %d (%.2f each), threads %d -> %d", n, took.Round(time.Millisecond),
 		baseFD, fds, float64(fds-baseFD)/float64(n), baseThreads, threads)
-	_, err = g.Register(pendingRegistration(t, "cap-one-more", n, freePort(t)))
+	_, err = g.Register(pendingRegistration(t, "cap-one-more", n, t.TempDir()))
 	if !errors.Is(err, core.ErrLimit) || !errors.Is(err, ingest.ErrListenerLimit) {
 		t.Fatalf("registration %d: err %v, want ErrListenerLimit (core.ErrLimit)", n+1, err)
 	}

@@ -1,18 +1,18 @@
-package server
+package endpoint
 
 import "net/netip"
 
 // What libzmq connects to for a tcp host: it resolves the host with
 // getaddrinfo, which reads a numeric host as inet_aton does (inetAton) before
 // it tries DNS, and the kernel or the network may carry an IPv6 destination
-// to an IPv4 address the IPv6 one embeds (appendEmbeddedIPv4).
+// to an IPv4 address the IPv6 one embeds (AppendEmbeddedIPv4).
 
 // inetAton parses s as glibc's getaddrinfo parses a numeric IPv4 host
 // (__inet_aton_exact): one to four parts separated by dots, each decimal,
 // octal (a leading 0) or hex (0x or 0X), every part but the last at most 255
 // and the last filling the bytes left: a.b.c.d, a.b.c (c 16 bits), a.b
 // (b 24 bits) or a (32 bits). ok is false for anything else, a trailing dot
-// or character included. TestEndpointInetAton lists the forms.
+// or character included. TestInetAton lists the forms.
 func inetAton(s string) (a netip.Addr, ok bool) {
 	var b [4]byte
 	dots := 0
@@ -105,13 +105,13 @@ var (
 	teredo       = netip.MustParsePrefix("2001::/32")       // Teredo (RFC 4380)
 )
 
-// appendEmbeddedIPv4 appends to dst the IPv4 addresses a carries, if a is an
+// AppendEmbeddedIPv4 appends to dst the IPv4 addresses a carries, if a is an
 // IPv6 address in one of the ranges that embed one: IPv4-mapped,
 // IPv4-compatible, IPv4-translated, NAT64 (64:ff9b::/96, and 64:ff9b:1::/48 at
 // each RFC 6052 prefix length a local-use prefix may have: /48, /56, /64,
 // /96), 6to4 (2002::/16) and Teredo's client address (2001::/32). It appends
-// at most four. TestEndpointEmbeddedIPv4 lists the cases.
-func appendEmbeddedIPv4(dst []netip.Addr, a netip.Addr) []netip.Addr {
+// at most four. TestEmbeddedIPv4 lists the cases.
+func AppendEmbeddedIPv4(dst []netip.Addr, a netip.Addr) []netip.Addr {
 	if !a.Is6() {
 		return dst
 	}
