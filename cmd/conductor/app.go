@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -504,7 +505,10 @@ func (b *builder) build() (*app, int) {
 }
 
 // config loads the configuration file and logs what it holds; the HTTP and
-// RPC ports are the file's unless the flags give them.
+// RPC ports are the file's unless the flags give them. A file --config names
+// must be readable; one $CONDUCTOR_CONFIG_PATH names that is not is a
+// warning (the Mooncake conductor's behaviour), and the default path's
+// absence a line at INFO.
 func (b *builder) config() (cfg fileConfig, path string, code int) {
 	s, log := b.s, b.log
 	path, emptyEnv := configPath(s.configPath, b.env)
@@ -516,13 +520,17 @@ func (b *builder) config() (cfg fileConfig, path string, code int) {
 		log.Error("cannot use configuration file", "path", path, "err", err)
 		return cfg, path, 1
 	}
-	if readErr != nil {
+	_, envSet := b.env("CONDUCTOR_CONFIG_PATH")
+	switch {
+	case readErr != nil && s.configPath != "":
+		log.Error("cannot use configuration file: --config names a file that cannot be read", "path", path, "err", readErr)
+		return cfg, path, 1
+	case readErr != nil && errors.Is(readErr, fs.ErrNotExist) && !(envSet && !emptyEnv):
+		log.Info("no configuration file, starting with no static services", "path", path)
+	case readErr != nil:
 		log.Warn("configuration file not readable, starting with no static services", "path", path, "err", readErr)
-	} else {
+	default:
 		log.Info("configuration loaded", "path", path, "static_services", len(cfg.Static), "skipped", len(cfg.Skipped))
-	}
-	for _, k := range cfg.Unknown {
-		log.Warn("unknown configuration key ignored", "key", k)
 	}
 	for _, sk := range cfg.Skipped {
 		log.Warn("invalid static service skipped", "entry", sk.Source, "err", sk.Err)

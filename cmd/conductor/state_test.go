@@ -178,8 +178,8 @@ func TestStateDirOneConductor(t *testing.T) {
 	pid := strconv.Itoa(c1.cmd.Process.Pid)
 
 	c2 := exec.Command(os.Args[0], "--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1",
-		"--config", "/nonexistent/conductor.json", "--shutdown-timeout", "5s", "--state-dir", dir)
-	c2.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1")
+		"--shutdown-timeout", "5s", "--state-dir", dir)
+	c2.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1", "CONDUCTOR_CONFIG_PATH=/nonexistent/conductor.json")
 	out := &syncBuffer{}
 	c2.Stdout, c2.Stderr = out, out
 	if err := c2.Start(); err != nil {

@@ -199,6 +199,29 @@ class EncodingTest(unittest.TestCase):
             self.assertIsNone(parse_addr(a), a)
 
 
+class ConfigKeyTest(unittest.TestCase):
+    def test_unknown_key_names_the_nearest(self) -> None:
+        # raised before the connection state matters; the hints are the
+        # register() names the seed documents
+        cases = [
+            (reg(modelname="m"), "unknown config key 'modelname'; did you mean 'model_name'?"),
+            (reg(type="vLLM"), "unknown config key 'type'; did you mean 'publisher_type'?"),
+            (reg(replay_endpont="tcp://127.0.0.1:2"), "unknown config key 'replay_endpont'; did you mean 'replay_endpoint'?"),
+            (reg(blocksize=16), "unknown config key 'blocksize'; did you mean 'block_size'?"),
+            (reg(qqqqqqqq=1), "unknown config key 'qqqqqqqq'"),
+            (reg(hash_profile=dict(CBOR, algoritm="sha256")), "unknown hash_profile key 'algoritm'; did you mean 'algorithm'?"),
+            (reg(hash_profile=dict(CBOR, root_digest="0" * 64)),
+             "unknown hash_profile key 'root_digest' (root_digest is derived by the server)"),
+        ]
+        for cfg, want in cases:
+            with self.assertRaises(ValueError, msg=repr(cfg)) as cm:
+                ConductorClient().register(cfg)
+            self.assertEqual(str(cm.exception), want)
+        # every key the seed's register() table names is accepted
+        full = reg(replay_endpoint="", publisher_type="vLLM", lora_name="", tenant_id="", dp_rank=0, cache_group=None)
+        self.assertEqual(ConductorClient().register(full), CONDUCTOR_UNAVAILABLE)
+
+
 class SeedExamplesTest(unittest.TestCase):
     def test_quick_start_and_register_example_verbatim(self) -> None:
         """The seed's Quick Start, with its register() example inside the with
