@@ -209,10 +209,10 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		if sameConfig(&old.reg, &r) {
 			return old, false, nil
 		}
-		return nil, false, fmt.Errorf("register %s: conflicting registration for service key: %w", key, ErrConflict)
+		return nil, false, &ConflictError{Holder: key, Msg: fmt.Sprintf("register %s: conflicting registration for service key", key)}
 	}
 	if other, ok := ix.endpoints[r.Endpoint]; ok {
-		return nil, false, fmt.Errorf("register %s: endpoint %s is used by %s: %w", key, r.Endpoint, other, ErrConflict)
+		return nil, false, &ConflictError{Holder: other, Msg: fmt.Sprintf("register %s: endpoint %s is used by %s", key, r.Endpoint, other)}
 	}
 	if len(ix.subs) >= ix.opts.MaxRegistrations {
 		return nil, false, fmt.Errorf("register %s: %d registrations: %w", key, len(ix.subs), ErrLimit)

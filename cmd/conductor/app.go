@@ -795,6 +795,7 @@ func (a *app) restoreState() {
 	if a.state == nil {
 		return
 	}
+	a.gate.Explain = func(k core.ServiceKey) string { return a.state.Explain(k, a.Addr()) }
 	a.state.Restore(a.log, func(who server.Principal, origin string, reg core.Registration) error {
 		if origin == dynamo.Origin && a.dp != nil && a.dp.dyn != nil {
 			return a.dp.dyn.Restore(who, reg)
