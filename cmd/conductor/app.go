@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -477,6 +478,7 @@ func (b *builder) build() (*app, int) {
 		Access:         access,
 		Gate:           gate,
 		Ready:          func() error { return errors.Join(np.ready(), kp.ready(), a.dp.ready()) },
+		Connections:    func() map[core.ServiceKey]server.Connection { return connectionsOf(ing) },
 		ExtraMetrics:   append(append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)}, np.metrics()...), kp.metrics()...),
 	})
 	if err != nil {
@@ -603,7 +605,7 @@ func (b *builder) listen(a *app, policy *server.EndpointPolicy) int {
 	addr := net.JoinHostPort(s.listen, strconv.Itoa(s.httpPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("cannot listen", "addr", addr, "err", err)
+		listenError(log, "the Mooncake API", addr, "--http-port", "http_server_port", err)
 		return 1
 	}
 	a.ln = ln
@@ -622,7 +624,7 @@ func (b *builder) listen(a *app, policy *server.EndpointPolicy) int {
 	if s.rpcPort != 0 {
 		raddr := net.JoinHostPort(s.listen, strconv.Itoa(s.rpcPort))
 		if a.rpcLn, err = net.Listen("tcp", raddr); err != nil {
-			log.Error("cannot listen", "addr", raddr, "err", err)
+			listenError(log, "the Python client's RPC port", raddr, "--rpc-port", "rpc_server_port (0 turns it off)", err)
 			return 1
 		}
 		b.onFailure(func() { a.rpcLn.Close() })
@@ -637,6 +639,17 @@ func (b *builder) listen(a *app, policy *server.EndpointPolicy) int {
 		policy.DenyOwn(a.dp.ln.Addr().(*net.TCPAddr).Port)
 	}
 	return 0
+}
+
+// listenError logs a listener that cannot bind: for a port in use, the
+// flag and the configuration key that choose another.
+func listenError(log *slog.Logger, what, addr, flag, key string, err error) {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		log.Error("cannot listen: the port of "+what+" is in use (another conductor?); choose another with "+flag+
+			" or "+key+" in the configuration file", "addr", addr, "flag", flag, "err", err)
+		return
+	}
+	log.Error("cannot listen", "addr", addr, "flag", flag, "err", err)
 }
 
 // loopbackHost reports whether a --listen host is a loopback address (an IP
@@ -687,6 +700,17 @@ func accessOf(s *settings, env func(string) (string, bool)) (*server.Access, *se
 		return nil, nil, fmt.Errorf("--allow-endpoints: %w", err)
 	}
 	return access, policy, nil
+}
+
+// connectionsOf is /services' Connection of every registration: its
+// listener's state, last error, events and last sequence.
+func connectionsOf(ing *ingest.Ingester) map[core.ServiceKey]server.Connection {
+	ls := ing.Listeners()
+	out := make(map[core.ServiceKey]server.Connection, len(ls))
+	for _, l := range ls {
+		out[l.Key] = server.Connection{State: l.State.String(), LastError: l.LastError, Events: l.Events, LastSeq: l.LastSeq}
+	}
+	return out
 }
 
 // listenerMetrics exposes conductor_listeners{state=…}: subscriptions per

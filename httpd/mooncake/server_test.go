@@ -121,7 +121,7 @@ func TestServicesAndGlobalView(t *testing.T) {
 	svc := func(ep, replay, typ, model, tenant, inst string, rank int, group, profile, salt string) string {
 		return `{"Endpoint":"` + ep + `","ReplayEndpoint":"` + replay + `","Type":"` + typ + `","ModelName":"` + model +
 			`","LoraName":"","TenantID":"` + tenant + `","InstanceID":"` + inst + `","BlockSize":16,"DPRank":` +
-			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt + `","Source":"api"}`
+			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt + `","Source":"api","Connection":null}`
 	}
 	wantServices := `{"count":5,"services":[` + strings.Join([]string{
 		svc("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "vLLM", "m", "default", "engine-a", 0, "0", cbor, ""),

@@ -436,8 +436,8 @@ func TestRPCUnregister(t *testing.T) {
 }
 
 // TestRPCViews: GetGlobalView and ListServices carry the HTTP views' content
-// (the services without AdditionalSalt and Source: the 11 export keys and
-// HashCheck) after "ret".
+// (the services without AdditionalSalt, Source and Connection: the 11
+// export keys and HashCheck) after "ret".
 func TestRPCViews(t *testing.T) {
 	env, _, _ := tieredEnv(t)
 	r := New(env.c)
@@ -452,6 +452,7 @@ func TestRPCViews(t *testing.T) {
 				for _, s := range want["services"].([]any) {
 					delete(s.(map[string]any), "AdditionalSalt")
 					delete(s.(map[string]any), "Source")
+					delete(s.(map[string]any), "Connection")
 				}
 			}
 			want["ret"] = json.Number("0")

@@ -30,15 +30,16 @@ func appendProfile(e *Encoder, p *hash.Profile) {
 // reference §1.1 (Endpoint, ReplayEndpoint, Type, ModelName, LoraName,
 // TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), then
 // HashCheck (AppendHashCheck; the registration's self-check in ix, unverified
-// for one no longer registered), plus AdditionalSalt and Source (SourceOf:
-// config, kubernetes or api) when withSalt (the HTTP /services; the Python
-// API has the 12).
-func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *core.Index) {
+// for one no longer registered), plus AdditionalSalt, Source (SourceOf:
+// config, kubernetes or api) and Connection (AppendConnection, from conns;
+// null for a registration conns lacks) when withSalt (the HTTP /services;
+// the Python API has the 12).
+func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *core.Index, conns map[core.ServiceKey]Connection) {
 	e.ArrayHeader(len(svcs))
 	for i := range svcs {
 		r := &svcs[i]
 		if withSalt {
-			e.MapHeader(14)
+			e.MapHeader(15)
 		} else {
 			e.MapHeader(12)
 		}
@@ -79,8 +80,28 @@ func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *cor
 			e.Str(r.AdditionalSalt)
 			e.Str("Source")
 			e.Str(SourceOf(r))
+			e.Str("Connection")
+			if c, ok := conns[r.Key()]; ok {
+				AppendConnection(e, &c)
+			} else {
+				e.Null()
+			}
 		}
 	}
+}
+
+// AppendConnection writes a registration's connection as {state,
+// last_error, events, last_seq} (Connection).
+func AppendConnection(e *Encoder, c *Connection) {
+	e.MapHeader(4)
+	e.Str("state")
+	e.Str(c.State)
+	e.Str("last_error")
+	e.Str(c.LastError)
+	e.Str("events")
+	e.Uint(c.Events)
+	e.Str("last_seq")
+	e.Uint(c.LastSeq)
 }
 
 // AppendHashCheck writes a registration's hash-profile self-check as
