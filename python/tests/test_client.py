@@ -547,7 +547,9 @@ class RegisterTest(unittest.TestCase):
 
     def test_query_validation(self) -> None:
         q = self.c.query
-        self.assertEqual(q("nothing-here", block_size=16, token_ids=list(range(32))), {"ret": OK, "hits": {}})
+        # nothing registered: not even the default tenant has a context
+        self.assertEqual(q("nothing-here", block_size=16, token_ids=list(range(32))),
+                         {"ret": OK, "hits": {}, "miss": "unknown_tenant"})
         for kw in (dict(block_size=0), dict(block_size=-16), dict(block_size=True), dict(block_size="16"),
                    dict(token_ids=[2**31]), dict(token_ids=[1.5]), dict(token_ids="abc"), dict(token_ids=None),
                    dict(tenant_id=5), dict(lora_name=1), dict(instance_filter=[]), dict(cache_salt=object())):
@@ -633,8 +635,13 @@ class PublisherHitTest(unittest.TestCase):
         self.assertEqual(r["hits"]["fake-0"]["dp"], {"0": 32})
         self.assertEqual(q("zmq-model", block_size=16, token_ids=self.PROMPT, instance_filter="fake-0"), {"ret": OK, "hits": self.WANT})
         self.assertEqual(q("zmq-model", block_size=16, token_ids=self.PROMPT, instance_filter="other"), {"ret": OK, "hits": {}})
-        self.assertEqual(q("zmq-model", block_size=32, token_ids=self.PROMPT), {"ret": OK, "hits": {}})
-        self.assertEqual(q("zmq-model", block_size=16, lora_name="x", token_ids=self.PROMPT), {"ret": OK, "hits": {}})
+        # the miss reasons HTTP gives in X-Conductor-Miss
+        self.assertEqual(q("zmq-modle", block_size=16, token_ids=self.PROMPT), {"ret": OK, "hits": {}, "miss": "unknown_model"})
+        self.assertEqual(q("zmq-model", block_size=32, token_ids=self.PROMPT), {"ret": OK, "hits": {}, "miss": "unknown_block_size"})
+        self.assertEqual(q("zmq-model", block_size=16, lora_name="x", token_ids=self.PROMPT),
+                         {"ret": OK, "hits": {}, "miss": "unknown_lora"})
+        self.assertEqual(q("zmq-model", block_size=16, tenant_id="nobody", token_ids=self.PROMPT),
+                         {"ret": OK, "hits": {}, "miss": "unknown_tenant"})
         salted = q("zmq-model", block_size=16, token_ids=self.PROMPT, cache_salt="s")
         self.assertEqual(salted["hits"]["fake-0"]["longest_matched"], 0)
         shifted = q("zmq-model", block_size=16, token_ids=[1] + self.PROMPT)
