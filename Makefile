@@ -23,7 +23,8 @@ all: build
 
 # deps installs what a fresh Debian machine lacks for cgo + libzmq: a C
 # toolchain (cgo and -race need one), libzmq with pkg-config, and curl (the
-# docs' examples use it).
+# docs' examples use it); and python3 with its venv module (the Python
+# client's tests install it into a fresh virtual environment).
 APT_PKGS := libzmq3-dev pkg-config gcc libc6-dev curl
 deps:
 	@if ! command -v gcc >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq || ! command -v curl >/dev/null 2>&1; then \
@@ -37,11 +38,11 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PKGS) >/dev/null; \
 	fi
 	@pkg-config --exists libzmq || { echo "libzmq still missing after install" >&2; exit 1; }
-	@if ! command -v python3 >/dev/null 2>&1; then \
-		echo "installing python3 (apt-get)"; \
+	@if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then \
+		echo "installing python3 and python3-venv (apt-get)"; \
 		SUDO=""; \
 		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; fi; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3 >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3 python3-venv >/dev/null; \
 	fi
 
 build: deps
@@ -155,7 +156,9 @@ fuzz: deps
 	@FUZZTIME=$(FUZZTIME) ./fuzz/run.sh
 
 # python-test runs the Python client's unittest suite (python/tests) against
-# freshly built conductor and fake-engine binaries on free loopback ports.
+# freshly built conductor and fake-engine binaries on free loopback ports;
+# tests/test_package.py installs the client as python/README.md says, in a
+# fresh virtual environment, with pip barred from any package index.
 python-test: deps
 	$(GO) build -o bin/conductor ./cmd/conductor
 	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
