@@ -2,6 +2,12 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/conductor
+# VERSION is what conductor --version prints (and the image's tag): git
+# describe of the checkout (the nearest tag with the commits since, else the
+# commit; -dirty with uncommitted changes), "dev" outside a git checkout.
+# GO_LDFLAGS stamps it into every conductor binary the Makefile builds.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GO_LDFLAGS = -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 FUZZ_SMOKE_TIME ?= 3s
 BENCH ?= .
@@ -46,7 +52,7 @@ deps:
 	fi
 
 build: deps
-	$(GO) build -o $(BIN) ./cmd/conductor
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o $(BIN) ./cmd/conductor
 	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
 
 # install puts conductor where a service manager finds it: the binary as
@@ -65,7 +71,7 @@ GO_SRCS := $(shell find . \( -path ./.git -o -path ./bin -o -path ./tools \) -pr
 
 $(BIN): $(GO_SRCS)
 	@$(MAKE) --no-print-directory deps
-	$(GO) build -o $@ ./cmd/conductor
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o $@ ./cmd/conductor
 
 install: $(BIN)
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/conductor
@@ -160,7 +166,7 @@ fuzz: deps
 # tests/test_package.py installs the client as python/README.md says, in a
 # fresh virtual environment, with pip barred from any package index.
 python-test: deps
-	$(GO) build -o bin/conductor ./cmd/conductor
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o bin/conductor ./cmd/conductor
 	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
 	cd python && CONDUCTOR_BIN=$(CURDIR)/bin/conductor FAKE_ENGINE_BIN=$(CURDIR)/bin/fake-engine \
 		python3 -m unittest discover -s tests -t . -v
@@ -283,7 +289,6 @@ bench-e2e: bench-build
 # a read-only root filesystem, and checks /health, the HEALTHCHECK and a real
 # hit from a fake engine.
 CONTAINER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE ?= conductor:$(VERSION)
 .PHONY: image image-test
 image:

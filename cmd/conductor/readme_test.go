@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,5 +123,25 @@ func TestReadmeDocsMap(t *testing.T) {
 	}
 	for name := range linked {
 		t.Errorf("README.md's documentation table links %s, which does not exist", name)
+	}
+}
+
+// TestLicense: LICENSE is the Apache License 2.0, the official text
+// unchanged (its published SHA-256), which python/pyproject.toml declares
+// for the Python client too.
+func TestLicense(t *testing.T) {
+	b, err := os.ReadFile("../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30" {
+		t.Errorf("LICENSE is not the Apache License 2.0 text (sha256 %x)", sum)
+	}
+	py, err := os.ReadFile("../../python/pyproject.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(py), `license = { text = "Apache-2.0" }`) {
+		t.Errorf("python/pyproject.toml declares another license:\n%s", py)
 	}
 }

@@ -48,7 +48,9 @@ class BackendTest(unittest.TestCase):
                         if f.endswith(".py") or f == "py.typed"}
                 self.assertEqual(pkg, want)
                 info = "conductor_client-0.1.0.dist-info/"
-                self.assertTrue({info + "METADATA", info + "WHEEL", info + "RECORD"} <= names, names)
+                self.assertTrue({info + "METADATA", info + "WHEEL", info + "RECORD", info + "LICENSE"} <= names, names)
+                with open(os.path.join(os.path.dirname(HERE), "LICENSE"), "rb") as f:
+                    self.assertEqual(z.read(info + "LICENSE"), f.read())
                 meta = z.read(info + "METADATA").decode()
                 for line in ("Name: conductor-client", "Version: 0.1.0", "License: Apache-2.0", "Requires-Python: >=3.9"):
                     self.assertIn(line + "\n", meta)
