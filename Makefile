@@ -125,7 +125,8 @@ staticcheck: deps
 # lints and renders, every object decodes strictly into its Kubernetes type and
 # passes the checks the values schema cannot express, the value sets the chart
 # must refuse fail with its message, and deploy/k8s/conductor.yaml equals a
-# fresh render (bin/chartcheck -update rewrites it). Then the tool's own tests.
+# fresh render (bin/chartcheck -update rewrites it); -show works from any
+# directory (run from /tmp). Then the tool's own tests.
 # The first build compiles the Kubernetes API packages (about 260 CPU-seconds
 # on the 2-core test machine); later ones only link.
 CHARTCHECK := bin/chartcheck
@@ -133,6 +134,8 @@ CHARTCHECK := bin/chartcheck
 chart-check:
 	cd tools && $(GO) build -o ../$(CHARTCHECK) ./chartcheck
 	./$(CHARTCHECK)
+	cd /tmp && $(CURDIR)/$(CHARTCHECK) -show $(CURDIR)/deploy/helm/conductor/ci/default-values.yaml >/dev/null 2>&1 || \
+		{ echo "chartcheck -show fails outside the repository" >&2; exit 1; }
 	cd tools && $(GO) test -count=1 -vet=off ./chartcheck
 
 fmt-check:
