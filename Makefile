@@ -2,6 +2,12 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin/conductor
+# VERSION is what conductor --version prints (and the image's tag): git
+# describe of the checkout (the nearest tag with the commits since, else the
+# commit; -dirty with uncommitted changes), "dev" outside a git checkout.
+# GO_LDFLAGS stamps it into every conductor binary the Makefile builds.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+GO_LDFLAGS = -X main.version=$(VERSION)
 FUZZTIME ?= 30s
 FUZZ_SMOKE_TIME ?= 3s
 BENCH ?= .
@@ -23,7 +29,8 @@ all: build
 
 # deps installs what a fresh Debian machine lacks for cgo + libzmq: a C
 # toolchain (cgo and -race need one), libzmq with pkg-config, and curl (the
-# docs' examples use it).
+# docs' examples use it); and python3 with its venv module (the Python
+# client's tests install it into a fresh virtual environment).
 APT_PKGS := libzmq3-dev pkg-config gcc libc6-dev curl
 deps:
 	@if ! command -v gcc >/dev/null 2>&1 || ! command -v pkg-config >/dev/null 2>&1 || ! pkg-config --exists libzmq || ! command -v curl >/dev/null 2>&1; then \
@@ -37,15 +44,15 @@ deps:
 		DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $(APT_PKGS) >/dev/null; \
 	fi
 	@pkg-config --exists libzmq || { echo "libzmq still missing after install" >&2; exit 1; }
-	@if ! command -v python3 >/dev/null 2>&1; then \
-		echo "installing python3 (apt-get)"; \
+	@if ! command -v python3 >/dev/null 2>&1 || ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then \
+		echo "installing python3 and python3-venv (apt-get)"; \
 		SUDO=""; \
 		if [ "$$(id -u)" -ne 0 ]; then SUDO=sudo; fi; \
-		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3 >/dev/null; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq python3 python3-venv >/dev/null; \
 	fi
 
 build: deps
-	$(GO) build -o $(BIN) ./cmd/conductor
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o $(BIN) ./cmd/conductor
 	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
 
 # install puts conductor where a service manager finds it: the binary as
@@ -64,7 +71,7 @@ GO_SRCS := $(shell find . \( -path ./.git -o -path ./bin -o -path ./tools \) -pr
 
 $(BIN): $(GO_SRCS)
 	@$(MAKE) --no-print-directory deps
-	$(GO) build -o $@ ./cmd/conductor
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o $@ ./cmd/conductor
 
 install: $(BIN)
 	install -d -m 0755 $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(UNITDIR) $(DESTDIR)/etc/conductor
@@ -118,7 +125,8 @@ staticcheck: deps
 # lints and renders, every object decodes strictly into its Kubernetes type and
 # passes the checks the values schema cannot express, the value sets the chart
 # must refuse fail with its message, and deploy/k8s/conductor.yaml equals a
-# fresh render (bin/chartcheck -update rewrites it). Then the tool's own tests.
+# fresh render (bin/chartcheck -update rewrites it); -show works from any
+# directory (run from /tmp). Then the tool's own tests.
 # The first build compiles the Kubernetes API packages (about 260 CPU-seconds
 # on the 2-core test machine); later ones only link.
 CHARTCHECK := bin/chartcheck
@@ -126,6 +134,8 @@ CHARTCHECK := bin/chartcheck
 chart-check:
 	cd tools && $(GO) build -o ../$(CHARTCHECK) ./chartcheck
 	./$(CHARTCHECK)
+	cd /tmp && $(CURDIR)/$(CHARTCHECK) -show $(CURDIR)/deploy/helm/conductor/ci/default-values.yaml >/dev/null 2>&1 || \
+		{ echo "chartcheck -show fails outside the repository" >&2; exit 1; }
 	cd tools && $(GO) test -count=1 -vet=off ./chartcheck
 
 fmt-check:
@@ -155,9 +165,11 @@ fuzz: deps
 	@FUZZTIME=$(FUZZTIME) ./fuzz/run.sh
 
 # python-test runs the Python client's unittest suite (python/tests) against
-# freshly built conductor and fake-engine binaries on free loopback ports.
+# freshly built conductor and fake-engine binaries on free loopback ports;
+# tests/test_package.py installs the client as python/README.md says, in a
+# fresh virtual environment, with pip barred from any package index.
 python-test: deps
-	$(GO) build -o bin/conductor ./cmd/conductor
+	$(GO) build -ldflags "$(GO_LDFLAGS)" -o bin/conductor ./cmd/conductor
 	$(GO) build -o bin/fake-engine ./bench/cmd/fake-engine
 	cd python && CONDUCTOR_BIN=$(CURDIR)/bin/conductor FAKE_ENGINE_BIN=$(CURDIR)/bin/fake-engine \
 		python3 -m unittest discover -s tests -t . -v
@@ -280,7 +292,6 @@ bench-e2e: bench-build
 # a read-only root filesystem, and checks /health, the HEALTHCHECK and a real
 # hit from a fake engine.
 CONTAINER ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE ?= conductor:$(VERSION)
 .PHONY: image image-test
 image:

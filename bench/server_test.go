@@ -114,12 +114,14 @@ var listeningRE = regexp.MustCompile(`HTTP server listening.*addr=(\S+)`)
 // its address. It is killed at cleanup.
 func startServer(tb testing.TB, args ...string) *serverProc {
 	tb.Helper()
-	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--config", "/nonexistent/conductor.json",
+	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1",
 		"--state-dir", "", "--log-level", "info"}, args...)
 	cmd := exec.Command(conductorBinary(tb), all...)
-	// BENCH_CONDUCTOR_ENV: space-separated NAME=VALUE pairs for conductor only
-	// (GOMAXPROCS=3, GODEBUG=…), not for this process or the publisher.
-	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("BENCH_CONDUCTOR_ENV"))...)
+	// No configuration file (a missing one named by the environment is a
+	// warning). BENCH_CONDUCTOR_ENV: space-separated NAME=VALUE pairs for
+	// conductor only (GOMAXPROCS=3, GODEBUG=…), not for this process or the
+	// publisher.
+	cmd.Env = append(append(os.Environ(), "CONDUCTOR_CONFIG_PATH=/nonexistent/conductor.json"), strings.Fields(os.Getenv("BENCH_CONDUCTOR_ENV"))...)
 	logs := &lockedBuffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(logs, pw)

@@ -37,6 +37,17 @@ type FieldError struct {
 func (e *FieldError) Error() string { return e.Err.Error() }
 func (e *FieldError) Unwrap() error { return e.Err }
 
+// ConflictError is a registration refused because another registration
+// holds its service key or its endpoint: Holder is that one's key, so a
+// caller can say where it came from. It wraps ErrConflict.
+type ConflictError struct {
+	Holder ServiceKey
+	Msg    string
+}
+
+func (e *ConflictError) Error() string { return e.Msg + ": " + ErrConflict.Error() }
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
 // Options configure an Index. The zero value is valid: every field has a
 // documented default applied by EnsureDefaults.
 type Options struct {

@@ -128,13 +128,15 @@ func TestRegistrationRules(t *testing.T) {
 	}
 	diff := r
 	diff.ReplayEndpoint = "tcp://127.0.0.1:9"
-	if _, _, err := ix.Register(diff); !errors.Is(err, ErrConflict) {
+	var ce *ConflictError
+	if _, _, err := ix.Register(diff); !errors.Is(err, ErrConflict) || !errors.As(err, &ce) || ce.Holder != (ServiceKey{InstanceID: "a", TenantID: "default"}) {
 		t.Fatalf("conflicting config: %v", err)
 	}
 	other := engineReg(t, "b", 0, p)
 	other.Endpoint = r.Endpoint
-	if _, _, err := ix.Register(other); !errors.Is(err, ErrConflict) {
-		t.Fatalf("endpoint in use: %v", err)
+	if _, _, err := ix.Register(other); !errors.Is(err, ErrConflict) || !errors.As(err, &ce) || ce.Holder != (ServiceKey{InstanceID: "a", TenantID: "default"}) ||
+		err.Error() != "register b|default|0: endpoint "+r.Endpoint+" is used by a|default|0: conductor: conflict" {
+		t.Fatalf("endpoint in use: %v (holder %v)", err, ce.Holder)
 	}
 	bad := engineReg(t, "c", 0, p)
 	bad.BlockSize = 0

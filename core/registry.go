@@ -259,7 +259,7 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 		if sameConfig(&old.reg, &r) {
 			return old, false, nil
 		}
-		return nil, false, fmt.Errorf("register %s: conflicting registration for service key: %w", key, ErrConflict)
+		return nil, false, &ConflictError{Holder: key, Msg: fmt.Sprintf("register %s: conflicting registration for service key", key)}
 	}
 	for _, k := range keys {
 		if other, ok := ix.endpoints[k]; ok {
@@ -310,7 +310,7 @@ func (ix *Index) endpointConflictLocked(key ServiceKey, r *Registration, other S
 		}
 		msg = fmt.Sprintf("register %s: endpoint %s reaches %s, which %s is registered at as %s", key, r.Endpoint, how, other, held)
 	}
-	return &FieldError{Field: "endpoint", Err: fmt.Errorf("%s: %w", msg, ErrConflict)}
+	return &FieldError{Field: "endpoint", Err: &ConflictError{Holder: other, Msg: msg}}
 }
 
 // EndpointHolder returns the registration whose endpoint may reach the same

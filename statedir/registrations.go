@@ -79,6 +79,9 @@ type Store struct {
 	// (saved: it wrote some): Save writes only when they change.
 	last  [sha256.Size]byte
 	saved bool
+	// restored holds the service keys Restore registered, until a Save
+	// shows them gone (unregistered, perhaps registered anew since).
+	restored map[core.ServiceKey]bool
 }
 
 // Open creates dir if needed and locks it (ErrInUse when another process
@@ -154,6 +157,7 @@ func RegisterJSON(r *core.Registration) ([]byte, error) {
 func (s *Store) Save(regs []core.Registration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.pruneRestored(regs)
 	entries := make([]Entry, 0, len(regs))
 	for i := range regs {
 		if regs[i].Owner == configOwner || regs[i].Owner == server.DiscoveryPrincipal.Name {
@@ -273,6 +277,46 @@ func (s *Store) Restore(log *slog.Logger, register RegisterFunc) {
 			continue
 		}
 		ok++
+		s.mu.Lock()
+		if s.restored == nil {
+			s.restored = map[core.ServiceKey]bool{}
+		}
+		s.restored[reg.Key()] = true
+		s.mu.Unlock()
 	}
 	log.Info("registrations restored", "path", ld.From, "restored", ok, "failed", failed, "generation", ld.Generation)
+}
+
+// pruneRestored forgets the restored keys regs no longer holds. s.mu held.
+func (s *Store) pruneRestored(regs []core.Registration) {
+	if len(s.restored) == 0 {
+		return
+	}
+	held := make(map[core.ServiceKey]bool, len(regs))
+	for i := range regs {
+		held[regs[i].Key()] = true
+	}
+	for k := range s.restored {
+		if !held[k] {
+			delete(s.restored, k)
+		}
+	}
+}
+
+// Explain says, of the registration holding service key k, that it was
+// restored at startup from this directory and how to remove it (through
+// the API at addr, host:port); "" when k was not restored (or was
+// unregistered since). It is the Gate's Explain: a conflict with a
+// registration an earlier run made names it.
+func (s *Store) Explain(k core.ServiceKey, addr string) string {
+	s.mu.Lock()
+	restored := s.restored[k]
+	s.mu.Unlock()
+	if !restored {
+		return ""
+	}
+	body, _ := json.Marshal(map[string]any{"instance_id": k.InstanceID, "tenant_id": k.TenantID, "dp_rank": k.DPRank})
+	return fmt.Sprintf("%s|%s|%d was restored at startup from %s (an earlier run registered it; registrations persist in the state directory): "+
+		"remove it with curl -s %s/unregister -d '%s', or start conductor with --state-dir '' to keep no registrations",
+		k.InstanceID, k.TenantID, k.DPRank, s.file.path, addr, body)
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -505,6 +507,7 @@ func (b *builder) build() (*app, int) {
 		Access:         access,
 		Gate:           gate,
 		Ready:          func() error { return errors.Join(np.ready(), kp.ready(), a.dp.ready()) },
+		Connections:    func() map[core.ServiceKey]server.Connection { return connectionsOf(ing) },
 		ExtraMetrics:   append(append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)}, np.metrics()...), kp.metrics()...),
 	})
 	if err != nil {
@@ -533,7 +536,10 @@ func (b *builder) build() (*app, int) {
 }
 
 // config loads the configuration file and logs what it holds; the HTTP and
-// RPC ports are the file's unless the flags give them.
+// RPC ports are the file's unless the flags give them. A file --config names
+// must be readable; one $CONDUCTOR_CONFIG_PATH names that is not is a
+// warning (the Mooncake conductor's behaviour), and the default path's
+// absence a line at INFO.
 func (b *builder) config() (cfg fileConfig, path string, code int) {
 	s, log := b.s, b.log
 	path, emptyEnv := configPath(s.configPath, b.env)
@@ -545,13 +551,17 @@ func (b *builder) config() (cfg fileConfig, path string, code int) {
 		log.Error("cannot use configuration file", "path", path, "err", err)
 		return cfg, path, 1
 	}
-	if readErr != nil {
+	_, envSet := b.env("CONDUCTOR_CONFIG_PATH")
+	switch {
+	case readErr != nil && s.configPath != "":
+		log.Error("cannot use configuration file: --config names a file that cannot be read", "path", path, "err", readErr)
+		return cfg, path, 1
+	case readErr != nil && errors.Is(readErr, fs.ErrNotExist) && !(envSet && !emptyEnv):
+		log.Info("no configuration file, starting with no static services", "path", path)
+	case readErr != nil:
 		log.Warn("configuration file not readable, starting with no static services", "path", path, "err", readErr)
-	} else {
+	default:
 		log.Info("configuration loaded", "path", path, "static_services", len(cfg.Static), "skipped", len(cfg.Skipped))
-	}
-	for _, k := range cfg.Unknown {
-		log.Warn("unknown configuration key ignored", "key", k)
 	}
 	for _, sk := range cfg.Skipped {
 		log.Warn("invalid static service skipped", "entry", sk.Source, "err", sk.Err)
@@ -624,7 +634,7 @@ func (b *builder) listen(a *app, policy *server.EndpointPolicy) int {
 	addr := net.JoinHostPort(s.listen, strconv.Itoa(s.httpPort))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		log.Error("cannot listen", "addr", addr, "err", err)
+		listenError(log, "the Mooncake API", addr, "--http-port", "http_server_port", err)
 		return 1
 	}
 	a.ln = ln
@@ -643,7 +653,7 @@ func (b *builder) listen(a *app, policy *server.EndpointPolicy) int {
 	if s.rpcPort != 0 {
 		raddr := net.JoinHostPort(s.listen, strconv.Itoa(s.rpcPort))
 		if a.rpcLn, err = net.Listen("tcp", raddr); err != nil {
-			log.Error("cannot listen", "addr", raddr, "err", err)
+			listenError(log, "the Python client's RPC port", raddr, "--rpc-port", "rpc_server_port (0 turns it off)", err)
 			return 1
 		}
 		b.onFailure(func() { a.rpcLn.Close() })
@@ -658,6 +668,17 @@ func (b *builder) listen(a *app, policy *server.EndpointPolicy) int {
 		policy.DenyOwn(a.dp.ln.Addr().(*net.TCPAddr).Port)
 	}
 	return 0
+}
+
+// listenError logs a listener that cannot bind: for a port in use, the
+// flag and the configuration key that choose another.
+func listenError(log *slog.Logger, what, addr, flag, key string, err error) {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		log.Error("cannot listen: the port of "+what+" is in use (another conductor?); choose another with "+flag+
+			" or "+key+" in the configuration file", "addr", addr, "flag", flag, "err", err)
+		return
+	}
+	log.Error("cannot listen", "addr", addr, "flag", flag, "err", err)
 }
 
 // loopbackHost reports whether a --listen host is a loopback address (an IP
@@ -708,6 +729,17 @@ func accessOf(s *settings, env func(string) (string, bool)) (*server.Access, *se
 		return nil, nil, fmt.Errorf("--allow-endpoints: %w", err)
 	}
 	return access, policy, nil
+}
+
+// connectionsOf is /services' Connection of every registration: its
+// listener's state, last error, events and last sequence.
+func connectionsOf(ing *ingest.Ingester) map[core.ServiceKey]server.Connection {
+	ls := ing.Listeners()
+	out := make(map[core.ServiceKey]server.Connection, len(ls))
+	for _, l := range ls {
+		out[l.Key] = server.Connection{State: l.State.String(), LastError: l.LastError, Events: l.Events, LastSeq: l.LastSeq}
+	}
+	return out
 }
 
 // listenerMetrics exposes conductor_listeners{state=…}: subscriptions per
@@ -822,6 +854,7 @@ func (a *app) restoreState() {
 	if a.state == nil {
 		return
 	}
+	a.gate.Explain = func(k core.ServiceKey) string { return a.state.Explain(k, a.Addr()) }
 	a.state.Restore(a.log, func(who server.Principal, origin string, reg core.Registration) error {
 		if origin == dynamo.Origin && a.dp != nil && a.dp.dyn != nil {
 			return a.dp.dyn.Restore(who, reg)

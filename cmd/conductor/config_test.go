@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,18 +31,15 @@ func TestParseConfig(t *testing.T) {
 	body := `{
   "http_server_port": 14444,
   "rpc_server_port": 50052,
-  "extra_key": 1,
   "kvevent_instance": {
     "engine-a": {"endpoint": "tcp://a:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0,
-                 "hash_profile": ` + profile + `, "additionalsalt": "legacy-ok", "future_field": true},
+                 "hash_profile": ` + profile + `, "additionalsalt": "legacy-ok"},
     "rank1": {"endpoint": "tcp://a:2", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 1,
               "instance_id": "engine-a", "tenant_id": "", "cache_group": 0},
     "group1": {"endpoint": "tcp://g:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0, "cache_group": 1},
     "tenant7": {"endpoint": "tcp://t:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0, "tenant_id": 7},
     "typeX": {"endpoint": "tcp://x:1", "type": "TRT", "modelname": "m", "block_size": 16, "dp_rank": 0},
     "emptyid": {"endpoint": "tcp://e:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0, "instance_id": ""},
-    "legacyroot": {"endpoint": "tcp://r:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0,
-                   "hash_profile": {"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be","root_digest":"00"}},
     "spaceseed": {"endpoint": "tcp://s:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0,
                   "hash_profile": {"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":" 0","index_projection":"low64_be"}},
     "floatbs": {"endpoint": "tcp://f:1", "type": "vLLM", "modelname": "m", "block_size": 16.0, "dp_rank": 0},
@@ -56,7 +55,7 @@ func TestParseConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.HTTPPort != 14444 || !cfg.HasRPC || cfg.RPCPort != 50052 || len(cfg.Unknown) != 1 || cfg.Unknown[0] != "extra_key" {
+	if cfg.HTTPPort != 14444 || !cfg.HasRPC || cfg.RPCPort != 50052 {
 		t.Fatalf("%+v", cfg)
 	}
 	var sources []string
@@ -82,15 +81,14 @@ func TestParseConfig(t *testing.T) {
 		reasons[s.Source] = server.ReasonOf(s.Err)
 	}
 	want := map[string]string{
-		`kvevent_instance["group1"]`:     "unsupported",
-		`kvevent_instance["tenant7"]`:    "invalid_type",
-		`kvevent_instance["typeX"]`:      "invalid_value",
-		`kvevent_instance["emptyid"]`:    "invalid_value",
-		`kvevent_instance["legacyroot"]`: "unknown_field",
-		`kvevent_instance["spaceseed"]`:  "invalid_value",
-		`kvevent_instance["floatbs"]`:    "invalid_type",
-		`kvevent_instance["notobj"]`:     "invalid_json",
-		`services[1]`:                    "missing",
+		`kvevent_instance["group1"]`:    "unsupported",
+		`kvevent_instance["tenant7"]`:   "invalid_type",
+		`kvevent_instance["typeX"]`:     "invalid_value",
+		`kvevent_instance["emptyid"]`:   "invalid_value",
+		`kvevent_instance["spaceseed"]`: "invalid_value",
+		`kvevent_instance["floatbs"]`:   "invalid_type",
+		`kvevent_instance["notobj"]`:    "invalid_json",
+		`services[1]`:                   "missing",
 	}
 	if len(reasons) != len(want) {
 		t.Fatalf("skipped %v", reasons)
@@ -99,6 +97,66 @@ func TestParseConfig(t *testing.T) {
 		if reasons[k] != v {
 			t.Errorf("%s: reason %q, want %q", k, reasons[k], v)
 		}
+	}
+}
+
+// TestParseConfigTypos: an unknown key anywhere in the file (the top level,
+// media, a kvevent_instance or services entry, its hash_profile, a Go-era
+// root_digest copied from /services) makes the file unusable, and the error
+// names the key, where it is, and the nearest known key when one is near.
+func TestParseConfigTypos(t *testing.T) {
+	const entry = `"endpoint": "tcp://a:1", "type": "vLLM", "modelname": "m", "block_size": 16, "dp_rank": 0`
+	for _, c := range []struct {
+		body string
+		want []string
+	}{
+		{`{"http_srver_port": 8080}`, []string{`unknown key "http_srver_port"; did you mean "http_server_port"?`}},
+		{`{"service": []}`, []string{`unknown key "service"; did you mean "services"?`}},
+		{`{"zzz": 1}`, []string{`unknown key "zzz" (known: http_server_port, rpc_server_port, kvevent_instance, services, media)`}},
+		{`{"media": {"engin": {}}}`, []string{`media: unknown key "engin"; did you mean "engine"?`}},
+		{`{"services": [{` + entry + `, "instance_id": "i", "replay_endpont": "tcp://a:2"}]}`,
+			[]string{"services[0]: unknown field replay_endpont; did you mean replay_endpoint?"}},
+		{`{"kvevent_instance": {"e": {` + entry + `, "blocksize": 16}}}`,
+			[]string{`kvevent_instance["e"]: unknown field blocksize; did you mean block_size?`}},
+		{`{"kvevent_instance": {"e": {` + entry + `, "hash_profile": {"strategy": "vllm_v1", "algoritm": "sha256"}}}}`,
+			[]string{`kvevent_instance["e"]: unknown hash_profile field algoritm; did you mean algorithm?`}},
+		{`{"kvevent_instance": {"e": {` + entry + `, "hash_profile": {"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be","root_digest":"00"}}}}`,
+			[]string{`kvevent_instance["e"]: unknown hash_profile field root_digest`}},
+	} {
+		_, err := parseConfig([]byte(c.body))
+		if !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: err %v, want ErrConfig", c.body, err)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v\nlacks %q", c.body, err, w)
+			}
+		}
+	}
+}
+
+// TestMissingConfigFlag: a configuration file --config names that does not
+// exist stops the start (exit 1, the path in the error); without --config a
+// missing default file is no error.
+func TestMissingConfigFlag(t *testing.T) {
+	dir := t.TempDir()
+	var out syncBuffer
+	missing := filepath.Join(dir, "conductr.json")
+	if a, code := newApp([]string{"--config", missing, "--http-port", "0", "--rpc-port", "0", "--state-dir", ""},
+		envOf(map[string]string{"HOME": dir}), io.Discard, &out); a != nil || code != 1 ||
+		!strings.Contains(out.String(), "--config names a file that cannot be read") || !strings.Contains(out.String(), missing) {
+		t.Fatalf("exit %d, logs:\n%s", code, out.String())
+	}
+	out = syncBuffer{}
+	a, code := newApp([]string{"--http-port", "0", "--rpc-port", "0", "--state-dir", ""}, envOf(map[string]string{"HOME": dir}), io.Discard, &out)
+	if a == nil || code != 0 || !strings.Contains(out.String(), "no configuration file") || strings.Contains(out.String(), "not readable") {
+		t.Fatalf("default path: exit %d, logs:\n%s", code, out.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // serve starts and stops at once
+	if code := a.serve(ctx); code != 0 {
+		t.Fatalf("serve: exit %d", code)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -258,6 +259,9 @@ func newDynamoPart(a *app, s dynamoSettings, env func(string) (string, bool), li
 				r()
 			}
 			_ = dyn.Shutdown(context.Background())
+			if errors.Is(err, syscall.EADDRINUSE) {
+				err = fmt.Errorf("%w (the port is in use; choose another with --dynamo-port, or --port on Dynamo's command line)", err)
+			}
 			return nil, fmt.Errorf("dynamo listener %s: %w", addr, err)
 		}
 	}

@@ -58,9 +58,10 @@ func startChild(t *testing.T, nofile int, args ...string) *child {
 		script = fmt.Sprintf("ulimit -S -n %d && ulimit -H -n %d && %s", nofile, nofile, script)
 	}
 	all := append([]string{"-c", script, os.Args[0], "--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1",
-		"--config", "/nonexistent/conductor.json", "--shutdown-timeout", "5s", "--state-dir", ""}, args...)
+		"--shutdown-timeout", "5s", "--state-dir", ""}, args...)
 	cmd := exec.Command("bash", all...)
-	cmd.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1")
+	// no configuration file (a missing one named by the environment is a warning)
+	cmd.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1", "CONDUCTOR_CONFIG_PATH=/nonexistent/conductor.json")
 	return runChild(t, cmd)
 }
 

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/seed-c7a81618/conductor/internal/suggest"
 )
 
 // helpIntro opens `conductor --help`.
@@ -95,41 +97,10 @@ func flagError(err error, fs *flag.FlagSet) error {
 		return errors.New(msg + hint)
 	}
 	name := strings.TrimPrefix(msg, undefined)
-	// Suggest a flag the name begins, or one within a third of its length
-	// in edits (at most 3).
-	best, bestD := "", min(3, len(name)/3)+1
-	fs.VisitAll(func(f *flag.Flag) {
-		d := editDistance(name, f.Name)
-		if strings.HasPrefix(f.Name, name) {
-			d = min(d, 1)
-		}
-		if d < bestD {
-			best, bestD = f.Name, d
-		}
-	})
-	if best != "" {
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	if best := suggest.Nearest(name, names); best != "" {
 		return fmt.Errorf("unknown flag --%s; did you mean --%s?%s", name, best, hint)
 	}
 	return fmt.Errorf("unknown flag --%s%s", name, hint)
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

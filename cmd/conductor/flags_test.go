@@ -71,21 +71,6 @@ func TestFlagErrorsAreOneLine(t *testing.T) {
 	}
 }
 
-func TestEditDistance(t *testing.T) {
-	f := func(a, b string, want int) {
-		t.Helper()
-		if got := editDistance(a, b); got != want {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", a, b, got, want)
-		}
-	}
-	f("", "", 0)
-	f("a", "", 1)
-	f("", "abc", 3)
-	f("kitten", "sitting", 3)
-	f("http-port", "htp-port", 1)
-	f("port", "port", 0)
-}
-
 // TestConfigurationDocListsTheFlags: docs/configuration.md shows what
 // --help prints, group by group.
 func TestConfigurationDocListsTheFlags(t *testing.T) {

@@ -103,7 +103,7 @@ func TestMakeInstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("installed config: %v", err)
 	}
-	if cfg.HTTPPort != DefaultHTTPPort || cfg.RPCPort != DefaultRPCPort || len(cfg.Static)+len(cfg.Skipped)+len(cfg.Unknown) != 0 {
+	if cfg.HTTPPort != DefaultHTTPPort || cfg.RPCPort != DefaultRPCPort || len(cfg.Static)+len(cfg.Skipped) != 0 {
 		t.Errorf("installed config: %+v; want the default ports and nothing else", cfg)
 	}
 

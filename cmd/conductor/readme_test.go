@@ -1,9 +1,12 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -121,5 +124,55 @@ func TestReadmeDocsMap(t *testing.T) {
 	}
 	for name := range linked {
 		t.Errorf("README.md's documentation table links %s, which does not exist", name)
+	}
+}
+
+// TestLicense: LICENSE is the Apache License 2.0, the official text
+// unchanged (its published SHA-256), which python/pyproject.toml declares
+// for the Python client too.
+func TestLicense(t *testing.T) {
+	b, err := os.ReadFile("../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum := sha256.Sum256(b); hex.EncodeToString(sum[:]) != "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30" {
+		t.Errorf("LICENSE is not the Apache License 2.0 text (sha256 %x)", sum)
+	}
+	py, err := os.ReadFile("../../python/pyproject.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(py), `license = { text = "Apache-2.0" }`) {
+		t.Errorf("python/pyproject.toml declares another license:\n%s", py)
+	}
+}
+
+// TestDocsAgreeOnDiscovery: conductor has Kubernetes engine discovery
+// (--discover-kubernetes, deploy.md's "Engine discovery"), so no page says
+// it has none, and the engines guide, where registrations are explained,
+// points to it.
+func TestDocsAgreeOnDiscovery(t *testing.T) {
+	if defineFlags(&settings{}).Lookup("discover-kubernetes") == nil {
+		t.Fatal("no --discover-kubernetes flag")
+	}
+	deploy, err := os.ReadFile("../../docs/deploy.md")
+	if err != nil || !strings.Contains(string(deploy), "\n## Engine discovery\n") {
+		t.Fatalf("docs/deploy.md has no Engine discovery section (%v)", err)
+	}
+	pages, _ := filepath.Glob("../../docs/*.md")
+	pages = append(pages, "../../README.md")
+	denials := regexp.MustCompile(`(?i)no (kubernetes|service) discovery|no kubernetes or other|discovers no publishers`)
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := denials.Find(b); m != nil {
+			t.Errorf("%s says %q, but --discover-kubernetes discovers engines", filepath.Base(p), m)
+		}
+	}
+	engines, err := os.ReadFile("../../docs/engines.md")
+	if err != nil || !strings.Contains(string(engines), "(deploy.md#engine-discovery)") {
+		t.Errorf("docs/engines.md does not point to deploy.md#engine-discovery (%v)", err)
 	}
 }

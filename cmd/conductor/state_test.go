@@ -178,8 +178,8 @@ func TestStateDirOneConductor(t *testing.T) {
 	pid := strconv.Itoa(c1.cmd.Process.Pid)
 
 	c2 := exec.Command(os.Args[0], "--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1",
-		"--config", "/nonexistent/conductor.json", "--shutdown-timeout", "5s", "--state-dir", dir)
-	c2.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1")
+		"--shutdown-timeout", "5s", "--state-dir", dir)
+	c2.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1", "CONDUCTOR_CONFIG_PATH=/nonexistent/conductor.json")
 	out := &syncBuffer{}
 	c2.Stdout, c2.Stderr = out, out
 	if err := c2.Start(); err != nil {
@@ -255,5 +255,74 @@ func TestStateDirOneConductor(t *testing.T) {
 	b, _ := json.Marshal(svcs)
 	if svcs["count"] != json.Number("2") || !strings.Contains(string(b), `"first-a"`) || !strings.Contains(string(b), `"first-b"`) {
 		t.Fatalf("the first conductor's registrations after the restart: %s", b)
+	}
+}
+
+// TestStateRestoredHolderNamed: a registration that conflicts with one the
+// state directory restored at startup (its endpoint or its service key, over
+// HTTP or the RPC port) is refused with a sentence saying that the holder
+// was restored from the state file and the command that removes it; that
+// command, run as printed, removes it, and the registration then succeeds.
+// A conflict with a registration made in this run names no state file.
+func TestStateRestoredHolderNamed(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	const old = `{"endpoint":"tcp://127.0.0.1:5557","type":"vLLM","modelname":"demo","instance_id":"vllm-node1","block_size":16,"dp_rank":0}`
+	p := startConductor(t, "", "--state-dir", dir)
+	if code, _, b := httpDo(t, "POST", p.url("/register"), "application/json", []byte(old)); code != 200 {
+		t.Fatalf("register: %d %s", code, b)
+	}
+	if code := p.stop(t); code != 0 {
+		t.Fatalf("stop: exit %d", code)
+	}
+
+	rpcPort := freePort(t)
+	p = startConductor(t, "", "--state-dir", dir, "--rpc-port", strconv.Itoa(rpcPort))
+	waitFor(t, "the RPC listener", func() bool { return strings.Contains(p.logs.String(), "RPC server listening") })
+	file := filepath.Join(dir, statedir.RegistrationsFile)
+	remove := fmt.Sprintf(`remove it with curl -s %s/unregister -d '{"dp_rank":0,"instance_id":"vllm-node1","tenant_id":"default"}'`, p.addr)
+	for _, c := range []struct {
+		name, url, body string
+		status          int
+		want            []string
+	}{
+		{"endpoint", p.url("/register"),
+			`{"endpoint":"tcp://127.0.0.1:5557","type":"vLLM","modelname":"demo","instance_id":"engine-0","block_size":16,"dp_rank":0}`,
+			400, []string{"endpoint tcp://127.0.0.1:5557 is used by vllm-node1|default|0"}},
+		{"service key", p.url("/register"),
+			`{"endpoint":"tcp://127.0.0.1:5600","type":"vLLM","modelname":"other","instance_id":"vllm-node1","block_size":16,"dp_rank":0}`,
+			400, []string{"conflicting registration for service key"}},
+		{"service key over RPC", "http://127.0.0.1:" + strconv.Itoa(rpcPort) + "/rpc/Register",
+			`{"endpoint":"tcp://127.0.0.1:5600","publisher_type":"vLLM","model_name":"other","instance_id":"vllm-node1","block_size":16,"dp_rank":0,` +
+				`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
+			200, []string{"conflicting registration for service key"}},
+	} {
+		code, _, b := httpDo(t, "POST", c.url, "application/json", []byte(c.body))
+		var env struct {
+			Error, Reason string
+		}
+		if err := json.Unmarshal(b, &env); err != nil || code != c.status || env.Reason != "invalid_registration" {
+			t.Errorf("%s: %d %s", c.name, code, b)
+			continue
+		}
+		for _, w := range append(c.want, "vllm-node1|default|0 was restored at startup from "+file, remove, "--state-dir ''") {
+			if !strings.Contains(env.Error, w) {
+				t.Errorf("%s: %q\nlacks %q", c.name, env.Error, w)
+			}
+		}
+	}
+	// the printed command, as printed
+	_, cmdline, _ := strings.Cut(remove, "remove it with ")
+	out, err := exec.Command("bash", "-c", cmdline).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "unregistered successfully") {
+		t.Fatalf("%s: %v %s", cmdline, err, out)
+	}
+	mine := `{"endpoint":"tcp://127.0.0.1:5557","type":"vLLM","modelname":"demo","instance_id":"engine-0","block_size":16,"dp_rank":0}`
+	if code, _, b := httpDo(t, "POST", p.url("/register"), "application/json", []byte(mine)); code != 200 {
+		t.Fatalf("register after removing the restored holder: %d %s", code, b)
+	}
+	code, _, b := httpDo(t, "POST", p.url("/register"), "application/json", []byte(
+		`{"endpoint":"tcp://127.0.0.1:5557","type":"vLLM","modelname":"demo","instance_id":"engine-1","block_size":16,"dp_rank":0}`))
+	if code != 400 || !strings.Contains(string(b), "is used by engine-0|default|0") || strings.Contains(string(b), "restored") {
+		t.Fatalf("a conflict with this run's registration: %d %s", code, b)
 	}
 }

@@ -124,7 +124,7 @@ func TestServicesAndGlobalView(t *testing.T) {
 		return `{"Endpoint":"` + ep + `","ReplayEndpoint":"` + replay + `","Type":"` + typ + `","ModelName":"` + model +
 			`","LoraName":"","TenantID":"` + tenant + `","InstanceID":"` + inst + `","BlockSize":16,"DPRank":` +
 			string(rune('0'+rank)) + `,"CacheGroup":` + group + `,"HashProfile":` + profile + `,"HashCheck":` + unverified + `,"AdditionalSalt":"` + salt +
-			`","Source":"api","GapPolicy":"keep","MaxBlocks":16777216,"HeldBlocks":` + string(rune('0'+held)) + `}`
+			`","Source":"api","Connection":null,"GapPolicy":"keep","MaxBlocks":16777216,"HeldBlocks":` + string(rune('0'+held)) + `}`
 	}
 	wantServices := `{"count":5,"services":[` + strings.Join([]string{
 		svc("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "vLLM", "m", "default", "engine-a", 0, "0", cbor, "", 2),

@@ -6,23 +6,28 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
 // handleServices serves GET /services: {"count", "services": [S...]}, S with
-// the 11 keys of reference §1.1, HashCheck and AdditionalSalt, sorted by
-// service key.
+// the 11 keys of reference §1.1, HashCheck, AdditionalSalt, Source and
+// Connection, sorted by service key.
 func (s *Server) handleServices(ctx *fasthttp.RequestCtx, st *server.State) {
 	json := !server.WantsMsgpack(ctx)
 	svcs := s.ix.Services()
+	var conns map[core.ServiceKey]server.Connection
+	if s.opts.Connections != nil {
+		conns = s.opts.Connections()
+	}
 	e := &st.Enc
 	e.Reset(json)
 	e.MapHeader(2)
 	e.Str("count")
 	e.Uint(uint64(len(svcs)))
 	e.Str("services")
-	server.AppendServices(e, svcs, true, s.ix)
+	server.AppendServices(e, svcs, true, s.ix, conns)
 	server.WriteBody(ctx, 200, json, e.Bytes())
 }
 

@@ -274,7 +274,7 @@ func (r *Server) listServices(ctx *fasthttp.RequestCtx, st *server.State) int {
 	e.Str("count")
 	e.Uint(uint64(len(svcs)))
 	e.Str("services")
-	server.AppendServices(e, svcs, false, r.c.Index())
+	server.AppendServices(e, svcs, false, r.c.Index(), nil)
 	server.WriteBody(ctx, 200, true, e.Bytes())
 	return RetOK
 }

@@ -437,8 +437,8 @@ func TestRPCUnregister(t *testing.T) {
 
 // TestRPCViews: GetGlobalView and ListServices carry the HTTP views' content
 // (the services without the HTTP view's own keys, AdditionalSalt, Source,
-// GapPolicy, MaxBlocks and HeldBlocks: the 11 export keys and HashCheck)
-// after "ret".
+// Connection, GapPolicy, MaxBlocks and HeldBlocks: the 11 export keys and
+// HashCheck) after "ret".
 func TestRPCViews(t *testing.T) {
 	env, _, _ := tieredEnv(t)
 	r := New(env.c)
@@ -451,7 +451,7 @@ func TestRPCViews(t *testing.T) {
 			want := decodeMap(t, env.do(t, "GET", c.httpPath, "", nil))
 			if c.method == "ListServices" {
 				for _, s := range want["services"].([]any) {
-					for _, k := range []string{"AdditionalSalt", "Source", "GapPolicy", "MaxBlocks", "HeldBlocks"} {
+					for _, k := range []string{"AdditionalSalt", "Source", "Connection", "GapPolicy", "MaxBlocks", "HeldBlocks"} {
 						delete(s.(map[string]any), k)
 					}
 				}

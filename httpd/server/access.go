@@ -243,6 +243,11 @@ type Gate struct {
 	// the change and fails the request with a 500 (a durable state file that
 	// cannot be written). Default nil.
 	OnChange func(regs []core.Registration) error
+	// Explain, when set, says where the registration holding a refused one's
+	// service key, instance_id or endpoint came from and how to remove it
+	// ("" when there is nothing to add); the refusal carries the sentence.
+	// Called under the gate's lock. Default nil.
+	Explain func(holder core.ServiceKey) string
 
 	mu sync.Mutex
 	// gen counts the changes made through the Gate (a registration created
@@ -280,7 +285,7 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 	if !p.Admin {
 		for _, o := range g.ix.Services() {
 			if o.InstanceID == r.InstanceID && o.Owner != p.Name {
-				return false, fmt.Errorf("register: instance_id %q is held by another identity: %w", r.InstanceID, ErrForbidden)
+				return false, g.explain(o.Key(), fmt.Errorf("register: instance_id %q is held by another identity: %w", r.InstanceID, ErrForbidden))
 			}
 		}
 		if o, ok := g.ix.EndpointHolder(r.Endpoint); ok && o.Owner != p.Name {
@@ -289,6 +294,9 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 		}
 	}
 	created, err := g.reg.Register(r)
+	if ce := (*core.ConflictError)(nil); errors.As(err, &ce) {
+		err = g.explain(ce.Holder, err)
+	}
 	if created {
 		defer g.gen.Add(1) // on return, after any undo below
 	}
@@ -302,6 +310,17 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 		return false, fmt.Errorf("register: %w: %w", ErrStateWrite, serr)
 	}
 	return true, nil
+}
+
+// explain adds Explain's sentence about holder to err.
+func (g *Gate) explain(holder core.ServiceKey, err error) error {
+	if g.Explain == nil {
+		return err
+	}
+	if note := g.Explain(holder); note != "" {
+		return fmt.Errorf("%w; %s", err, note)
+	}
+	return err
 }
 
 // Unregister removes k on behalf of p: only its owner or the admin may.

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/seed-c7a81618/conductor/internal/suggest"
 )
 
 // Dialect is the key set and syntax of a request body: the C++ conductor's
@@ -110,6 +112,20 @@ func BlockSizeField(v *Value, field string) (int64, *RequestError) {
 		return 0, NewError(ErrOutOfRange, field, field+" must be greater than zero")
 	}
 	return v.Int, nil
+}
+
+// SuggestKey adds to an unknown_field error the key of known nearest to the
+// unknown one ("unknown field replay_endpont; did you mean
+// replay_endpoint?"), when one is near enough (suggest.Nearest); it returns
+// fe, and any other error unchanged.
+func SuggestKey(fe *RequestError, known []string) *RequestError {
+	if fe == nil || fe.Err != ErrUnknownField {
+		return fe
+	}
+	if n := suggest.Nearest(fe.Field, known); n != "" {
+		fe.Msg += "; did you mean " + n + "?"
+	}
+	return fe
 }
 
 // ScanFields reads every key of the map r is in, strictly: lookup maps a key

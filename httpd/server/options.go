@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/VictoriaMetrics/metrics"
+
+	"github.com/seed-c7a81618/conductor/core"
 )
 
 // Options configure a Core and the surfaces built over it. The zero value is
@@ -68,6 +70,26 @@ type Options struct {
 	// DisableProcessMetrics drops the go_* and process_* metrics from the
 	// Mooncake surface's /metrics. Default false (they are exposed).
 	DisableProcessMetrics bool
+	// Connections, when set, reports how each registration's subscriber
+	// stands (the ZMQ ingester's listeners), for the Mooncake surface's
+	// /services. Called once per request. Default nil: /services shows
+	// "Connection": null.
+	Connections func() map[core.ServiceKey]Connection
+}
+
+// Connection is how one registration's subscriber stands, as /services
+// shows it.
+type Connection struct {
+	// State is "pending" (not connected to the publisher yet, or
+	// reconnecting), "active", "failed" (its sockets failed; retried) or
+	// "paused".
+	State string
+	// LastError says why it is not active, or the last failure ("" when
+	// there is none).
+	LastError string
+	// Events counts the events applied from it; LastSeq is the sequence
+	// number of the last batch received (0 before the first).
+	Events, LastSeq uint64
 }
 
 // EnsureDefaults fills zero fields with their defaults.

@@ -31,67 +31,69 @@ const (
 	numRegKeys
 )
 
-// regKey maps a /register key to its slot. msgpack takes exactly the C++
-// conductor's keys (additionalsalt is unknown_field there, as in the C++
-// dialect); JSON also takes model_name / model and additionalsalt /
-// additional_salt; RPC takes the Python register() names (model_name,
-// publisher_type) and refuses the HTTP ones (modelname, type, additionalsalt).
+// Dialect sets, for the key tables.
+const (
+	inMsgpack = 1 << DialectMsgpack
+	inJSON    = 1 << DialectJSON
+	inRPC     = 1 << DialectRPC
+	inAll     = inMsgpack | inJSON | inRPC
+)
+
+// regKeys are the /register keys: each name, its slot and the dialects that
+// take it. msgpack takes exactly the C++ conductor's keys (additionalsalt is
+// unknown_field there, as in the C++ dialect); JSON also takes model_name /
+// model, additionalsalt / additional_salt, gap_policy and max_blocks; RPC takes the Python
+// register() names (model_name, publisher_type) and refuses the HTTP ones
+// (modelname, type, additionalsalt). A new key is one line here. An unknown
+// key's error names the nearest key of the dialect (TestRegisterTypos).
+var regKeys = [...]struct {
+	name     string
+	id       int
+	dialects uint8
+}{
+	{"endpoint", rEndpoint, inAll},
+	{"type", rType, inMsgpack | inJSON},
+	{"publisher_type", rType, inRPC},
+	{"modelname", rModel, inMsgpack | inJSON},
+	{"model_name", rModel, inJSON | inRPC},
+	{"model", rModel, inJSON},
+	{"instance_id", rInstance, inAll},
+	{"block_size", rBlockSize, inAll},
+	{"replay_endpoint", rReplay, inAll},
+	{"lora_name", rLora, inAll},
+	{"tenant_id", rTenant, inAll},
+	{"additionalsalt", rSalt, inJSON},
+	{"additional_salt", rSalt, inJSON},
+	{"cache_group", rCacheGroup, inAll},
+	{"hash_profile", rProfile, inAll},
+	{"dp_rank", rDPRank, inAll},
+	{"gap_policy", rGapPolicy, inJSON},
+	{"max_blocks", rMaxBlocks, inJSON},
+}
+
+// regKey maps a /register key to its slot in dialect d (-1: unknown).
 func regKey(key []byte, d Dialect) int {
-	switch string(key) {
-	case "endpoint":
-		return rEndpoint
-	case "instance_id":
-		return rInstance
-	case "block_size":
-		return rBlockSize
-	case "replay_endpoint":
-		return rReplay
-	case "lora_name":
-		return rLora
-	case "tenant_id":
-		return rTenant
-	case "cache_group":
-		return rCacheGroup
-	case "hash_profile":
-		return rProfile
-	case "dp_rank":
-		return rDPRank
-	}
-	if d == DialectRPC {
-		switch string(key) {
-		case "model_name":
-			return rModel
-		case "publisher_type":
-			return rType
-		}
-		return -1
-	}
-	switch string(key) {
-	case "type":
-		return rType
-	case "modelname":
-		return rModel
-	}
-	if d == DialectJSON {
-		switch string(key) {
-		case "model_name", "model":
-			return rModel
-		case "additionalsalt", "additional_salt":
-			return rSalt
-		case "gap_policy":
-			return rGapPolicy
-		case "max_blocks":
-			return rMaxBlocks
+	for i := range regKeys {
+		if k := &regKeys[i]; k.dialects&(1<<d) != 0 && k.name == string(key) {
+			return k.id
 		}
 	}
 	return -1
 }
 
+// regKeyNames lists the /register keys dialect d takes, for suggestions.
+func regKeyNames(d Dialect) []string {
+	var names []string
+	for i := range regKeys {
+		if regKeys[i].dialects&(1<<d) != 0 {
+			names = append(names, regKeys[i].name)
+		}
+	}
+	return names
+}
+
 // DecodeOptions adjust DecodeRegistration for configuration-file entries.
 type DecodeOptions struct {
-	// IgnoreUnknown skips unknown keys instead of rejecting them with
-	// unknown_field (config files may carry Go-era fields). Default false.
-	IgnoreUnknown bool
 	// DefaultInstanceID applies when instance_id is absent (the key of a
 	// kvevent_instance entry). Default "" (instance_id required).
 	DefaultInstanceID string
@@ -141,16 +143,15 @@ type regFields struct {
 }
 
 // scanRegistration reads every key of a /register body into its slot.
-func scanRegistration(r *Reader, d Dialect, opts DecodeOptions) (*regFields, *RequestError) {
+func scanRegistration(r *Reader, d Dialect) (*regFields, *RequestError) {
 	f := &regFields{json: d.JSON(), rpc: d == DialectRPC}
 	var seen [numRegKeys]bool
 	if fe := ScanFields(r, "", seen[:], func(key []byte) (int, bool) {
-		id := regKey(key, d)
-		return id, id < 0 && opts.IgnoreUnknown
+		return regKey(key, d), false
 	}, func(id int, key []byte) {
 		f.slots[id] = regSlot{set: true, name: string(key), v: r.Value()}
 	}); fe != nil {
-		return nil, fe
+		return nil, SuggestKey(fe, regKeyNames(d))
 	}
 	f.canon = [numRegKeys]string{rEndpoint: "endpoint", rType: "type", rModel: "modelname", rInstance: "instance_id",
 		rBlockSize: "block_size", rReplay: "replay_endpoint", rLora: "lora_name", rTenant: "tenant_id",
@@ -194,7 +195,7 @@ func (f *regFields) optional(id int) (string, *RequestError) {
 // and dp_rank (steps 12-13).
 func decodeRegistration(r *Reader, d Dialect, opts DecodeOptions) (core.Registration, *RequestError) {
 	var reg core.Registration
-	f, err := scanRegistration(r, d, opts)
+	f, err := scanRegistration(r, d)
 	if err != nil {
 		return reg, err
 	}
@@ -382,7 +383,7 @@ func decodeProfile(r *Reader) (hash.Profile, *RequestError) {
 		}
 		return -1, false
 	}, func(id int, _ []byte) { vals[id] = r.Value() }); fe != nil {
-		return hash.Profile{}, fe
+		return hash.Profile{}, SuggestKey(fe, profileKeys[:])
 	}
 	if !set[0] {
 		return hash.Profile{}, NewError(ErrMissing, hash.FieldStrategy, "hash_profile.strategy is required")
@@ -475,19 +476,26 @@ const (
 	numUnregKeys
 )
 
+// unregKeys are the /unregister keys, as regKeys: the JSON dialect also
+// takes, and ignores, the Go-era type, modelname, lora_name and block_size.
+var unregKeys = [...]struct {
+	name     string
+	id       int
+	dialects uint8
+}{
+	{"instance_id", uInstance, inAll},
+	{"tenant_id", uTenant, inAll},
+	{"dp_rank", uDPRank, inAll},
+	{"type", uIgnored, inJSON},
+	{"modelname", uIgnored, inJSON},
+	{"lora_name", uIgnored, inJSON},
+	{"block_size", uIgnored, inJSON},
+}
+
 func unregKey(key []byte, d Dialect) int {
-	switch string(key) {
-	case "instance_id":
-		return uInstance
-	case "tenant_id":
-		return uTenant
-	case "dp_rank":
-		return uDPRank
-	}
-	if d == DialectJSON {
-		switch string(key) {
-		case "type", "modelname", "lora_name", "block_size":
-			return uIgnored
+	for i := range unregKeys {
+		if k := &unregKeys[i]; k.dialects&(1<<d) != 0 && k.name == string(key) {
+			return k.id
 		}
 	}
 	return -1
@@ -509,7 +517,13 @@ func (st *State) UnregisterKey(d Dialect) (core.ServiceKey, *RequestError) {
 		id := unregKey(key, d)
 		return id, id == uIgnored
 	}, func(id int, _ []byte) { vals[id] = r.Value() }); fe != nil {
-		return core.ServiceKey{}, fe
+		var names []string
+		for _, k := range unregKeys {
+			if k.dialects&(1<<d) != 0 && k.id != uIgnored {
+				names = append(names, k.name)
+			}
+		}
+		return core.ServiceKey{}, SuggestKey(fe, names)
 	}
 	var k core.ServiceKey
 	if !set[uInstance] {

@@ -31,16 +31,17 @@ func appendProfile(e *Encoder, p *hash.Profile) {
 // TenantID, InstanceID, BlockSize, DPRank, CacheGroup, HashProfile), then
 // HashCheck (AppendHashCheck; the registration's self-check in ix, unverified
 // for one no longer registered), plus AdditionalSalt, Source (SourceOf:
-// config, kubernetes or api), GapPolicy (the policy in force: the
+// config, kubernetes or api), Connection (AppendConnection, from conns;
+// null for a registration conns lacks), GapPolicy (the policy in force: the
 // registration's or the process's), MaxBlocks (the bound in force, 0 for
 // none) and HeldBlocks (the (owner, block) pairs it holds) when withSalt
 // (the HTTP /services; the Python API has the 12).
-func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *core.Index) {
+func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *core.Index, conns map[core.ServiceKey]Connection) {
 	e.ArrayHeader(len(svcs))
 	for i := range svcs {
 		r := &svcs[i]
 		if withSalt {
-			e.MapHeader(17)
+			e.MapHeader(18)
 		} else {
 			e.MapHeader(12)
 		}
@@ -81,6 +82,12 @@ func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *cor
 			e.Str(r.AdditionalSalt)
 			e.Str("Source")
 			e.Str(SourceOf(r))
+			e.Str("Connection")
+			if c, ok := conns[r.Key()]; ok {
+				AppendConnection(e, &c)
+			} else {
+				e.Null()
+			}
 			policy, bound, held := r.GapPolicy, r.MaxBlocks, 0
 			if sub, ok := ix.Lookup(r.Key()); ok {
 				policy, bound, held = sub.GapPolicy(), sub.BlockBound(), sub.HeldBlocks()
@@ -93,6 +100,20 @@ func AppendServices(e *Encoder, svcs []core.Registration, withSalt bool, ix *cor
 			e.Int(int64(held))
 		}
 	}
+}
+
+// AppendConnection writes a registration's connection as {state,
+// last_error, events, last_seq} (Connection).
+func AppendConnection(e *Encoder, c *Connection) {
+	e.MapHeader(4)
+	e.Str("state")
+	e.Str(c.State)
+	e.Str("last_error")
+	e.Str(c.LastError)
+	e.Str("events")
+	e.Uint(c.Events)
+	e.Str("last_seq")
+	e.Uint(c.LastSeq)
 }
 
 // AppendHashCheck writes a registration's hash-profile self-check as

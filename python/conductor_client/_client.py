@@ -437,7 +437,11 @@ class ConductorClient:
     ) -> Dict[str, Any]:
         """Prefix-cache hits for a prompt: {"ret": int, "hits": {instance_id:
         {"longest_matched", "dp", "rank_matches", "device", "cpu_local",
-        "cpu_share", "disk"}}}. hits is {} on failure."""
+        "cpu_share", "disk"}}}. hits is {} on failure. A query no indexed
+        context serves (nothing registered that model, block size, tenant or
+        LoRA, or a name is misspelt) also carries "miss", the reason:
+        "unknown_tenant", "unknown_model", "unknown_block_size" or
+        "unknown_lora"."""
         if self._transport is None:
             return {"ret": CONDUCTOR_UNAVAILABLE, "hits": {}}
         try:
@@ -461,6 +465,9 @@ class ConductorClient:
         hits = doc.get("hits")
         if not isinstance(hits, dict):
             return {"ret": RPC_FAIL, "hits": {}}
+        miss = doc.get("miss")
+        if isinstance(miss, str) and miss:
+            return {"ret": OK, "hits": hits, "miss": miss}
         return {"ret": OK, "hits": hits}
 
     def register(self, config: Dict[str, Any]) -> int:

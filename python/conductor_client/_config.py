@@ -16,6 +16,43 @@ _STRING_FIELDS = frozenset(
 _INT_FIELDS = {"block_size": _INT64, "dp_rank": _INT32}
 _PUBLISHER_TYPES = frozenset(("vLLM", "SGLang", "Mooncake"))
 _PROFILE_KEYS = frozenset(("strategy", "algorithm", "python_hash_seed", "index_projection"))
+_CONFIG_KEYS = tuple(sorted(_STRING_FIELDS | set(_INT_FIELDS) | {"cache_group", "hash_profile"}))
+# The HTTP /register names register() does not take, and its names for them.
+_HTTP_NAMES = {"modelname": "model_name", "type": "publisher_type"}
+
+
+def _distance(a: str, b: str) -> int:
+    """The Levenshtein distance between a and b."""
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        cur = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1]))
+        prev = cur
+    return prev[len(b)]
+
+
+def _nearest(name: str, known: Any) -> str:
+    """The known name name was likely meant to be ("" for none), by the
+    server's rule: one that name begins, or one within a third of name's
+    length in edits (at most 3)."""
+    best, best_d = "", min(3, len(name) // 3) + 1
+    for k in sorted(known):
+        d = _distance(name, k)
+        if name and len(k) > len(name) and k.startswith(name):
+            d = min(d, 1)
+        if d < best_d:
+            best, best_d = k, d
+    return best
+
+
+def _unknown(what: str, key: str, known: Any, note: str = "") -> ValueError:
+    near = _HTTP_NAMES.get(key) if what == "config" else None
+    near = near or _nearest(key, known)
+    msg = "unknown %s key %r" % (what, key)
+    if near:
+        msg += "; did you mean %r?" % near
+    return ValueError(msg + note)
 
 
 def _check_int(name: str, v: Any, bounds: Any) -> None:
@@ -43,7 +80,7 @@ def check_register_config(config: Any) -> None:
         elif key == "hash_profile":
             _check_profile(v)
         else:
-            raise ValueError("unknown config key %r" % key)
+            raise _unknown("config", key, _CONFIG_KEYS)
     t = config.get("publisher_type")
     if t is not None and t not in _PUBLISHER_TYPES:
         raise ValueError("publisher_type %r is not one of vLLM, SGLang, Mooncake" % t)
@@ -56,7 +93,8 @@ def _check_profile(p: Any) -> None:
         if not isinstance(key, str):
             raise ValueError("hash_profile keys must be strings, got %r" % (key,))
         if key not in _PROFILE_KEYS:
-            raise ValueError("unknown hash_profile key %r (root_digest is derived by the server)" % key)
+            note = " (root_digest is derived by the server)" if key == "root_digest" else ""
+            raise _unknown("hash_profile", key, _PROFILE_KEYS, note)
         if not isinstance(v, str):
             raise ValueError("hash_profile %s must be a str, not %s" % (key, type(v).__name__))
 

@@ -199,6 +199,29 @@ class EncodingTest(unittest.TestCase):
             self.assertIsNone(parse_addr(a), a)
 
 
+class ConfigKeyTest(unittest.TestCase):
+    def test_unknown_key_names_the_nearest(self) -> None:
+        # raised before the connection state matters; the hints are the
+        # register() names the seed documents
+        cases = [
+            (reg(modelname="m"), "unknown config key 'modelname'; did you mean 'model_name'?"),
+            (reg(type="vLLM"), "unknown config key 'type'; did you mean 'publisher_type'?"),
+            (reg(replay_endpont="tcp://127.0.0.1:2"), "unknown config key 'replay_endpont'; did you mean 'replay_endpoint'?"),
+            (reg(blocksize=16), "unknown config key 'blocksize'; did you mean 'block_size'?"),
+            (reg(qqqqqqqq=1), "unknown config key 'qqqqqqqq'"),
+            (reg(hash_profile=dict(CBOR, algoritm="sha256")), "unknown hash_profile key 'algoritm'; did you mean 'algorithm'?"),
+            (reg(hash_profile=dict(CBOR, root_digest="0" * 64)),
+             "unknown hash_profile key 'root_digest' (root_digest is derived by the server)"),
+        ]
+        for cfg, want in cases:
+            with self.assertRaises(ValueError, msg=repr(cfg)) as cm:
+                ConductorClient().register(cfg)
+            self.assertEqual(str(cm.exception), want)
+        # every key the seed's register() table names is accepted
+        full = reg(replay_endpoint="", publisher_type="vLLM", lora_name="", tenant_id="", dp_rank=0, cache_group=None)
+        self.assertEqual(ConductorClient().register(full), CONDUCTOR_UNAVAILABLE)
+
+
 class SeedExamplesTest(unittest.TestCase):
     def test_quick_start_and_register_example_verbatim(self) -> None:
         """The seed's Quick Start, with its register() example inside the with
@@ -525,7 +548,9 @@ class RegisterTest(unittest.TestCase):
 
     def test_query_validation(self) -> None:
         q = self.c.query
-        self.assertEqual(q("nothing-here", block_size=16, token_ids=list(range(32))), {"ret": OK, "hits": {}})
+        # nothing registered: not even the default tenant has a context
+        self.assertEqual(q("nothing-here", block_size=16, token_ids=list(range(32))),
+                         {"ret": OK, "hits": {}, "miss": "unknown_tenant"})
         for kw in (dict(block_size=0), dict(block_size=-16), dict(block_size=True), dict(block_size="16"),
                    dict(token_ids=[2**31]), dict(token_ids=[1.5]), dict(token_ids="abc"), dict(token_ids=None),
                    dict(tenant_id=5), dict(lora_name=1), dict(instance_filter=[]), dict(cache_salt=object())):
@@ -611,8 +636,13 @@ class PublisherHitTest(unittest.TestCase):
         self.assertEqual(r["hits"]["fake-0"]["dp"], {"0": 32})
         self.assertEqual(q("zmq-model", block_size=16, token_ids=self.PROMPT, instance_filter="fake-0"), {"ret": OK, "hits": self.WANT})
         self.assertEqual(q("zmq-model", block_size=16, token_ids=self.PROMPT, instance_filter="other"), {"ret": OK, "hits": {}})
-        self.assertEqual(q("zmq-model", block_size=32, token_ids=self.PROMPT), {"ret": OK, "hits": {}})
-        self.assertEqual(q("zmq-model", block_size=16, lora_name="x", token_ids=self.PROMPT), {"ret": OK, "hits": {}})
+        # the miss reasons HTTP gives in X-Conductor-Miss
+        self.assertEqual(q("zmq-modle", block_size=16, token_ids=self.PROMPT), {"ret": OK, "hits": {}, "miss": "unknown_model"})
+        self.assertEqual(q("zmq-model", block_size=32, token_ids=self.PROMPT), {"ret": OK, "hits": {}, "miss": "unknown_block_size"})
+        self.assertEqual(q("zmq-model", block_size=16, lora_name="x", token_ids=self.PROMPT),
+                         {"ret": OK, "hits": {}, "miss": "unknown_lora"})
+        self.assertEqual(q("zmq-model", block_size=16, tenant_id="nobody", token_ids=self.PROMPT),
+                         {"ret": OK, "hits": {}, "miss": "unknown_tenant"})
         salted = q("zmq-model", block_size=16, token_ids=self.PROMPT, cache_salt="s")
         self.assertEqual(salted["hits"]["fake-0"]["longest_matched"], 0)
         shifted = q("zmq-model", block_size=16, token_ids=[1] + self.PROMPT)

@@ -1,6 +1,7 @@
 // Command chartcheck checks conductor's Helm chart offline, with helm's own
-// Go packages and the Kubernetes API types; `make chart-check` runs it from
-// the repository root. For every values file in the chart's ci/ directory
+// Go packages and the Kubernetes API types; `make chart-check` runs it. It
+// finds the chart from wherever it runs (repoRoot), so `chartcheck -show
+// my-values.yaml` checks a values file of one's own in any directory. For every values file in the chart's ci/ directory
 // it runs helm's lint (errors fail, warnings are printed) and renders the
 // chart as `helm template` does, with release name and namespace conductor
 // and a pinned Kubernetes version. Every rendered object is decoded strictly
@@ -95,24 +96,95 @@ var refusals = []refusal{
 	{"a port in config, where the ports values belong (schema)",
 		withSecret(map[string]any{"config": map[string]any{"http_server_port": 8080}}),
 		"http_server_port"},
+	{"memoryLimit above the container's memory limit",
+		withSecret(map[string]any{"memoryLimit": "5GiB"}),
+		"memoryLimit 5GiB is above resources.limits.memory 4Gi"},
+	{"memoryLimit above a memory limit in decimal units",
+		withSecret(map[string]any{"memoryLimit": "3900MiB", "resources": map[string]any{"limits": map[string]any{"memory": "4G"}}}),
+		"memoryLimit 3900MiB is above resources.limits.memory 4G"},
+	{"the replicas' memoryLimit above their memory limit",
+		withSecret(map[string]any{"nats": map[string]any{"enabled": true, "url": "nats://nats:4222",
+			"replica": map[string]any{"memoryLimit": "8g"}}}),
+		"nats.replica.memoryLimit 8g is above nats.replica.resources.limits.memory 4Gi"},
 }
 
+// The chart's and the manifest's place in the repository: the defaults of
+// -chart and -manifest, found from wherever chartcheck runs (repoRoot).
+const (
+	chartPath    = "deploy/helm/conductor"
+	manifestPath = "deploy/k8s/conductor.yaml"
+)
+
 func main() {
-	chartDir := flag.String("chart", "deploy/helm/conductor", "chart directory")
-	manifest := flag.String("manifest", "deploy/k8s/conductor.yaml", "plain manifests rendered from the chart")
+	chartDir := flag.String("chart", "", "chart directory (default "+chartPath+" of the repository chartcheck runs in, or was built in)")
+	manifest := flag.String("manifest", "", "plain manifests rendered from the chart (default "+manifestPath+" of the same repository)")
 	update := flag.Bool("update", false, "rewrite -manifest from a fresh render instead of comparing it")
 	show := flag.String("show", "", "print the render of this values file (over the chart's defaults), its NOTES.txt to stderr, and exit")
 	flag.Parse()
-	var err error
-	if *show != "" {
-		err = showRender(os.Stdout, *chartDir, *show)
-	} else {
-		err = run(os.Stdout, *chartDir, *manifest, *update)
-	}
+	err := func() error {
+		if *chartDir == "" || (*manifest == "" && *show == "") {
+			root, err := repoRoot()
+			if err != nil {
+				return err
+			}
+			if *chartDir == "" {
+				*chartDir = filepath.Join(root, chartPath)
+			}
+			if *manifest == "" {
+				*manifest = filepath.Join(root, manifestPath)
+			}
+		}
+		if *show != "" {
+			return showRender(os.Stdout, *chartDir, *show)
+		}
+		return run(os.Stdout, *chartDir, *manifest, *update)
+	}()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chartcheck:", err)
 		os.Exit(1)
 	}
+}
+
+// repoRoot is the repository chartcheck serves: the nearest directory
+// holding the chart, from the working directory up, else from the
+// executable's directory up (bin/chartcheck of a checkout, run from
+// anywhere with a values file of one's own).
+func repoRoot() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			starts = append(starts, filepath.Dir(exe))
+		}
+	}
+	if root, ok := findUp(chartPath, starts...); ok {
+		return root, nil
+	}
+	return "", fmt.Errorf("no %s above %s: run chartcheck in the conductor repository, or pass -chart DIR", chartPath, strings.Join(starts, " or "))
+}
+
+// findUp returns the first directory, from each start up to the root, that
+// holds rel (with its Chart.yaml).
+func findUp(rel string, starts ...string) (string, bool) {
+	for _, dir := range starts {
+		dir, err := filepath.Abs(dir)
+		if err != nil {
+			continue
+		}
+		for {
+			if _, err := os.Stat(filepath.Join(dir, rel, "Chart.yaml")); err == nil {
+				return dir, true
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", false
 }
 
 // newChecker loads the chart and the strict decoder every check uses.

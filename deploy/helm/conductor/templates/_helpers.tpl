@@ -75,6 +75,59 @@ that contradict each other; every workload template includes it.
 {{- if and .Values.nats.enabled .Values.nats.replica.autoscaling.enabled (gt (int .Values.nats.replica.autoscaling.minReplicas) (int .Values.nats.replica.autoscaling.maxReplicas)) }}
 {{- fail "nats.replica.autoscaling.minReplicas exceeds maxReplicas" }}
 {{- end }}
+{{- include "conductor.checkMemoryLimit" (list "memoryLimit" .Values.memoryLimit "resources.limits.memory" ((.Values.resources | default dict).limits | default dict).memory) }}
+{{- if .Values.nats.enabled }}
+{{- include "conductor.checkMemoryLimit" (list "nats.replica.memoryLimit" .Values.nats.replica.memoryLimit "nats.replica.resources.limits.memory" ((.Values.nats.replica.resources | default dict).limits | default dict).memory) }}
+{{- end }}
+{{- end }}
+
+{{/*
+conductor.checkMemoryLimit stops the render when a --memory-limit (list:
+its value name, its value, the container limit's name, the limit) is above
+the container's memory limit: the Go runtime would let the heap grow past
+what the kernel allows, and the pod would be killed before the runtime
+collected harder. A limit of "" or "0", or no container limit, is no check.
+*/}}
+{{- define "conductor.checkMemoryLimit" -}}
+{{- $name := index . 0 }}{{ $val := index . 1 }}{{ $limitName := index . 2 }}{{ $limit := index . 3 }}
+{{- if and $val $limit }}
+{{- $soft := float64 (include "conductor.goBytes" $val) }}
+{{- $hard := float64 (include "conductor.quantityBytes" $limit) }}
+{{- if gt $soft $hard }}
+{{- fail (printf "%s %v is above %s %v: the Go runtime would let the heap grow past the container's memory limit, and the kernel would kill the pod first; set %s below it (about 90%% of it)" $name $val $limitName $limit $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+conductor.goBytes is a --memory-limit value (a number with B, K/KB/KiB,
+M/MB/MiB, G/GB/GiB or T/TB/TiB, in any case, each a power of 1024, as
+conductor and GOMEMLIMIT read them) in bytes.
+*/}}
+{{- define "conductor.goBytes" -}}
+{{- $s := lower (toString .) }}
+{{- $num := regexFind "^[0-9]+" $s }}
+{{- $unit := trimPrefix $num $s }}
+{{- $k := 1024.0 }}
+{{- $mult := dict "" 1.0 "b" 1.0 "k" $k "kb" $k "kib" $k "m" (mulf $k $k) "mb" (mulf $k $k) "mib" (mulf $k $k) "g" (mulf $k $k $k) "gb" (mulf $k $k $k) "gib" (mulf $k $k $k) "t" (mulf $k $k $k $k) "tb" (mulf $k $k $k $k) "tib" (mulf $k $k $k $k) }}
+{{- mulf (float64 $num) (get $mult $unit) }}
+{{- end }}
+
+{{/*
+conductor.quantityBytes is a Kubernetes memory quantity (4Gi, 4G, 4096Mi,
+1.5Gi, a plain number of bytes) in bytes.
+*/}}
+{{- define "conductor.quantityBytes" -}}
+{{- if not (kindIs "string" .) }}
+{{- float64 . }}
+{{- else }}
+{{- $s := . }}
+{{- $num := regexFind "^[0-9]+(\\.[0-9]+)?" $s }}
+{{- $unit := trimPrefix $num $s }}
+{{- $k := 1024.0 }}
+{{- $mult := dict "" 1.0 "m" 0.001 "k" 1000.0 "M" 1e6 "G" 1e9 "T" 1e12 "P" 1e15 "E" 1e18 "Ki" $k "Mi" (mulf $k $k) "Gi" (mulf $k $k $k) "Ti" (mulf $k $k $k $k) "Pi" (mulf $k $k $k $k $k) "Ei" (mulf $k $k $k $k $k $k) }}
+{{- mulf (float64 $num) (get $mult $unit) }}
+{{- end }}
 {{- end }}
 
 {{/*
