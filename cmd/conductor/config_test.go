@@ -112,7 +112,7 @@ func TestParseConfigTypos(t *testing.T) {
 	}{
 		{`{"http_srver_port": 8080}`, []string{`unknown key "http_srver_port"; did you mean "http_server_port"?`}},
 		{`{"service": []}`, []string{`unknown key "service"; did you mean "services"?`}},
-		{`{"zzz": 1}`, []string{`unknown key "zzz" (known: http_server_port, rpc_server_port, kvevent_instance, services, media)`}},
+		{`{"zzz": 1}`, []string{`unknown key "zzz" (known: http_server_port, rpc_server_port, kvevent_instance, services, media, allow_source_endpoints)`}},
 		{`{"media": {"engin": {}}}`, []string{`media: unknown key "engin"; did you mean "engine"?`}},
 		{`{"services": [{` + entry + `, "instance_id": "i", "replay_endpont": "tcp://a:2"}]}`,
 			[]string{"services[0]: unknown field replay_endpont; did you mean replay_endpoint?"}},

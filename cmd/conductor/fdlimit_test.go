@@ -215,11 +215,11 @@ func TestPlanFDs(t *testing.T) {
 				limit, conns, regs, p.conns, p.registrations, p.notes, wantConns, wantRegs, notes)
 		}
 	}
-	if fdsPerRegistration != 7 {
-		t.Fatalf("the cases below are worked for 7 descriptors per registration, not %d", fdsPerRegistration)
+	if fdsPerRegistration != 6 {
+		t.Fatalf("the cases below are worked for 6 descriptors per registration, not %d", fdsPerRegistration)
 	}
-	f(1<<20, 8192, 4096, 8192, 4096, 0) // 8192 + 4096*7 + 64 fits
-	f(1024, 8192, 4096, 480, 68, 2)     // (1024-64)/2 = 480; (960-480)/7 = 68
-	f(40000, 8192, 4096, 8192, 4096, 0) // 8192+28672 = 36864 <= 39936
-	f(30000, 8192, 4096, 8192, 3106, 1) // (30000-64-8192)/7 = 3106
+	f(1<<20, 8192, 4096, 8192, 4096, 0) // 8192 + 4096*6 + 64 fits
+	f(1024, 8192, 4096, 480, 80, 2)     // (1024-64)/2 = 480; (960-480)/6 = 80
+	f(40000, 8192, 4096, 8192, 4096, 0) // 8192+24576 = 32768 <= 39936
+	f(30000, 8192, 4096, 8192, 3624, 1) // (30000-64-8192)/6 = 3624
 }

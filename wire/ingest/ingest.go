@@ -147,9 +147,6 @@ type Ingester struct {
 	// operation in progress. Lock order: opMu → mu.
 	mu        sync.Mutex
 	listeners map[core.ServiceKey]*listener
-	// hostErrs holds, per *listener, why its endpoint's host name does not
-	// resolve (resolve.go).
-	hostErrs sync.Map
 
 	// testCmdHook, set by tests before the first Register, runs on a listener's
 	// goroutine after each command is handled and acknowledged: a yield point
@@ -300,7 +297,6 @@ func (g *Ingester) Register(reg core.Registration) (created bool, err error) {
 	g.mu.Lock()
 	g.listeners[key] = l
 	g.mu.Unlock()
-	g.watchHost(l)
 	return created, nil
 }
 
@@ -408,11 +404,7 @@ func (g *Ingester) Listeners() []ListenerStatus {
 	g.mu.Lock()
 	out := make([]ListenerStatus, 0, len(g.listeners))
 	for _, l := range g.listeners {
-		st := l.status()
-		if msg, ok := g.hostError(l); ok && st.State == ListenerPending {
-			st.LastError = msg
-		}
-		out = append(out, st)
+		out = append(out, l.status())
 	}
 	g.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return keyLess(out[i].Key, out[j].Key) })
