@@ -770,8 +770,12 @@ func (l *listener) consume(s uint64, payload []byte, refused int) {
 		sum = l.payloadSum(payload, refused)
 	}
 	rx.seq.consumed(s, sum)
-	l.m.lastSeq.Store(s)
-	l.hasSeq.Store(true)
+	// Published once the message is done with (applied, or dropped), so a
+	// reader that sees last_seq reach s sees batch s in the index.
+	defer func() {
+		l.m.lastSeq.Store(s)
+		l.hasSeq.Store(true)
+	}()
 	if refused > 0 {
 		l.oversize(s, refused)
 		return
