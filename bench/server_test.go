@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -30,12 +29,8 @@ const waitBound = 2 * time.Minute
 // The user's way: conductor built from cmd/conductor and run as a child
 // process, a fake vLLM publisher over real ZMQ, and this process as the HTTP
 // client on loopback. The server's own CPU time comes from /proc/<pid>/stat
-// (utime + stime of every thread, in clock ticks), so client, publisher and
-// test framework costs are excluded.
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times. Linux fixes it at
-// 100 on every architecture Go supports (sysconf(_SC_CLK_TCK)).
-const clockTicks = 100
+// (ProcCPU: utime + stime of every thread), so client, publisher and test
+// framework costs are excluded.
 
 var (
 	buildOnce sync.Once
@@ -113,10 +108,16 @@ var listeningRE = regexp.MustCompile(`HTTP server listening.*addr=(\S+)`)
 // startServer runs conductor on a free loopback port with args and waits for
 // its address. It is killed at cleanup.
 func startServer(tb testing.TB, args ...string) *serverProc {
+	return startServerOn(tb, nil, args...)
+}
+
+// startServerOn is startServer with conductor pinned to cpus (taskset; nil:
+// anywhere).
+func startServerOn(tb testing.TB, cpus []int, args ...string) *serverProc {
 	tb.Helper()
 	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--config", "/nonexistent/conductor.json",
 		"--state-dir", "", "--log-level", "info"}, args...)
-	cmd := exec.Command(conductorBinary(tb), all...)
+	cmd := pinnedCommand(cpus, conductorBinary(tb), all...)
 	// BENCH_CONDUCTOR_ENV: space-separated NAME=VALUE pairs for conductor only
 	// (GOMAXPROCS=3, GODEBUG=…), not for this process or the publisher.
 	cmd.Env = append(os.Environ(), strings.Fields(os.Getenv("BENCH_CONDUCTOR_ENV"))...)
@@ -157,22 +158,21 @@ func startServer(tb testing.TB, args ...string) *serverProc {
 // cpu returns the server's user+system CPU time so far.
 func (s *serverProc) cpu(tb testing.TB) time.Duration {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	d, err := ProcCPU(s.cmd.Process.Pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		tb.Fatalf("short /proc stat: %q", b)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	return d
+}
+
+// threads is the server's thread count now.
+func (s *serverProc) threads(tb testing.TB) int {
+	tb.Helper()
+	n, err := ProcThreads(s.cmd.Process.Pid)
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return time.Duration(ut+st) * time.Second / clockTicks
+	return n
 }
 
 func (s *serverProc) url(path string) string { return "http://" + s.addr + path }
