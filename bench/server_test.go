@@ -165,6 +165,16 @@ func (s *serverProc) cpu(tb testing.TB) time.Duration {
 	return d
 }
 
+// selfCPU is this process's CPU time so far.
+func selfCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	d, err := ProcCPU(os.Getpid())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
+}
+
 // threads is the server's thread count now.
 func (s *serverProc) threads(tb testing.TB) int {
 	tb.Helper()
@@ -313,6 +323,8 @@ func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 // client-side rate and latency.
 type serverRun struct {
 	Load       LoadResult
+	ServerCPU  time.Duration // the server's, over the measured requests
+	ClientCPU  time.Duration // this process's (the client), over the same
 	CPUPerReq  time.Duration
 	GCPerReq   time.Duration // the collector's CPU in cycles that ended during the run
 	MemoHits   float64       // blocks, during the run
@@ -333,14 +345,14 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 	if !s.cpp {
 		m0 = s.scrape(tb)
 	}
-	c0 := s.cpu(tb)
+	c0, self0 := s.cpu(tb), selfCPU(tb)
 	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
 		Connections: conns, Requests: n, Expect: want})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c1 := s.cpu(tb)
-	r := serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n)}
+	c1, self1 := s.cpu(tb), selfCPU(tb)
+	r := serverRun{Load: res, ServerCPU: c1 - c0, ClientCPU: self1 - self0, CPUPerReq: (c1 - c0) / time.Duration(n)}
 	if s.cpp {
 		return r // no /metrics: the collector and memo figures are conductor's
 	}
