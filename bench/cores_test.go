@@ -32,8 +32,11 @@ import (
 // time)), and names what limited it: the server when its CPUs were at least
 // 90 % busy and the harness's were not, the harness (the figure is then a
 // floor of the server's rate) when the harness's were and the server's were
-// not, neither when both had CPU to spare (the server waited: on its locks,
-// on the network, on too few connections).
+// not, other processes when they and the server filled the server's CPUs
+// (taskset keeps the server on its CPUs, not others off them: /proc/stat
+// tells how much of those CPUs went to anything else), neither when both
+// had CPU to spare (the server waited: on its locks, on the network, on too
+// few connections).
 //
 // BENCH_CPP_CONDUCTOR adds the C++ conductor on every point. CORES_OUT
 // (default results/cores) receives cores.md and the curves cores-ingest.svg
@@ -90,6 +93,9 @@ type corePoint struct {
 	Layout cpuLayout
 	Ingest streamsRun
 	Query  serverRun
+	// QueryOthers is the share of the server's CPUs other processes took
+	// while it answered the queries (NaN: not pinned).
+	QueryOthers float64
 }
 
 func (p corePoint) cores() int { return len(p.Layout.server) }
@@ -118,13 +124,15 @@ func runCores(tb testing.TB, server string, layout cpuLayout, k, batches, n, con
 	prompt := loadFixture(tb, s)
 	settle(tb, s)
 	body, ct := queryBody("bin", prompt[:1<<10])
+	watch := watchCPUs(tb, s, layout.server)
 	q := measure(tb, s, ct, body, expectPrompt(1<<10), conns, n)
-	return corePoint{Server: server, Layout: layout, Ingest: r, Query: q}
+	return corePoint{Server: server, Layout: layout, Ingest: r, Query: q, QueryOthers: watch.others(tb, s)}
 }
 
 // limitedBy names what held a measured rate back, from how busy the
-// server's and the harness's CPUs were.
-func limitedBy(server, client float64) string {
+// server's and the harness's CPUs were (shares of their CPUs) and the share
+// of the server's CPUs that other processes took (NaN: not known).
+func limitedBy(server, others, client float64) string {
 	const full = 0.9
 	switch {
 	case server >= full && client >= full:
@@ -133,6 +141,8 @@ func limitedBy(server, client float64) string {
 		return "server"
 	case client >= full:
 		return "harness (a floor)"
+	case server+others >= full:
+		return "other processes"
 	}
 	return "neither"
 }
@@ -161,8 +171,10 @@ func (r *coresResults) markdown() string {
 	fmt.Fprintf(&md, "Each point: the server pinned with taskset to its cores, this process (flow control, query client) and the "+
 		"publisher processes to at least as many others. Ingest: %d streams as on the streams axis. Queries: the first 1k tokens "+
 		"of engine-a's 8k-token prompt (a full hit) over %d keep-alive connections, once the server is idle after the ingest. "+
-		"Conductor flags: `%s`. Busy: CPU used (/proc) ÷ (its CPUs × wall time); limited by: the side whose CPUs were at least 90 %% busy.\n\n",
-		r.Streams, r.Conns, strings.Join(r.Args, " "))
+		"Conductor flags: %s. Busy: CPU used (/proc) ÷ (its CPUs × wall time); others on its CPUs: the share of the server's CPUs "+
+		"that went to other processes (/proc/stat); limited by: the side whose CPUs were at least 90 %% busy, other processes "+
+		"when they and the server filled the server's CPUs, neither when the server waited with CPU to spare.\n\n",
+		r.Streams, r.Conns, flagsText(r.Args))
 	if !slices.ContainsFunc(r.Points, func(p corePoint) bool { return p.Server == serverCpp }) {
 		md.WriteString(noPeer)
 	}
@@ -176,26 +188,27 @@ func (r *coresResults) markdown() string {
 	if len(r.Points) == 0 {
 		return md.String()
 	}
-	md.WriteString("\n| server | server cores | harness cores | ingest M blocks/s | ÷ 1-core rate | server CPU per block | server busy | harness busy | limited by | server threads |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|\n")
+	md.WriteString("\n| server | server cores | harness cores | ingest M blocks/s | ÷ 1-core rate | server CPU per block | server busy | others on its CPUs | harness busy | limited by | server threads |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Points {
 		rate := fmt.Sprintf("%.2f", p.Ingest.rate()/1e6)
 		if !p.Ingest.finished() {
 			rate = fmt.Sprintf("did not finish in %s (%.2f)", seconds(p.Ingest.Limit), p.Ingest.rate()/1e6)
 		}
-		fmt.Fprintf(&md, "| %s | %d | %d | %s | %s | %s ns | %.0f %% | %.0f %% | %s | %s |\n", p.Server, p.cores(), len(p.Layout.client),
-			rate, r.ratio(p, func(q *corePoint) float64 { return q.Ingest.rate() }), thousands(int(math.Round(p.Ingest.cpuPerBlock()))),
-			100*p.Ingest.serverBusy(), 100*p.Ingest.clientBusy(), limitedBy(p.Ingest.serverBusy(), p.Ingest.clientBusy()),
-			thousands(p.Ingest.Threads))
+		in := p.Ingest
+		fmt.Fprintf(&md, "| %s | %d | %d | %s | %s | %s ns | %.0f %% | %s | %.0f %% | %s | %s |\n", p.Server, p.cores(), len(p.Layout.client),
+			rate, r.ratio(p, func(q *corePoint) float64 { return q.Ingest.rate() }), thousands(int(math.Round(in.cpuPerBlock()))),
+			100*in.serverBusy(), percent(in.Others), 100*in.clientBusy(), limitedBy(in.serverBusy(), in.Others, in.clientBusy()),
+			thousands(in.Threads))
 	}
-	md.WriteString("\n| server | server cores | harness cores | queries/s | ÷ 1-core rate | server CPU per query | client p99 | server busy | harness busy | limited by |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|\n")
+	md.WriteString("\n| server | server cores | harness cores | queries/s | ÷ 1-core rate | server CPU per query | client p99 | server busy | others on its CPUs | harness busy | limited by |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, p := range r.Points {
-		fmt.Fprintf(&md, "| %s | %d | %d | %s | %s | %s | %s | %.0f %% | %.0f %% | %s |\n", p.Server, p.cores(), len(p.Layout.client),
+		fmt.Fprintf(&md, "| %s | %d | %d | %s | %s | %s | %s | %.0f %% | %s | %.0f %% | %s |\n", p.Server, p.cores(), len(p.Layout.client),
 			thousands(int(math.Round(p.Query.Load.RPS))), r.ratio(p, func(q *corePoint) float64 { return q.Query.Load.RPS }),
 			micros(float64(p.Query.ServerCPU.Nanoseconds())/1e3/float64(max(p.Query.Load.Requests, 1))),
-			micros(float64(p.Query.Load.P99.Nanoseconds())/1e3),
-			100*p.queryServerBusy(), 100*p.queryClientBusy(), limitedBy(p.queryServerBusy(), p.queryClientBusy()))
+			micros(float64(p.Query.Load.P99.Nanoseconds())/1e3), 100*p.queryServerBusy(), percent(p.QueryOthers),
+			100*p.queryClientBusy(), limitedBy(p.queryServerBusy(), p.QueryOthers, p.queryClientBusy()))
 	}
 	return md.String()
 }
@@ -257,17 +270,19 @@ func (r *coresResults) write(dir string) error {
 // TestLimitedBy: what held a rate back, at and around the 90 % line.
 func TestLimitedBy(t *testing.T) {
 	for _, c := range []struct {
-		server, client float64
-		want           string
+		server, others, client float64
+		want                   string
 	}{
-		{0.95, 0.50, "server"},
-		{0.90, 0.10, "server"},
-		{0.50, 0.95, "harness (a floor)"},
-		{0.97, 0.95, "server and harness"},
-		{0.89, 0.89, "neither"},
+		{0.95, 0.05, 0.50, "server"},
+		{0.90, 0, 0.10, "server"},
+		{0.50, 0.40, 0.95, "harness (a floor)"},
+		{0.97, 0, 0.95, "server and harness"},
+		{0.60, 0.35, 0.20, "other processes"},
+		{0.89, 0, 0.89, "neither"},
+		{0.80, math.NaN(), 0.20, "neither"},
 	} {
-		if got := limitedBy(c.server, c.client); got != c.want {
-			t.Errorf("limitedBy(%g, %g) = %q, want %q", c.server, c.client, got, c.want)
+		if got := limitedBy(c.server, c.others, c.client); got != c.want {
+			t.Errorf("limitedBy(%g, %g, %g) = %q, want %q", c.server, c.others, c.client, got, c.want)
 		}
 	}
 }
@@ -331,8 +346,8 @@ func TestCoresReport(t *testing.T) {
 		}
 		return corePoint{Server: serverConductor, Layout: l,
 			Ingest: streamsRun{Server: serverConductor, Streams: 64, Batches: 320, Want: 1_310_720, Blocks: 1_310_720, Elapsed: elapsed,
-				ServerCPU: cpu, ClientCPU: client, ServerCores: cores, ClientCores: cores, Threads: 72},
-			Query: serverRun{Load: q, ServerCPU: qcpu, ClientCPU: qclient}}
+				ServerCPU: cpu, ClientCPU: client, Others: 0.02, ServerCores: cores, ClientCores: cores, Threads: 72},
+			Query: serverRun{Load: q, ServerCPU: qcpu, ClientCPU: qclient}, QueryOthers: math.NaN()}
 	}
 	r := coresResults{Args: []string{"--hash-memo-bytes", "0"}, Streams: 64, Conns: 64, Points: []corePoint{
 		point(1, time.Second, 950*time.Millisecond, 300*time.Millisecond,
@@ -349,10 +364,10 @@ func TestCoresReport(t *testing.T) {
 		"\n- 4 server cores: not measured on this machine (too few).\n",
 		noPeer,
 		"\nconductor, 8 cores ÷ 1 core: ingest 8.00×, queries 8.00× (goal ≥ 6.4× each).\n",
-		"\n| conductor | 1 | 1 | 1.31 | 1.00× | 725 ns | 95 % | 30 % | server | 72 |\n",
-		"\n| conductor | 8 | 8 | 10.49 | 8.00× | 725 ns | 95 % | 50 % | server | 72 |\n",
-		"\n| conductor | 1 | 1 | 25,000 | 1.00× | 38 µs | 3 ms | 95 % | 50 % | server |\n",
-		"\n| conductor | 8 | 8 | 200,000 | 8.00× | 38 µs | 1.5 ms | 95 % | 100 % | server and harness |\n",
+		"\n| conductor | 1 | 1 | 1.31 | 1.00× | 725 ns | 95 % | 2 % | 30 % | server | 72 |\n",
+		"\n| conductor | 8 | 8 | 10.49 | 8.00× | 725 ns | 95 % | 2 % | 50 % | server | 72 |\n",
+		"\n| conductor | 1 | 1 | 25,000 | 1.00× | 38 µs | 3 ms | 95 % | – | 50 % | server |\n",
+		"\n| conductor | 8 | 8 | 200,000 | 8.00× | 38 µs | 1.5 ms | 95 % | – | 100 % | server and harness |\n",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in\n%s", want, got)

@@ -3,6 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // Placement for the harnesses that measure per server core (bench-streams,
@@ -121,6 +123,46 @@ func setAffinity(cpus []int) error {
 		}
 	}
 	return fmt.Errorf("taskset: some threads of %s stay off CPUs %s", pid, want)
+}
+
+// cpuWatch is a reading of the server's CPUs and the server's CPU time, to
+// tell later how much of those CPUs other processes took: taskset keeps the
+// server on its CPUs, not others off them.
+type cpuWatch struct {
+	cpus   []int
+	stat   CPUTimes
+	server time.Duration
+}
+
+// watchCPUs reads cpus (the server's) and s's CPU time now.
+func watchCPUs(tb testing.TB, s *serverProc, cpus []int) cpuWatch {
+	tb.Helper()
+	w := cpuWatch{cpus: cpus}
+	if len(cpus) == 0 {
+		return w
+	}
+	var err error
+	if w.stat, err = ProcStatCPUs(cpus); err != nil {
+		tb.Fatal(err)
+	}
+	w.server = s.cpu(tb)
+	return w
+}
+
+// others is the share of the server's CPUs' time since w that went to
+// anything but s (other processes, interrupts, a hypervisor's other guests);
+// NaN without CPUs to watch (the server not pinned).
+func (w cpuWatch) others(tb testing.TB, s *serverProc) float64 {
+	tb.Helper()
+	if len(w.cpus) == 0 {
+		return math.NaN()
+	}
+	stat, err := ProcStatCPUs(w.cpus)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	other := stat.Busy - w.stat.Busy - (s.cpu(tb) - w.server)
+	return max(0, other.Seconds()) / max(stat.Total-w.stat.Total, time.Millisecond).Seconds()
 }
 
 // TestLayoutFor: the server takes the first CPUs, the harness the rest, and

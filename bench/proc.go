@@ -80,6 +80,58 @@ func ProcThreads(pid int) (int, error) {
 	return n, nil
 }
 
+// CPUTimes is what some CPUs did, summed, from /proc/stat: Busy is user,
+// nice, system, irq, softirq and steal time (steal: the hypervisor ran
+// another guest), Total that and idle and iowait.
+type CPUTimes struct {
+	Busy, Total time.Duration
+}
+
+// ProcStatCPUs reads what cpus have done since boot (/proc/stat).
+func ProcStatCPUs(cpus []int) (CPUTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return CPUTimes{}, err
+	}
+	return parseProcStat(b, cpus)
+}
+
+// parseProcStat sums the "cpuN" lines of a /proc/stat page for cpus; each
+// must be there.
+func parseProcStat(page []byte, cpus []int) (CPUTimes, error) {
+	var t CPUTimes
+	found := 0
+	for line := range strings.Lines(string(page)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil || !slices.Contains(cpus, n) {
+			continue
+		}
+		// user nice system idle iowait irq softirq steal [guest guest_nice]:
+		// guest time is counted in user already.
+		if len(f) < 9 {
+			return CPUTimes{}, fmt.Errorf("/proc/stat %s: %w", f[0], ErrProc)
+		}
+		var v [8]uint64
+		for i := range v {
+			if v[i], err = strconv.ParseUint(f[1+i], 10, 64); err != nil {
+				return CPUTimes{}, fmt.Errorf("/proc/stat %s: %w", f[0], ErrProc)
+			}
+		}
+		busy := v[0] + v[1] + v[2] + v[5] + v[6] + v[7]
+		t.Busy += time.Duration(busy) * time.Second / userHZ
+		t.Total += time.Duration(busy+v[3]+v[4]) * time.Second / userHZ
+		found++
+	}
+	if found != len(slices.Compact(slices.Sorted(slices.Values(cpus)))) {
+		return CPUTimes{}, fmt.Errorf("/proc/stat lacks some of CPUs %s: %w", FormatCPUList(cpus), ErrProc)
+	}
+	return t, nil
+}
+
 // AllowedCPUs returns the CPUs process pid may run on, ascending (the
 // Cpus_allowed_list line of /proc/<pid>/status: its affinity mask, which
 // taskset sets and a container's cpuset bounds).

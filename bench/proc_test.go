@@ -142,3 +142,43 @@ func TestCPUList(t *testing.T) {
 		t.Fatalf("AllowedCPUs = %v, runtime.NumCPU = %d", own, runtime.NumCPU())
 	}
 }
+
+// TestProcStat: the CPU lines of a /proc/stat page, summed by hand: busy is
+// user + nice + system + irq + softirq + steal, in 10 ms ticks.
+func TestProcStat(t *testing.T) {
+	page := []byte("cpu  300 0 60 900 10 0 6 3 0 0\n" +
+		"cpu0 100 5 20 300 4 1 2 3 0 0\n" +
+		"cpu1 200 0 40 600 6 0 4 0 7 0\n" +
+		"cpu12 1 1 1 1 1 1 1 1 0 0\n" +
+		"intr 12345 0 0\nctxt 999\n")
+	f := func(cpus []int, busy, total int) {
+		t.Helper()
+		got, err := parseProcStat(page, cpus)
+		if err != nil {
+			t.Fatalf("%v: %v", cpus, err)
+		}
+		want := CPUTimes{Busy: time.Duration(busy) * 10 * time.Millisecond, Total: time.Duration(total) * 10 * time.Millisecond}
+		if got != want {
+			t.Fatalf("%v: %+v, want %+v", cpus, got, want)
+		}
+	}
+	f([]int{0}, 100+5+20+1+2+3, 100+5+20+1+2+3+300+4)
+	f([]int{1}, 200+40+4, 200+40+4+600+6) // guest time (7) is in user already
+	f([]int{0, 1}, 131+244, 435+850)
+	f([]int{12}, 6, 8) // cpu12, not cpu1 twice
+	for _, bad := range [][]int{{2}, {0, 3}} {
+		if _, err := parseProcStat(page, bad); !errors.Is(err, ErrProc) {
+			t.Errorf("CPUs %v: %v, want ErrProc", bad, err)
+		}
+	}
+	if _, err := parseProcStat([]byte("cpu0 1 2 3\n"), []int{0}); !errors.Is(err, ErrProc) {
+		t.Errorf("a short line: %v", err)
+	}
+	live, err := ProcStatCPUs(allowedCPUs(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.Busy <= 0 || live.Total < live.Busy {
+		t.Fatalf("this machine's CPUs: %+v", live)
+	}
+}

@@ -150,7 +150,9 @@ func (f *streamFleet) clientCPU(tb testing.TB) time.Duration {
 // streamsRound batches, each round released once at most tailWindow batches
 // would be published and not yet stored, and waits until the server's block
 // count shows them all or limit has passed since the first round.
-func (f *streamFleet) ingest(tb testing.TB, batches int, limit time.Duration) streamsRun {
+// serverCPUs are the CPUs the server is pinned to (nil: not pinned), watched
+// for other processes' use.
+func (f *streamFleet) ingest(tb testing.TB, batches int, limit time.Duration, serverCPUs []int) streamsRun {
 	tb.Helper()
 	s, k, batch := f.s, f.streams, tailBatch()
 	base := s.prefixCount(tb)
@@ -164,7 +166,7 @@ func (f *streamFleet) ingest(tb testing.TB, batches int, limit time.Duration) st
 	}
 	round := max(1, streamsRound/k)
 	window := max(tailWindow, 2*round*k) * batch // blocks
-	c0, cl0 := s.cpu(tb), f.clientCPU(tb)
+	c0, cl0, watch := s.cpu(tb), f.clientCPU(tb), watchCPUs(tb, s, serverCPUs)
 	start := time.Now()
 	done, sent := 0, 0 // blocks stored; batches each stream published
 	over := func() bool { return time.Since(start) > limit }
@@ -184,9 +186,9 @@ release:
 		time.Sleep(tailPoll)
 	}
 	elapsed := time.Since(start)
-	c1, cl1 := s.cpu(tb), f.clientCPU(tb)
+	c1, cl1, others := s.cpu(tb), f.clientCPU(tb), watch.others(tb, s)
 	return streamsRun{Streams: k, Batches: batches, Want: want, Blocks: done, Elapsed: elapsed, Limit: limit,
-		ServerCPU: c1 - c0, ClientCPU: cl1 - cl0, RSS: s.rss(tb), Threads: s.threads(tb)}
+		ServerCPU: c1 - c0, ClientCPU: cl1 - cl0, Others: others, RSS: s.rss(tb), Threads: s.threads(tb)}
 }
 
 // runStreams starts the server named server (conductor with args) pinned to
@@ -197,7 +199,7 @@ func runStreams(tb testing.TB, server string, layout cpuLayout, k, batches int, 
 	tb.Helper()
 	s := startNamedOn(tb, server, layout.server, args...)
 	f := startStreamFleet(tb, s, k, len(layout.client), layout.client)
-	r := f.ingest(tb, batches, limit)
+	r := f.ingest(tb, batches, limit, layout.server)
 	r.Server, r.ServerCores, r.ClientCores, r.Procs = server, len(layout.server), len(layout.client), len(f.procs)
 	return r, s
 }
@@ -211,6 +213,7 @@ type streamsRun struct {
 	Blocks                   int // blocks stored in the measured part; < Want: it did not finish
 	Elapsed, Limit           time.Duration
 	ServerCPU, ClientCPU     time.Duration // ClientCPU: this process and the publisher processes
+	Others                   float64       // the share of the server's CPUs the server did not use and others did (NaN: not pinned)
 	ServerCores, ClientCores int
 	RSS                      float64 // bytes, at the end
 	Threads                  int     // the server's, at the end
@@ -263,27 +266,34 @@ func (r *streamsResults) markdown() string {
 	for _, run := range r.Runs {
 		procs = max(procs, run.Procs)
 	}
+	where := "in one publisher process"
+	if procs > 1 {
+		where = fmt.Sprintf("in up to %d publisher processes (one per harness CPU)", procs)
+	}
 	fmt.Fprintf(&md, "Pinned with taskset: %s. K publishers at once, each its own registration (without a replay endpoint), "+
-		"in up to %d publisher process(es); every stream publishes max(%d, %s ÷ (K × %d)) batches of %d fresh blocks, "+
+		"%s; every stream publishes max(%d, %s ÷ (K × %d)) batches of %d fresh blocks, "+
 		"at most %s batches published and not yet stored; a point that has not stored them all after %s is reported as not finished. "+
-		"Conductor flags: `%s`. Server CPU per stored block from /proc; busy: CPU used ÷ (its CPUs × wall time), server and harness "+
-		"(this process and the publisher processes); limited by: the side whose CPUs were at least 90 %% busy (neither: "+
-		"the server waited with CPU to spare); threads and RSS: the server's at the end, every stream registered.\n\n",
-		r.Layout, procs, r.MinBatches, thousands(r.Total), tailBatch(), tailBatch(), thousands(tailWindow), seconds(r.Limit), strings.Join(r.Args, " "))
+		"Conductor flags: %s. Server CPU per stored block from /proc; busy: CPU used ÷ (its CPUs × wall time), server and harness "+
+		"(this process and the publisher processes); others on its CPUs: the share of the server's CPUs that went to other "+
+		"processes (/proc/stat; taskset keeps the server on its CPUs, not others off them); limited by: the side whose CPUs "+
+		"were at least 90 %% busy, other processes when they and the server filled the server's CPUs, neither when the server "+
+		"waited with CPU to spare; threads and RSS: the server's at the end, every stream registered.\n\n",
+		r.Layout, where, r.MinBatches, thousands(r.Total), tailBatch(), tailBatch(), thousands(tailWindow), seconds(r.Limit), flagsText(r.Args))
 	if !r.hasPeer() {
 		md.WriteString(noPeer)
 	}
 	md.WriteString(r.goals())
-	md.WriteString("\n| server | streams | batches per stream | blocks | M blocks/s | server CPU per block | server busy | harness busy | limited by | server threads | RSS |\n" +
-		"|---|---|---|---|---|---|---|---|---|---|---|\n")
+	md.WriteString("\n| server | streams | batches per stream | blocks | M blocks/s | server CPU per block | server busy | others on its CPUs | harness busy | limited by | server threads | RSS |\n" +
+		"|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, run := range r.Runs {
 		rate := fmt.Sprintf("%.2f", run.rate()/1e6)
 		if !run.finished() {
 			rate = fmt.Sprintf("did not finish in %s (%s of %s blocks, %.2f)", seconds(run.Limit), thousands(run.Blocks), thousands(run.Want), run.rate()/1e6)
 		}
-		fmt.Fprintf(&md, "| %s | %s | %s | %s | %s | %s ns | %.0f %% | %.0f %% | %s | %s | %.0f MB |\n", run.Server, thousands(run.Streams),
+		fmt.Fprintf(&md, "| %s | %s | %s | %s | %s | %s ns | %.0f %% | %s | %.0f %% | %s | %s | %.0f MB |\n", run.Server, thousands(run.Streams),
 			thousands(run.Batches), thousands(run.Want), rate, thousands(int(math.Round(run.cpuPerBlock()))),
-			100*run.serverBusy(), 100*run.clientBusy(), limitedBy(run.serverBusy(), run.clientBusy()), thousands(run.Threads), run.RSS/1e6)
+			100*run.serverBusy(), percent(run.Others), 100*run.clientBusy(), limitedBy(run.serverBusy(), run.Others, run.clientBusy()),
+			thousands(run.Threads), run.RSS/1e6)
 	}
 	if r.hasPeer() {
 		md.WriteString("\n| streams | conductor CPU per block | C++ CPU per block | conductor ÷ C++ | conductor M blocks/s | C++ M blocks/s |\n" +
@@ -393,6 +403,22 @@ func writeReport(dir, name, md string, charts map[string]*Chart) error {
 	return os.WriteFile(filepath.Join(dir, name), []byte(md), 0o644)
 }
 
+// percent writes a share as "12 %", NaN as "–".
+func percent(v float64) string {
+	if math.IsNaN(v) {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f %%", 100*v)
+}
+
+// flagsText writes conductor flags for a report: `--a b`, or none.
+func flagsText(args []string) string {
+	if len(args) == 0 {
+		return "none"
+	}
+	return "`" + strings.Join(args, " ") + "`"
+}
+
 // seconds writes d in whole seconds ("200 s").
 func seconds(d time.Duration) string { return fmt.Sprintf("%.0f s", d.Seconds()) }
 
@@ -460,7 +486,7 @@ func TestStreamsHarness(t *testing.T) {
 	if !maps.Equal(holders, want) {
 		t.Fatalf("holders of the prime block: %v", holders)
 	}
-	r := f.ingest(t, 20, waitBound)
+	r := f.ingest(t, 20, waitBound, layout.server)
 	r.Server, r.ServerCores, r.ClientCores, r.Procs = serverConductor, len(layout.server), len(layout.client), len(f.procs)
 	t.Logf("%+v", r)
 	if !r.finished() || r.Want != 5*20*tailBatch() || r.Streams != 5 || r.Batches != 20 {
@@ -486,28 +512,29 @@ func TestStreamsHarness(t *testing.T) {
 // lines: rates, CPU per block, busy shares, what limited each run, a run
 // that did not finish, the goals and the side-by-side table.
 func TestStreamsReport(t *testing.T) {
-	run := func(server string, k, batches, want, blocks int, elapsed, cpu, client time.Duration, threads int, rss float64) streamsRun {
+	run := func(server string, k, batches, want, blocks int, elapsed, cpu, client time.Duration, others float64, threads int, rss float64) streamsRun {
 		return streamsRun{Server: server, Streams: k, Procs: 1, Batches: batches, Want: want, Blocks: blocks, Elapsed: elapsed,
-			Limit: 200 * time.Second, ServerCPU: cpu, ClientCPU: client, ServerCores: 1, ClientCores: 1, RSS: rss, Threads: threads}
+			Limit: 200 * time.Second, ServerCPU: cpu, ClientCPU: client, Others: others, ServerCores: 1, ClientCores: 1, RSS: rss, Threads: threads}
 	}
 	r := streamsResults{Layout: cpuLayout{server: []int{0}, client: []int{1}}, Args: []string{"--log-level", "warn"},
 		Total: 1_310_720, MinBatches: 32, Limit: 200 * time.Second, Runs: []streamsRun{
-			run(serverConductor, 1, 20480, 1_000_000, 1_000_000, time.Second, 950*time.Millisecond, 250*time.Millisecond, 9, 150e6),
-			run(serverConductor, 64, 320, 1_000_000, 1_000_000, 500*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond, 72, 200e6),
-			run(serverConductor, 1000, 32, 2_048_000, 2_048_000, 2*time.Second, 1945600*time.Microsecond, 1900*time.Millisecond, 1008, 444e6),
-			run(serverCpp, 1, 20480, 1_000_000, 1_000_000, 2*time.Second, 1800*time.Millisecond, 200*time.Millisecond, 12, 300e6),
-			run(serverCpp, 64, 320, 1_000_000, 250_000, 200*time.Second, 150*time.Second, 20*time.Second, 80, 900e6),
+			run(serverConductor, 1, 20480, 1_000_000, 1_000_000, time.Second, 950*time.Millisecond, 250*time.Millisecond, 0.01, 9, 150e6),
+			run(serverConductor, 64, 320, 1_000_000, 1_000_000, 500*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond, 0.02, 72, 200e6),
+			run(serverConductor, 1000, 32, 2_048_000, 2_048_000, 2*time.Second, 1945600*time.Microsecond, 1900*time.Millisecond, 0, 1008, 444e6),
+			run(serverCpp, 1, 20480, 1_000_000, 1_000_000, 2*time.Second, 1800*time.Millisecond, 200*time.Millisecond, 0.03, 12, 300e6),
+			run(serverCpp, 64, 320, 1_000_000, 250_000, 200*time.Second, 150*time.Second, 20*time.Second, 0.2, 80, 900e6),
 		}}
 	got := r.markdown()
 	for _, want := range []string{
-		"Pinned with taskset: server on CPU 0, publishers and query client on CPU 1. ",
+		"Pinned with taskset: server on CPU 0, publishers and query client on CPU 1. K publishers at once, each its own registration " +
+			"(without a replay endpoint), in one publisher process; ",
 		"every stream publishes max(32, 1,310,720 ÷ (K × 64)) batches of 64 fresh blocks, at most 8,192 batches published and not yet stored; " +
 			"a point that has not stored them all after 200 s is reported as not finished. Conductor flags: `--log-level warn`.",
 		"\nconductor: server CPU per block at 1,000 streams ÷ at 1: 1.00× (goal ≤ 1.15×); aggregate rate at 1,000 streams ÷ at 64: 0.51× (goal ≥ 1×).\n",
-		"\n| conductor | 1 | 20,480 | 1,000,000 | 1.00 | 950 ns | 95 % | 25 % | server | 9 | 150 MB |\n",
-		"\n| conductor | 64 | 320 | 1,000,000 | 2.00 | 400 ns | 80 % | 20 % | neither | 72 | 200 MB |\n",
-		"\n| conductor | 1,000 | 32 | 2,048,000 | 1.02 | 950 ns | 97 % | 95 % | server and harness | 1,008 | 444 MB |\n",
-		"\n| C++ | 64 | 320 | 1,000,000 | did not finish in 200 s (250,000 of 1,000,000 blocks, 0.00) | 600,000 ns | 75 % | 10 % | neither | 80 | 900 MB |\n",
+		"\n| conductor | 1 | 20,480 | 1,000,000 | 1.00 | 950 ns | 95 % | 1 % | 25 % | server | 9 | 150 MB |\n",
+		"\n| conductor | 64 | 320 | 1,000,000 | 2.00 | 400 ns | 80 % | 2 % | 20 % | neither | 72 | 200 MB |\n",
+		"\n| conductor | 1,000 | 32 | 2,048,000 | 1.02 | 950 ns | 97 % | 0 % | 95 % | server and harness | 1,008 | 444 MB |\n",
+		"\n| C++ | 64 | 320 | 1,000,000 | did not finish in 200 s (250,000 of 1,000,000 blocks, 0.00) | 600,000 ns | 75 % | 20 % | 10 % | other processes | 80 | 900 MB |\n",
 		"\n| streams | conductor CPU per block | C++ CPU per block | conductor ÷ C++ | conductor M blocks/s | C++ M blocks/s |\n",
 		"\n| 1 | 950 ns | 1,800 ns | 0.53× | 1.00 | 0.50 |\n",
 		"\n| 64 | 400 ns | 600,000 ns | 0.00× | 2.00 | did not finish in 200 s |\n",
