@@ -172,7 +172,7 @@ func (r *coresResults) markdown() string {
 		"publisher processes to at least as many others. Ingest: %d streams as on the streams axis. Queries: the first 1k tokens "+
 		"of engine-a's 8k-token prompt (a full hit) over %d keep-alive connections, once the server is idle after the ingest. "+
 		"Conductor flags: %s. Busy: CPU used (/proc) ÷ (its CPUs × wall time); others on its CPUs: the share of the server's CPUs "+
-		"that went to other processes (/proc/stat); limited by: the side whose CPUs were at least 90 %% busy, other processes "+
+		"that went to anything but the server: other processes, interrupts (/proc/stat); limited by: the side whose CPUs were at least 90 %% busy, other processes "+
 		"when they and the server filled the server's CPUs, neither when the server waited with CPU to spare.\n\n",
 		r.Streams, r.Conns, flagsText(r.Args))
 	if !slices.ContainsFunc(r.Points, func(p corePoint) bool { return p.Server == serverCpp }) {

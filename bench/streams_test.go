@@ -274,8 +274,8 @@ func (r *streamsResults) markdown() string {
 		"%s; every stream publishes max(%d, %s ÷ (K × %d)) batches of %d fresh blocks, "+
 		"at most %s batches published and not yet stored; a point that has not stored them all after %s is reported as not finished. "+
 		"Conductor flags: %s. Server CPU per stored block from /proc; busy: CPU used ÷ (its CPUs × wall time), server and harness "+
-		"(this process and the publisher processes); others on its CPUs: the share of the server's CPUs that went to other "+
-		"processes (/proc/stat; taskset keeps the server on its CPUs, not others off them); limited by: the side whose CPUs "+
+		"(this process and the publisher processes); others on its CPUs: the share of the server's CPUs that went to anything "+
+		"but the server: other processes, interrupts (/proc/stat; taskset keeps the server on its CPUs, not others off them); limited by: the side whose CPUs "+
 		"were at least 90 %% busy, other processes when they and the server filled the server's CPUs, neither when the server "+
 		"waited with CPU to spare; threads and RSS: the server's at the end, every stream registered.\n\n",
 		r.Layout, where, r.MinBatches, thousands(r.Total), tailBatch(), tailBatch(), thousands(tailWindow), seconds(r.Limit), flagsText(r.Args))
