@@ -23,7 +23,7 @@ BENCH_E2E_ARGS = -engines 8 -dialects vllm-map,vllm-array -trace $(BENCH_E2E_TRA
 	-host 32768 -disk 65536 -store 131072 -verify -verify-every 1000 -query-only 5s \
 	-sweep 1000,2000,4000,6000,8000,10000 -sweep-time 2s
 
-.PHONY: all deps build install uninstall run test test-k8s docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail bench-fleet clean
+.PHONY: all deps build install uninstall run test test-k8s docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail bench-fleet bench-streams bench-cores clean
 
 all: build
 
@@ -270,6 +270,47 @@ bench-fleet: deps
 		$(GO) test -run '^$$' -bench BenchmarkFleet -benchtime 1x -timeout 3h ./bench/
 	FLEET_CMD="$(strip $(if $(CPP_CONDUCTOR),BENCH_CPP_CONDUCTOR=<mooncake_conductor>) FLEET_SIZES='$(FLEET_SIZES)' $(foreach v,FLEET_BATCHES FLEET_TOKENS FLEET_ARGS FLEET_HOLDERS FLEET_TAIL_BLOCKS,$(if $($(v)),$(v)='$($(v))'))) go test -run '^\$$' -bench BenchmarkFleet -benchtime 1x ./bench/" \
 		./bench/report.sh fleet bench/results/fleet/fleet.md
+
+# bench-streams: the streams axis in separate processes
+# (bench/streams_test.go): for each K in STREAMS_COUNTS a fresh server, pinned
+# with taskset to STREAMS_CORES CPUs of its own (default 1), ingests from K
+# publishers at once, each its own registration, in publisher processes pinned
+# to the other CPUs: 64-block batches of fresh blocks, max(STREAMS_MIN_BATCHES,
+# STREAMS_BLOCKS ÷ (64 K)) per stream (defaults 32 and 1310720: 1.31M blocks,
+# 2.05M at 1,000 streams; about 20 seconds for conductor on the 2-vCPU
+# machine), lossless. A row gives the aggregate blocks/s, the server CPU per
+# stored block (/proc), how busy the server's and the harness's CPUs were, and
+# the server's threads and RSS with every stream registered. STREAMS_ARGS
+# passes conductor flags; STREAMS_LIMIT (seconds, default 200) bounds a point,
+# reported as not finished past it. CPP_CONDUCTOR runs the C++ Mooncake
+# conductor (see bench-fleet) on every point beside conductor. The report goes
+# to bench/results/streams/ (git-ignored), then replaces BENCHMARKS.md's
+# streams block, its SVGs copied to bench/curves/ (SPLICE=0 skips that).
+STREAMS_COUNTS ?= 1 16 64 256 1000
+bench-streams: deps
+	BENCH_CPP_CONDUCTOR="$(CPP_CONDUCTOR)" STREAMS_COUNTS="$(STREAMS_COUNTS)" STREAMS_OUT=$(CURDIR)/bench/results/streams \
+		$(GO) test -run '^$$' -bench BenchmarkStreams -benchtime 1x -timeout 3h ./bench/
+	STREAMS_CMD="$(strip $(if $(CPP_CONDUCTOR),BENCH_CPP_CONDUCTOR=<mooncake_conductor>) STREAMS_COUNTS='$(STREAMS_COUNTS)' $(foreach v,STREAMS_BLOCKS STREAMS_MIN_BATCHES STREAMS_CORES STREAMS_ARGS STREAMS_LIMIT,$(if $($(v)),$(v)='$($(v))'))) go test -run '^\$$' -bench BenchmarkStreams -benchtime 1x ./bench/" \
+		./bench/report.sh streams bench/results/streams/streams.md
+
+# bench-cores: the core axis in separate processes (bench/cores_test.go): for
+# each count c in CORES_COUNTS a fresh server pinned with taskset to c CPUs,
+# the harness to at least c others, ingests from CORES_STREAMS streams (default
+# 64; CORES_BLOCKS blocks, default 1310720) and then answers cold queries of a
+# 1k-token prompt (full hit) from CORES_CONNS keep-alive connections (default
+# 64; CORES_QUERIES per server core, default 50000; CORES_ARGS, default
+# --hash-memo-bytes 0). Each row says how busy the server's and the harness's
+# CPUs were and which limited the rate. A count the machine cannot hold (2c
+# free CPUs) is not measured and the report says so. CPP_CONDUCTOR as
+# bench-streams. The report goes to bench/results/cores/, then replaces
+# BENCHMARKS.md's cores block, its SVGs copied to bench/curves/ (SPLICE=0 skips
+# that).
+CORES_COUNTS ?= 1 2 4 8
+bench-cores: deps
+	BENCH_CPP_CONDUCTOR="$(CPP_CONDUCTOR)" CORES_COUNTS="$(CORES_COUNTS)" CORES_OUT=$(CURDIR)/bench/results/cores \
+		$(GO) test -run '^$$' -bench BenchmarkCores -benchtime 1x -timeout 3h ./bench/
+	CORES_CMD="$(strip $(if $(CPP_CONDUCTOR),BENCH_CPP_CONDUCTOR=<mooncake_conductor>) CORES_COUNTS='$(CORES_COUNTS)' $(foreach v,CORES_STREAMS CORES_BLOCKS CORES_QUERIES CORES_CONNS CORES_ARGS CORES_LIMIT,$(if $($(v)),$(v)='$($(v))'))) go test -run '^\$$' -bench BenchmarkCores -benchtime 1x ./bench/" \
+		./bench/report.sh cores bench/results/cores/cores.md
 
 # bench-e2e: the harness in separate processes (BENCH_E2E_ARGS above). The
 # report goes to BENCH_E2E_OUT (git-ignored): e2e.json, e2e.md and the

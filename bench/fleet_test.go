@@ -361,9 +361,6 @@ func envInts(tb testing.TB, name string, def []int) []int {
 
 // write renders the tables to dir/fleet.md and the curves to SVGs.
 func (r *fleetResults) write(dir string, args []string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	var md strings.Builder
 	fmt.Fprintf(&md, "Conductor flags: `%s` (the tail run: the defaults). SHA-256 floor for 8k tokens (512 × Sum256 of one encoded block, in-process): %.1f µs.\n\n",
 		strings.Join(args, " "), float64(r.Floor8k.Nanoseconds())/1e3)
@@ -373,20 +370,11 @@ func (r *fleetResults) write(dir string, args []string) error {
 		LogX: true, XTick: func(v float64) string { return count(int(v)) }}
 	rss := &Chart{Title: "RSS per indexed block at the end of the ingest", XLabel: "index blocks (log)", YLabel: "bytes per block",
 		LogX: true, XTick: func(v float64) string { return count(int(v)) }}
-	series := func(c *Chart, name string) *Series {
-		for i := range c.Series {
-			if c.Series[i].Name == name {
-				return &c.Series[i]
-			}
-		}
-		c.Series = append(c.Series, Series{Name: name})
-		return &c.Series[len(c.Series)-1]
-	}
 	for _, row := range r.Rows {
 		fmt.Fprintf(&md, "| %s | %s | %d | %.2f | %.0f ns | %.0f MB | %.1f B |\n", row.Server, count(row.Blocks), row.Batch, row.Rate/1e6,
 			row.CPUPerBlock, row.RSS/1e6, row.RSS/float64(row.Blocks))
 		name := fmt.Sprintf("%s, %d-block batches", row.Server, row.Batch)
-		is, rs := series(ingest, name), series(rss, name)
+		is, rs := chartSeries(ingest, name), chartSeries(rss, name)
 		is.X, is.Y = append(is.X, float64(row.Blocks)), append(is.Y, row.CPUPerBlock)
 		rs.X, rs.Y = append(rs.X, float64(row.Blocks)), append(rs.Y, row.RSS/float64(row.Blocks))
 	}
@@ -460,19 +448,6 @@ func (r *fleetResults) write(dir string, args []string) error {
 	if len(holders.Series) > 0 {
 		charts["fleet-holders.svg"] = holders
 	}
-	for name, c := range charts {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			return err
-		}
-		err = c.SVG(f)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
-		}
-	}
 	md.WriteString("\n![ingest CPU per block against index size](bench/curves/fleet-ingest.svg)\n" +
 		"![RSS per block against index size](bench/curves/fleet-rss.svg)\n")
 	if charts["fleet-query.svg"] != nil {
@@ -481,7 +456,7 @@ func (r *fleetResults) write(dir string, args []string) error {
 	if charts["fleet-holders.svg"] != nil {
 		md.WriteString("![query server CPU against holders of the prompt](bench/curves/fleet-holders.svg)\n")
 	}
-	return os.WriteFile(filepath.Join(dir, "fleet.md"), []byte(md.String()), 0o644)
+	return writeReport(dir, "fleet.md", md.String(), charts)
 }
 
 // orNaN is f(p), or NaN when p is nil (a figure the run did not measure).

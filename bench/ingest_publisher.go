@@ -45,6 +45,13 @@ type PublisherOptions struct {
 	// IPv6 sets ZMQ_IPV6 on both sockets, so that a wildcard bind
 	// (tcp://*:P) answers on IPv6 and IPv4 addresses alike. Default false.
 	IPv6 bool
+	// Context is a libzmq context to make the sockets in, shared with other
+	// publishers: one I/O thread and no per-publisher context threads, for a
+	// process that hosts hundreds of publishers (its ZMQ_MAX_SOCKETS must
+	// leave room for two sockets per publisher). Close leaves it to its owner
+	// to terminate. Default nil: a context of the publisher's own, terminated
+	// by Close.
+	Context *zmq.Context
 }
 
 // Publisher simulates a vLLM / SGLang / Mooncake-master KV-event publisher: a PUB
@@ -59,6 +66,7 @@ type PublisherOptions struct {
 type Publisher struct {
 	opts     PublisherOptions
 	ctx      *zmq.Context
+	ownCtx   bool // ctx is the publisher's own: Close terminates it
 	endpoint string
 	replayEP string
 
@@ -108,19 +116,25 @@ func NewPublisher(opts PublisherOptions) (*Publisher, error) {
 	case opts.SndHWM < 0:
 		opts.SndHWM = 0
 	}
-	ctx, err := zmq.NewContext()
-	if err != nil {
-		return nil, err
+	ctx := opts.Context
+	if ctx == nil {
+		var err error
+		if ctx, err = zmq.NewContext(); err != nil {
+			return nil, err
+		}
 	}
-	p := &Publisher{opts: opts, ctx: ctx, next: opts.FirstSeq, ring: make([]ringEntry, opts.Ring),
+	p := &Publisher{opts: opts, ctx: ctx, ownCtx: opts.Context == nil, next: opts.FirstSeq, ring: make([]ringEntry, opts.Ring),
 		stop: make(chan struct{}), done: make(chan struct{})}
 	fail := func(err error) (*Publisher, error) {
 		if p.pub != nil {
 			_ = p.pub.Close()
 		}
-		_ = ctx.Term()
+		if p.ownCtx {
+			_ = ctx.Term()
+		}
 		return nil, err
 	}
+	var err error
 	if p.pub, err = ctx.NewSocket(zmq.PUB); err != nil {
 		return fail(err)
 	}
@@ -315,7 +329,9 @@ func (p *Publisher) serveReplay(router *zmq.Socket) {
 	}
 }
 
-// Close stops the replay goroutine and closes both sockets. Idempotent.
+// Close stops the replay goroutine and closes both sockets, and terminates
+// the publisher's own context (not a shared PublisherOptions.Context).
+// Idempotent.
 func (p *Publisher) Close() error {
 	p.mu.Lock()
 	if p.closed {
@@ -327,6 +343,9 @@ func (p *Publisher) Close() error {
 	p.mu.Unlock()
 	close(p.stop)
 	<-p.done
+	if !p.ownCtx {
+		return nil
+	}
 	return p.ctx.Term()
 }
 

@@ -8,10 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -50,17 +48,24 @@ func servers() []string {
 // startNamed starts the server name (args are conductor flags; the C++
 // conductor takes none).
 func startNamed(tb testing.TB, name string, args ...string) *serverProc {
-	tb.Helper()
-	if name == serverCpp {
-		return startCpp(tb)
-	}
-	return startServer(tb, args...)
+	return startNamedOn(tb, name, nil, args...)
 }
 
-// startCpp runs the C++ conductor on a free loopback port: a config file
-// with http_server_port and no static services (CONDUCTOR_CONFIG_PATH),
-// logging at WARN, and waits until the port accepts connections.
-func startCpp(tb testing.TB) *serverProc {
+// startNamedOn is startNamed with the server pinned to cpus (taskset; nil:
+// anywhere).
+func startNamedOn(tb testing.TB, name string, cpus []int, args ...string) *serverProc {
+	tb.Helper()
+	if name == serverCpp {
+		return startCpp(tb, cpus)
+	}
+	return startServerOn(tb, cpus, args...)
+}
+
+// startCpp runs the C++ conductor, pinned to cpus when not nil, on a free
+// loopback port: a config file with http_server_port and no static services
+// (CONDUCTOR_CONFIG_PATH), logging at WARN, and waits until the port accepts
+// connections.
+func startCpp(tb testing.TB, cpus []int) *serverProc {
 	tb.Helper()
 	bin := os.Getenv(cppEnv)
 	port := freePort(tb)
@@ -68,7 +73,7 @@ func startCpp(tb testing.TB) *serverProc {
 	if err := os.WriteFile(cfg, fmt.Appendf(nil, `{"http_server_port": %d}`, port), 0o644); err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(bin)
+	cmd := pinnedCommand(cpus, bin)
 	cmd.Env = append(os.Environ(), "CONDUCTOR_CONFIG_PATH="+cfg, "CONDUCTOR_LOG_LEVEL=WARN", "GLOG_logtostderr=1")
 	logs := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
@@ -218,22 +223,14 @@ func sumPrefixCounts(b []byte) (int, error) {
 	return total, nil
 }
 
-// rss is the server's resident set in bytes (/proc/<pid>/statm).
+// rss is the server's resident set in bytes.
 func (s *serverProc) rss(tb testing.TB) float64 {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/statm", s.cmd.Process.Pid))
+	n, err := ProcRSS(s.cmd.Process.Pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		tb.Fatalf("short statm: %q", b)
-	}
-	pages, err := strconv.ParseUint(f[1], 10, 64)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return float64(pages) * float64(os.Getpagesize())
+	return float64(n)
 }
 
 // TestSumPrefixCounts: the /global_view reader against a hand-built page of

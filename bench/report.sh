@@ -16,11 +16,12 @@
 # These are in-process figures (labelled so in BENCHMARKS.md); what users get
 # is measured by the end-to-end harness (make bench-e2e, BenchmarkServerCPU).
 #
-# `report.sh e2e REPORT.md` and `report.sh fleet REPORT.md` (what `make
-# bench-e2e` and `make bench-fleet` run after their harness): REPORT.md, the
-# harness's Markdown report, replaces the block between <!-- bench-NAME -->
-# and <!-- /bench-NAME -->, with the command ($E2E_CMD, $FLEET_CMD), the
-# machine and the date; the SVGs it shows go to bench/curves/.
+# `report.sh NAME REPORT.md` for NAME e2e, fleet, streams or cores (what
+# `make bench-NAME` runs after its harness): REPORT.md, the harness's
+# Markdown report, replaces the block between <!-- bench-NAME --> and
+# <!-- /bench-NAME -->, with the command ($E2E_CMD, $FLEET_CMD, $STREAMS_CMD,
+# $CORES_CMD), the machine and the date; the SVGs it shows go to
+# bench/curves/.
 #
 # To measure on another machine without a Go toolchain: build the test
 # binaries here (`go test -c -o DIR/PKG.test ./PKG/`, and benchstat with
@@ -176,6 +177,8 @@ process_block() {
 case ${1:-} in
   e2e) process_block e2e bench-e2e "${E2E_CMD:-conductor-bench}" "${2:?usage: report.sh e2e REPORT.md}"; exit 0 ;;
   fleet) process_block fleet bench-fleet "${FLEET_CMD:-go test -run '^\$' -bench BenchmarkFleet -benchtime 1x ./bench/}" "${2:?usage: report.sh fleet REPORT.md}"; exit 0 ;;
+  streams) process_block streams bench-streams "${STREAMS_CMD:-go test -run '^\$' -bench BenchmarkStreams -benchtime 1x ./bench/}" "${2:?usage: report.sh streams REPORT.md}"; exit 0 ;;
+  cores) process_block cores bench-cores "${CORES_CMD:-go test -run '^\$' -bench BenchmarkCores -benchtime 1x ./bench/}" "${2:?usage: report.sh cores REPORT.md}"; exit 0 ;;
 esac
 
 SUITES=${SUITES:-hash core-apply core-query wire codec ingest-recv httpd footprint}

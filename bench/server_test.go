@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
@@ -30,12 +29,8 @@ const waitBound = 2 * time.Minute
 // The user's way: conductor built from cmd/conductor and run as a child
 // process, a fake vLLM publisher over real ZMQ, and this process as the HTTP
 // client on loopback. The server's own CPU time comes from /proc/<pid>/stat
-// (utime + stime of every thread, in clock ticks), so client, publisher and
-// test framework costs are excluded.
-
-// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times. Linux fixes it at
-// 100 on every architecture Go supports (sysconf(_SC_CLK_TCK)).
-const clockTicks = 100
+// (ProcCPU: utime + stime of every thread), so client, publisher and test
+// framework costs are excluded.
 
 var (
 	buildOnce sync.Once
@@ -113,10 +108,16 @@ var listeningRE = regexp.MustCompile(`HTTP server listening.*addr=(\S+)`)
 // startServer runs conductor on a free loopback port with args and waits for
 // its address. It is killed at cleanup.
 func startServer(tb testing.TB, args ...string) *serverProc {
+	return startServerOn(tb, nil, args...)
+}
+
+// startServerOn is startServer with conductor pinned to cpus (taskset; nil:
+// anywhere).
+func startServerOn(tb testing.TB, cpus []int, args ...string) *serverProc {
 	tb.Helper()
 	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1",
 		"--state-dir", "", "--log-level", "info"}, args...)
-	cmd := exec.Command(conductorBinary(tb), all...)
+	cmd := pinnedCommand(cpus, conductorBinary(tb), all...)
 	// No configuration file (a missing one named by the environment is a
 	// warning). BENCH_CONDUCTOR_ENV: space-separated NAME=VALUE pairs for
 	// conductor only (GOMAXPROCS=3, GODEBUG=…), not for this process or the
@@ -159,22 +160,31 @@ func startServer(tb testing.TB, args ...string) *serverProc {
 // cpu returns the server's user+system CPU time so far.
 func (s *serverProc) cpu(tb testing.TB) time.Duration {
 	tb.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	d, err := ProcCPU(s.cmd.Process.Pid)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	// Fields after the parenthesised command name: state is field 3, utime 14, stime 15.
-	i := bytes.LastIndexByte(b, ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		tb.Fatalf("short /proc stat: %q", b)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
+	return d
+}
+
+// selfCPU is this process's CPU time so far.
+func selfCPU(tb testing.TB) time.Duration {
+	tb.Helper()
+	d, err := ProcCPU(os.Getpid())
+	if err != nil {
 		tb.Fatal(err)
 	}
-	return time.Duration(ut+st) * time.Second / clockTicks
+	return d
+}
+
+// threads is the server's thread count now.
+func (s *serverProc) threads(tb testing.TB) int {
+	tb.Helper()
+	n, err := ProcThreads(s.cmd.Process.Pid)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
 }
 
 func (s *serverProc) url(path string) string { return "http://" + s.addr + path }
@@ -315,6 +325,8 @@ func waitMatched(tb testing.TB, s *serverProc, tokens []int32, want int) {
 // client-side rate and latency.
 type serverRun struct {
 	Load       LoadResult
+	ServerCPU  time.Duration // the server's, over the measured requests
+	ClientCPU  time.Duration // this process's (the client), over the same
 	CPUPerReq  time.Duration
 	GCPerReq   time.Duration // the collector's CPU in cycles that ended during the run
 	MemoHits   float64       // blocks, during the run
@@ -335,14 +347,14 @@ func measure(tb testing.TB, s *serverProc, ct string, body []byte, want *Expect,
 	if !s.cpp {
 		m0 = s.scrape(tb)
 	}
-	c0 := s.cpu(tb)
+	c0, self0 := s.cpu(tb), selfCPU(tb)
 	res, err := RunLoad(context.Background(), LoadOptions{Addr: s.addr, ContentType: ct, Body: body,
 		Connections: conns, Requests: n, Expect: want})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c1 := s.cpu(tb)
-	r := serverRun{Load: res, CPUPerReq: (c1 - c0) / time.Duration(n)}
+	c1, self1 := s.cpu(tb), selfCPU(tb)
+	r := serverRun{Load: res, ServerCPU: c1 - c0, ClientCPU: self1 - self0, CPUPerReq: (c1 - c0) / time.Duration(n)}
 	if s.cpp {
 		return r // no /metrics: the collector and memo figures are conductor's
 	}

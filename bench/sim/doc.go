@@ -31,7 +31,7 @@
 // surfaces plug into). The query load runs on bench.RunLoad, closed or open
 // loop with HDR latency percentiles, each worker with a Client of its own;
 // for a local server Run reads the server's CPU time per phase from
-// /proc/<pid>/stat.
+// /proc/<pid>/stat (bench.ProcCPU).
 //
 // Concurrency: an Engine, a Store and a Group's routing are driven by one
 // goroutine (the Group's driver); a Client is used by one goroutine

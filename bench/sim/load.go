@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/seed-c7a81618/conductor/bench"
@@ -63,32 +60,4 @@ func (q *queryWorker) Do() error {
 		return fmt.Errorf("%w: %v", bench.ErrLoadAnswer, err)
 	}
 	return nil
-}
-
-// ProcCPU returns the CPU time (user + system) process pid has used, from
-// /proc/<pid>/stat (clock ticks, USER_HZ = 100 on Linux: 10 ms resolution, so
-// compare phases of seconds, not single requests).
-func ProcCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is parenthesised and may hold spaces: split
-	// after its closing parenthesis. utime and stime are fields 14 and 15.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("sim: malformed /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("sim: malformed /proc/%d/stat", pid)
-	}
-	u, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("sim: malformed /proc/%d/stat", pid)
-	}
-	const userHZ = 100
-	return time.Duration(u+st) * time.Second / userHZ, nil
 }

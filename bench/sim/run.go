@@ -233,7 +233,7 @@ func (r *run) cpu() time.Duration {
 	if r.o.ServerPID <= 0 {
 		return 0
 	}
-	d, _ := ProcCPU(r.o.ServerPID)
+	d, _ := bench.ProcCPU(r.o.ServerPID)
 	return d
 }
 
