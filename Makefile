@@ -187,13 +187,16 @@ test: deps
 	@MAKE="$(MAKE)" ./.ci/stages $(TEST_STAGES)
 
 # docs-test runs every block of README.md and docs/*.md marked runnable
-# (cmd/conductor/docs_test.go states the convention) against fresh processes
-# of the binaries built here, with a real nats-server for the scale-out docs
-# and bin/chartcheck for the deployment guide.
+# (cmd/conductor/docs_test.go states the convention: once, as a reader pastes
+# it, no retries) against fresh processes of the binaries built here, with a
+# real nats-server for the scale-out docs and bin/chartcheck for the
+# deployment guide; then the README's quick start, the vLLM guide's example,
+# the Python client's and the quick start again in one shell with the default
+# state directory (TestDocsInOneShell).
 docs-test: build
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	cd tools && $(GO) build -o ../$(CHARTCHECK) ./chartcheck
-	CONDUCTOR_DOCS_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 20m -run '^TestDocs$$' -v ./cmd/conductor
+	CONDUCTOR_DOCS_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 20m -run '^TestDocs(InOneShell)?$$' -v ./cmd/conductor
 
 # test-k8s runs Kubernetes discovery against a real API server: etcd and
 # kube-apiserver, which tools/kube/build.sh puts in bin/ the first time (the
