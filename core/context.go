@@ -2,6 +2,7 @@ package core
 
 import (
 	"math/bits"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -74,13 +75,19 @@ type context struct {
 	// mu guards the owner table and slot registrations below and serialises
 	// meta rebuilds. It is a plain mutex: it is held only for interning and
 	// registration changes, never by queries or per-block updates.
-	mu        sync.Mutex
-	owners    []ownerInfo
-	ownerIdx  map[ownerKey]uint32
-	freeIDs   []uint32
-	regSlots  map[slot]int // registered (instance, rank) → registration count
-	refs      int          // subscriptions referencing this context (Index.mu)
-	reclaimed bool         // removed from the index (Index.mu)
+	mu       sync.Mutex
+	owners   []ownerInfo // a live rank owner's slot is its index in slots
+	ownerIdx map[ownerKey]uint32
+	freeIDs  []uint32
+	// slotRefs counts, per (instance, rank), the registrations naming it
+	// and the live rank owners on it; slots holds its keys sorted by
+	// (instance, rank). A change moves the slots after it by one place
+	// (refSlot), so a registration costs a copy of the slots and the
+	// owners, not a rebuild and sort of both (TestSlotsAgreeWithRebuild).
+	slotRefs  map[slot]int
+	slots     []slot
+	refs      int  // subscriptions referencing this context (Index.mu)
+	reclaimed bool // removed from the index (Index.mu)
 }
 
 type ownerKey struct {
@@ -97,7 +104,7 @@ func newContext(key ContextKey, b *binding, sizeHint int) *context {
 		lora:     []byte(key.LoraName),
 		blocks:   newBlockMap(sizeHint),
 		ownerIdx: make(map[ownerKey]uint32),
-		regSlots: make(map[slot]int),
+		slotRefs: make(map[slot]int),
 	}
 	c.meta.Store(&ctxMeta{})
 	c.bind.Store(b)
@@ -136,7 +143,11 @@ func (c *context) internOwner(k ownerKey, dims *streamDims) ownerRef {
 		c.owners = append(c.owners, info)
 	}
 	c.ownerIdx[k] = id
-	c.rebuildLocked()
+	if !k.shared {
+		c.refSlot(slot{k.name, k.rank}, 1)
+		c.owners[id].slot = c.slotIndex(slot{k.name, k.rank})
+	}
+	c.publishLocked()
 	return makeRef(id, info.gen)
 }
 
@@ -150,15 +161,25 @@ func (c *context) releaseOwners(sub uint32) int {
 		if k.sub != sub {
 			continue
 		}
-		delete(c.ownerIdx, k)
-		c.owners[id] = ownerInfo{slot: -1, gen: c.owners[id].gen + 1}
-		c.freeIDs = append(c.freeIDs, id)
+		c.freeLocked(k, id)
 		n++
 	}
 	if n > 0 {
-		c.rebuildLocked()
+		c.publishLocked()
 	}
 	return n
+}
+
+// freeLocked releases owner id of key k: its slot reference goes, and its
+// table entry is free for reuse under the next generation.
+func (c *context) freeLocked(k ownerKey, id uint32) {
+	delete(c.ownerIdx, k)
+	if o := c.owners[id]; o.live && !o.shared {
+		c.owners[id].slot = -1
+		c.refSlot(slot{o.name, o.rank}, -1)
+	}
+	c.owners[id] = ownerInfo{slot: -1, gen: c.owners[id].gen + 1}
+	c.freeIDs = append(c.freeIDs, id)
 }
 
 // releaseOwner frees one owner that holds no block.
@@ -169,10 +190,8 @@ func (c *context) releaseOwner(k ownerKey) {
 	if !ok {
 		return
 	}
-	delete(c.ownerIdx, k)
-	c.owners[id] = ownerInfo{slot: -1, gen: c.owners[id].gen + 1}
-	c.freeIDs = append(c.freeIDs, id)
-	c.rebuildLocked()
+	c.freeLocked(k, id)
+	c.publishLocked()
 }
 
 // ownersOf returns the ids of every live owner of subscription sub matching keep.
@@ -191,54 +210,70 @@ func (c *context) ownersOf(sub uint32, keep func(ownerInfo) bool) map[uint32]boo
 func (c *context) addRegSlot(s slot, delta int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.regSlots[s] += delta
-	if c.regSlots[s] <= 0 {
-		delete(c.regSlots, s)
-	}
-	c.rebuildLocked()
+	c.refSlot(s, delta)
+	c.publishLocked()
 }
 
-// rebuildLocked publishes a new meta snapshot. Slots are the registered
-// (instance, rank) pairs plus those of live rank owners (a batch dp rank may
-// override the registered one; such ranks still appear in results).
-func (c *context) rebuildLocked() {
-	set := make(map[slot]struct{}, len(c.regSlots))
-	for s := range c.regSlots {
-		set[s] = struct{}{}
+// slotLess orders slots by (instance, rank).
+func slotLess(a, b slot) bool {
+	if a.instance != b.instance {
+		return a.instance < b.instance
 	}
-	for _, o := range c.owners {
-		if o.live && !o.shared {
-			set[slot{o.name, o.rank}] = struct{}{}
+	return a.rank < b.rank
+}
+
+// slotIndex returns s's index in c.slots (-1 when it has none).
+func (c *context) slotIndex(s slot) int32 {
+	i := sort.Search(len(c.slots), func(i int) bool { return !slotLess(c.slots[i], s) })
+	if i < len(c.slots) && c.slots[i] == s {
+		return int32(i)
+	}
+	return -1
+}
+
+// refSlot adds delta to s's references: a slot that gains its first one is
+// inserted in c.slots, one that loses its last is deleted, and the live rank
+// owners on the slots after it move with them. The caller holds c.mu.
+func (c *context) refSlot(s slot, delta int) {
+	was := c.slotRefs[s]
+	now := was + delta
+	if now > 0 {
+		c.slotRefs[s] = now
+	} else {
+		delete(c.slotRefs, s)
+	}
+	var at int32
+	var shift int32
+	switch {
+	case was <= 0 && now > 0:
+		at = int32(sort.Search(len(c.slots), func(i int) bool { return !slotLess(c.slots[i], s) }))
+		c.slots = slices.Insert(c.slots, int(at), s)
+		shift = 1
+	case was > 0 && now <= 0:
+		at = c.slotIndex(s)
+		c.slots = slices.Delete(c.slots, int(at), int(at)+1)
+		shift = -1
+	default:
+		return
+	}
+	for i := range c.owners {
+		if o := &c.owners[i]; o.slot >= at && (shift > 0 || o.slot > at) {
+			o.slot += shift
 		}
 	}
-	m := &ctxMeta{slots: make([]slot, 0, len(set))}
-	for s := range set {
-		m.slots = append(m.slots, s)
-	}
-	sort.Slice(m.slots, func(i, j int) bool {
-		a, b := m.slots[i], m.slots[j]
-		if a.instance != b.instance {
-			return a.instance < b.instance
-		}
-		return a.rank < b.rank
-	})
-	pos := make(map[slot]int32, len(m.slots))
+}
+
+// publishLocked publishes a new meta snapshot of the slots and owners.
+// Slots are the registered (instance, rank) pairs plus those of live rank
+// owners (a batch dp rank may override the registered one; such ranks still
+// appear in results).
+func (c *context) publishLocked() {
+	m := &ctxMeta{slots: slices.Clone(c.slots), owners: slices.Clone(c.owners)}
 	for i, s := range m.slots {
-		pos[s] = int32(i)
 		if n := len(m.instances); n == 0 || m.instances[n-1].id != s.instance {
 			m.instances = append(m.instances, instanceSpan{id: s.instance, lo: i, hi: i + 1})
 		} else {
 			m.instances[n-1].hi = i + 1
-		}
-	}
-	m.owners = make([]ownerInfo, len(c.owners))
-	copy(m.owners, c.owners)
-	for i := range m.owners {
-		o := &m.owners[i]
-		if o.live && !o.shared {
-			o.slot = pos[slot{o.name, o.rank}]
-		} else {
-			o.slot = -1
 		}
 	}
 	c.meta.Store(m)

@@ -781,3 +781,86 @@ func TestRestoreRecreatesPartitions(t *testing.T) {
 		t.Fatalf("holdings %v, source %v", got, want)
 	}
 }
+
+// rebuildMeta is the reference for a context's meta: the slots (registered
+// pairs and live rank owners' pairs) sorted from scratch, and each live rank
+// owner's index among them.
+func rebuildMeta(regs map[slot]int, owners []ownerInfo) ([]slot, []int32) {
+	set := map[slot]bool{}
+	for s, n := range regs {
+		if n > 0 {
+			set[s] = true
+		}
+	}
+	for _, o := range owners {
+		if o.live && !o.shared {
+			set[slot{o.name, o.rank}] = true
+		}
+	}
+	var slots []slot
+	for s := range set {
+		slots = append(slots, s)
+	}
+	slices.SortFunc(slots, func(a, b slot) int {
+		if slotLess(a, b) {
+			return -1
+		}
+		if slotLess(b, a) {
+			return 1
+		}
+		return 0
+	})
+	pos := make([]int32, len(owners))
+	for i, o := range owners {
+		pos[i] = -1
+		if o.live && !o.shared {
+			pos[i] = int32(slices.Index(slots, slot{o.name, o.rank}))
+		}
+	}
+	return slots, pos
+}
+
+// TestSlotsAgreeWithRebuild: a context's slots and its owners' slot indices,
+// kept incrementally as registrations and owners come and go, equal a
+// rebuild from scratch after every change, in the published meta too.
+func TestSlotsAgreeWithRebuild(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewSource(seed))
+	c := newContext(ContextKey{ModelName: "m", BlockSize: testBS}, &binding{}, 0)
+	regs := map[slot]int{}
+	var keys []ownerKey
+	for step := 0; step < 3000; step++ {
+		s := slot{fmt.Sprintf("i%02d", rng.Intn(20)), int32(rng.Intn(3))}
+		switch r := rng.Intn(10); {
+		case r < 3:
+			c.addRegSlot(s, 1)
+			regs[s]++
+		case r < 5 && regs[s] > 0:
+			c.addRegSlot(s, -1)
+			regs[s]--
+		case r < 8:
+			k := ownerKey{sub: uint32(rng.Intn(4)), shared: rng.Intn(4) == 0, rank: s.rank, name: s.instance}
+			c.internOwner(k, nil)
+			keys = append(keys, k)
+		case len(keys) > 0:
+			i := rng.Intn(len(keys))
+			if rng.Intn(2) == 0 {
+				c.releaseOwner(keys[i])
+			} else {
+				c.releaseOwners(keys[i].sub)
+			}
+			keys = slices.Delete(keys, i, i+1)
+		}
+		wantSlots, wantPos := rebuildMeta(regs, c.owners)
+		m := c.meta.Load()
+		if !slices.Equal(c.slots, wantSlots) || !slices.Equal(m.slots, wantSlots) {
+			t.Fatalf("step %d: slots %v (meta %v), want %v", step, c.slots, m.slots, wantSlots)
+		}
+		for i := range c.owners {
+			if c.owners[i].slot != wantPos[i] || m.owners[i].slot != wantPos[i] {
+				t.Fatalf("step %d: owner %d at slot %d (meta %d), want %d", step, i, c.owners[i].slot, m.owners[i].slot, wantPos[i])
+			}
+		}
+	}
+}

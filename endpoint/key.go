@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 )
 
 // ThisHost is the host part of the key of every tcp endpoint that reaches
@@ -121,9 +123,14 @@ func isThisHost(a netip.Addr, local []netip.Addr) bool {
 	return containsAddr(local, a)
 }
 
-// localAddrs lists the addresses of this host's interfaces, read at each
-// call (interfaces come and go; registrations are rare).
+// localAddrs lists the addresses of this host's interfaces, read again
+// when the last reading is older than localAddrsFresh: interfaces come and
+// go rarely, and a registration storm would otherwise read them (a netlink
+// dump) once per registration.
 func localAddrs() []netip.Addr {
+	if r := localRead.Load(); r != nil && time.Since(r.at) < localAddrsFresh {
+		return r.addrs
+	}
 	ifas, err := net.InterfaceAddrs()
 	if err != nil {
 		return nil
@@ -134,5 +141,18 @@ func localAddrs() []netip.Addr {
 			out = append(out, p.Addr().Unmap().WithZone(""))
 		}
 	}
+	localRead.Store(&localReading{addrs: out, at: time.Now()})
 	return out
 }
+
+// localAddrsFresh is how long a reading of the interfaces' addresses serves.
+const localAddrsFresh = time.Second
+
+// localReading is the last reading of the interfaces' addresses (never
+// modified once stored).
+type localReading struct {
+	addrs []netip.Addr
+	at    time.Time
+}
+
+var localRead atomic.Pointer[localReading]
