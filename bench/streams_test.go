@@ -2,13 +2,16 @@ package bench
 
 import (
 	"fmt"
+	"io"
 	"maps"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -187,6 +190,9 @@ release:
 	}
 	elapsed := time.Since(start)
 	c1, cl1, others := s.cpu(tb), f.clientCPU(tb), watch.others(tb, s)
+	if done < want {
+		dumpStall(tb, s, k)
+	}
 	return streamsRun{Streams: k, Batches: batches, Want: want, Blocks: done, Elapsed: elapsed, Limit: limit,
 		ServerCPU: c1 - c0, ClientCPU: cl1 - cl0, Others: others, RSS: s.rss(tb), Threads: s.threads(tb)}
 }
@@ -552,5 +558,32 @@ func TestStreamsReport(t *testing.T) {
 	got = r.markdown()
 	if strings.Contains(got, "conductor ÷ C++") || strings.Contains(got, "goal") || !strings.Contains(got, noPeer) {
 		t.Errorf("one conductor run:\n%s", got)
+	}
+}
+
+// dumpStall writes, for a point that did not finish, the server's ingest
+// metrics, then its goroutines (SIGQUIT ends it) and its log, to
+// STREAMS_OUT/stall-<k>.txt (nothing without STREAMS_OUT).
+func dumpStall(tb testing.TB, s *serverProc, k int) {
+	tb.Helper()
+	dir := os.Getenv("STREAMS_OUT")
+	if dir == "" {
+		return
+	}
+	var b strings.Builder
+	if resp, err := http.Get(s.url("/metrics")); err == nil {
+		page, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		for _, line := range strings.Split(string(page), "\n") {
+			if strings.HasPrefix(line, "conductor_ingest_") {
+				b.WriteString(line + "\n")
+			}
+		}
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGQUIT)
+	time.Sleep(2 * time.Second)
+	b.WriteString("\n--- server log and goroutines ---\n" + s.logs.String())
+	if err := os.MkdirAll(dir, 0o755); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("stall-%d.txt", k)), []byte(b.String()), 0o644)
 	}
 }

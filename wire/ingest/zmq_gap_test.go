@@ -3,7 +3,9 @@ package ingest_test
 import (
 	"fmt"
 	"math/rand"
+	"os"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,5 +102,44 @@ func TestZMQWakeups(t *testing.T) {
 	}
 	if st := h.status(k); st.Gaps != 0 || st.StaleClears != 0 {
 		t.Fatalf("status: %+v", st)
+	}
+}
+
+// TestZMQSignalsDoNotFailListeners: the Go runtime interrupts threads with
+// signals (SIGURG, preemption), which can make a libzmq call on the wait
+// path fail with EINTR; that must be retried, not taken for a socket
+// failure (which would close the sockets and lose what a stream without a
+// replay endpoint sends meanwhile). Signals flood this process while a
+// publisher without replay sends 6,000 messages in bursts of 4; every one is applied, and
+// the listener never fails.
+func TestZMQSignalsDoNotFailListeners(t *testing.T) {
+	h := newHarness(t, fastOpts(t))
+	pub := newPublisher(t, bench.PublisherOptions{NoReplay: true})
+	r := registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t))
+	r.ReplayEndpoint = ""
+	k := h.register(r)
+	h.prime(k, pub, emptyVLLM())
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = syscall.Kill(os.Getpid(), syscall.SIGURG)
+		}
+	}()
+	const n = 6000
+	for i := uint64(1); i <= n; i++ {
+		publish(t, pub, storeOne(100000+i))
+		if i%4 == 0 {
+			time.Sleep(100 * time.Microsecond) // the listener waits between bursts
+		}
+	}
+	waitFor(t, "the last message", func() bool { return h.holds("vllm-a", 100000+n) })
+	if st := h.status(k); st.Gaps != 0 || st.Reconnects != 0 || st.LastError != "" || st.Blocks < n {
+		t.Fatalf("status after %d messages under signals: %+v", n, st)
 	}
 }

@@ -3,6 +3,7 @@ package ingest
 /*
 #cgo !windows pkg-config: libzmq
 #include <zmq.h>
+#include <errno.h>
 #include <stddef.h>
 
 // cd_fd returns the socket's ZMQ_FD, or -1.
@@ -14,15 +15,21 @@ static int cd_fd(void *s) {
 }
 
 // cd_pollin sets bit i of *ready for every socket s[i] (NULL: skipped, i < n)
-// whose ZMQ_EVENTS has ZMQ_POLLIN: what zmq_poll checks before it waits. It
-// returns -1 with errno set when a getsockopt fails.
+// whose ZMQ_EVENTS has ZMQ_POLLIN: what zmq_poll checks before it waits. A
+// signal can interrupt the poll libzmq makes on the socket's mailbox (EINTR:
+// the Go runtime preempts threads with SIGURG), which is tried again. It
+// returns -1 with errno set when a getsockopt fails otherwise.
 static int cd_pollin(void **s, int n, int *ready) {
 	*ready = 0;
 	for (int i = 0; i < n; i++) {
 		if (s[i] == NULL) continue;
-		int ev = 0;
-		size_t sz = sizeof ev;
-		if (zmq_getsockopt(s[i], ZMQ_EVENTS, &ev, &sz) != 0) return -1;
+		int ev = 0, rc;
+		size_t sz;
+		do {
+			sz = sizeof ev;
+			rc = zmq_getsockopt(s[i], ZMQ_EVENTS, &ev, &sz);
+		} while (rc != 0 && errno == EINTR);
+		if (rc != 0) return -1;
 		if (ev & ZMQ_POLLIN) *ready |= 1 << i;
 	}
 	return 0;

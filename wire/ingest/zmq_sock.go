@@ -238,10 +238,17 @@ func (s *zsocket) monitor(addr string, events int) error {
 		cs = C.CString(addr)
 		defer C.free(unsafe.Pointer(cs))
 	}
-	if rc, err := C.zmq_socket_monitor(s.h, cs, C.int(events)); rc != 0 {
-		return zerr(err)
+	for {
+		// Like zmq_connect, the bind of the monitor's socket processes
+		// pending commands first: EINTR is repeated.
+		rc, err := C.zmq_socket_monitor(s.h, cs, C.int(events))
+		if rc == 0 {
+			return nil
+		}
+		if err != syscall.EINTR {
+			return zerr(err)
+		}
 	}
-	return nil
 }
 
 // Send and receive flags (zmq.h).
