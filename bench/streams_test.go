@@ -190,11 +190,12 @@ release:
 	}
 	elapsed := time.Since(start)
 	c1, cl1, others := s.cpu(tb), f.clientCPU(tb), watch.others(tb, s)
-	if done < want {
-		dumpStall(tb, s, k)
-	}
-	return streamsRun{Streams: k, Batches: batches, Want: want, Blocks: done, Elapsed: elapsed, Limit: limit,
+	run := streamsRun{Streams: k, Batches: batches, Want: want, Blocks: done, Elapsed: elapsed, Limit: limit,
 		ServerCPU: c1 - c0, ClientCPU: cl1 - cl0, Others: others, RSS: s.rss(tb), Threads: s.threads(tb)}
+	if done < want {
+		dumpStall(tb, s, k) // ends the server
+	}
+	return run
 }
 
 // runStreams starts the server named server (conductor with args) pinned to
