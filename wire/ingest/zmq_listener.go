@@ -187,10 +187,7 @@ type receiver struct {
 	poll, rpoll waitSet
 	// timer times the waits that have a timeout (waitSet.poll).
 	timer *time.Timer
-	// busyUntil: a message was read within spinWindow before it, so a
-	// wait spins first (waitSet.spin).
-	busyUntil time.Time
-	gen       uint64
+	gen   uint64
 	// epoch changes whenever the SUB socket is closed (Pause, failure): work
 	// that spans command handling (a replay, a held live message) captures it
 	// and stops when it changed, even if a Resume in the same batch of commands

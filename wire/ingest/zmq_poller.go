@@ -40,7 +40,6 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
-	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -214,7 +213,6 @@ func (w *waitSet) poll(l *listener, timeout time.Duration) (int, error) {
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	spun := false
 	for {
 		if rc, err := C.cd_pollin(&w.socks[0], C.int(w.n), &w.rdy); rc < 0 {
 			return 0, zerr(err)
@@ -227,22 +225,10 @@ func (w *waitSet) poll(l *listener, timeout time.Duration) (int, error) {
 			for r := w.rdy; r != 0; r &= r - 1 {
 				n++
 			}
-			if w.rdy&(1<<pollSub|1<<pollDealer) != 0 {
-				l.rx.busyUntil = time.Now().Add(spinWindow)
-			}
 			return n, nil
 		}
 		if timeout == 0 {
 			return 0, nil
-		}
-		if !spun && time.Now().Before(l.rx.busyUntil) {
-			// A stream in full flow: the next message is likely microseconds
-			// away, and parking costs two thread wake-ups (the poller's, then
-			// this goroutine's) where one check costs a few hundred ns.
-			spun = true
-			if w.spin(l) {
-				continue
-			}
 		}
 		if timeout < 0 {
 			<-l.notify
@@ -256,23 +242,6 @@ func (w *waitSet) poll(l *listener, timeout time.Duration) (int, error) {
 			return 0, nil
 		}
 	}
-}
-
-// spinWindow is how long after reading a message a listener that finds no
-// more checks its sockets again, yielding the CPU between checks, before it
-// parks (waitSet.spin).
-const spinWindow = 20 * time.Microsecond
-
-// spin checks w's sockets and l's commands until one is ready (true) or
-// spinWindow passes (false), yielding between checks.
-func (w *waitSet) spin(l *listener) bool {
-	for end := time.Now().Add(spinWindow); time.Now().Before(end); {
-		runtime.Gosched()
-		if rc, _ := C.cd_pollin(&w.socks[0], C.int(w.n), &w.rdy); rc < 0 || w.rdy != 0 || len(l.cmds) > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // ready reports whether position i was ready at the last poll.
