@@ -78,8 +78,8 @@ func TestZMQGapPolicies(t *testing.T) {
 }
 
 // TestZMQWakeups: a listener that waits is woken for every message: bursts of
-// messages at random spacing (0 to 200µs apart, around the listener's spin
-// window), each burst's last message applied with nothing published after it
+// messages at random spacing (0 to 200µs apart), each burst's last message
+// applied with nothing published after it
 // (a lost wake-up would leave it in libzmq's queue for good). Seeded.
 func TestZMQWakeups(t *testing.T) {
 	seed := time.Now().UnixNano()
@@ -98,7 +98,7 @@ func TestZMQWakeups(t *testing.T) {
 		}
 		last := x
 		waitFor(t, fmt.Sprintf("round %d's last message", round), func() bool { return h.holds("vllm-a", last) })
-		time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond) // sometimes past the spin window: parked
+		time.Sleep(time.Duration(rng.Intn(3)) * time.Millisecond) // the listener parks, or not
 	}
 	if st := h.status(k); st.Gaps != 0 || st.StaleClears != 0 {
 		t.Fatalf("status: %+v", st)
