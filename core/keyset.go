@@ -96,19 +96,6 @@ func (s *keySet) refresh(k uint64) {
 	s.add(k)
 }
 
-// marked reports whether the set holds a mark.
-func (s *keySet) marked() bool {
-	if s.subs == nil {
-		return len(s.l.marks) > 0
-	}
-	for i := range s.subs {
-		if len(s.subs[i].marks) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // mark records mark id behind every key now in the set.
 func (s *keySet) mark(id uint64) {
 	if s.subs == nil {

@@ -263,29 +263,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// waitCount waits until count() reaches target from below (up) or above.
-// The bound is on progress, not on the whole wait: it fails only when
-// count() has not come closer to target than ever before for waitLimit, so a
-// machine slow enough to take longer overall (a thousand threads started
-// under -race and load) still passes, while a count that is stuck, or only
-// wanders, fails. It returns the last count.
-func waitCount(t *testing.T, what string, count func() int, target int, up bool) int {
-	t.Helper()
-	reached := func(n int) bool { return (up && n >= target) || (!up && n <= target) }
-	n := count()
-	best, moved := n, time.Now()
-	for !reached(n) {
-		if time.Since(moved) > waitLimit {
-			t.Fatalf("waiting for %s: no closer than %d to %d for %v", what, best, target, waitLimit)
-		}
-		time.Sleep(20 * time.Millisecond)
-		if n = count(); (up && n > best) || (!up && n < best) {
-			best, moved = n, time.Now()
-		}
-	}
-	return n
-}
-
 // settledCount returns count once it has kept one value for a second (at
 // most waitLimit).
 func settledCount(t *testing.T, count func() int) int {
