@@ -18,30 +18,37 @@ import (
 
 // trimEvery is how many listener exits make Unregister schedule the return of
 // the C heap's free memory to the OS (malloc_trim; the last listener's exit
-// also does). libzmq
-// allocates a socket's state in the thread that creates it, so a thousand
-// listeners leave freed memory spread over glibc's per-thread arenas, which
-// glibc does not return by itself (TestZMQUnregisterReleasesThreads).
+// also does). libzmq allocates a socket's state in the thread that creates
+// it, so thousands of listeners leave freed memory spread over glibc's
+// per-thread arenas, which glibc does not return by itself
+// (TestZMQThreadsBounded).
 const trimEvery = 256
 
 // trimCHeap returns free C heap memory to the OS (glibc only; a no-op
 // elsewhere). It walks every arena: call it rarely.
 func trimCHeap() { C.cd_trim() }
 
-// trimDelay lets the exiting listeners' threads end (they free their
-// thread-local caches on exit, after Unregister returned) before the trim.
-const trimDelay = 500 * time.Millisecond
+// trimDelays are when, after a listener exit that asks for one, the trims
+// run: libzmq's reaper thread destroys closed sockets after zmq_close
+// returns, thousands of them over seconds, so one early trim would leave
+// what is freed after it.
+var trimDelays = [...]time.Duration{500 * time.Millisecond, 2 * time.Second, 8 * time.Second}
 
 // trimScheduled coalesces trims: process-wide, like the C heap.
 var trimScheduled atomic.Bool
 
-// scheduleTrim runs trimCHeap after trimDelay unless one is already scheduled.
+// scheduleTrim runs trimCHeap at each of trimDelays unless a schedule is
+// already running.
 func scheduleTrim() {
 	if trimScheduled.Swap(true) {
 		return
 	}
-	time.AfterFunc(trimDelay, func() {
+	go func() {
+		start := time.Now()
+		for _, d := range trimDelays {
+			time.Sleep(time.Until(start.Add(d)))
+			trimCHeap()
+		}
 		trimScheduled.Store(false)
-		trimCHeap()
-	})
+	}()
 }
