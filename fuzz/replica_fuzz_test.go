@@ -13,8 +13,8 @@ import (
 // FuzzReplicaMessage: the replica's message decoder (NATS JetStream bodies)
 // never panics; what it accepts re-encodes to the same bytes (the encoding
 // is canonical) and decodes again to the same message; what it rejects is
-// ErrMessage. Seeds: a batch with every field set, each key message, a
-// registration.
+// ErrMessage. Seeds: a batch with every field set, each key message, a gap,
+// a registration.
 func FuzzReplicaMessage(f *testing.F) {
 	k := core.ServiceKey{InstanceID: "vllm-0", TenantID: "acme", DPRank: 1}
 	b := core.Batch{TimestampF: 1.5, Seq: 42, HasSeq: true, DPRank: 1, HasDPRank: true}
@@ -25,9 +25,10 @@ func FuzzReplicaMessage(f *testing.F) {
 	e2 := b.NextEvent()
 	e2.Kind, e2.Hashes, e2.Standard = core.EventRemoved, []uint64{2}, true
 	f.Add(replica.AppendBatch(nil, k, &b))
-	for _, kind := range []replica.Kind{replica.KindClear, replica.KindFlush, replica.KindUnregister} {
+	for _, kind := range []replica.Kind{replica.KindClear, replica.KindFlush, replica.KindUnregister, replica.KindExpire} {
 		f.Add(replica.AppendKeyMessage(nil, kind, k))
 	}
+	f.Add(replica.AppendGap(nil, k, core.GapExpire))
 	f.Add([]byte(`` + "\x01R" + `{"endpoint":"tcp://h:1","type":"vLLM","model_name":"m","tenant_id":"t","instance_id":"i","block_size":16,"dp_rank":0,"hash_profile":{"Strategy":"xxh3","Algorithm":"xxh3_64","PythonHashSeed":"1337","IndexProjection":"seq64"}}`))
 	f.Add(replica.AppendSection(nil, k, &replica.Section{Begin: true, End: true, HasSeq: true, Seq: 9,
 		Holdings: []replica.SectionHoldings{{H: core.Holding{Context: core.ContextKey{TenantID: "t", ModelName: "m", BlockSize: 16},
@@ -49,8 +50,10 @@ func FuzzReplicaMessage(f *testing.F) {
 		switch m.Kind {
 		case replica.KindBatch:
 			again = replica.AppendBatch(nil, m.Key, &m.Batch)
-		case replica.KindClear, replica.KindFlush, replica.KindUnregister:
+		case replica.KindClear, replica.KindFlush, replica.KindUnregister, replica.KindExpire:
 			again = replica.AppendKeyMessage(nil, m.Kind, m.Key)
+		case replica.KindGap:
+			again = replica.AppendGap(nil, m.Key, m.Policy)
 		case replica.KindSection:
 			// Records may be regrouped: the section must survive a round trip.
 			again = replica.AppendSection(nil, m.Key, m.Section)

@@ -111,7 +111,7 @@ func TestBatchRoundTrip(t *testing.T) {
 func TestKeyMessages(t *testing.T) {
 	var d Decoder
 	k := core.ServiceKey{InstanceID: "vllm-1", TenantID: "acme", DPRank: 3}
-	for _, kind := range []Kind{KindClear, KindFlush, KindUnregister} {
+	for _, kind := range []Kind{KindClear, KindFlush, KindUnregister, KindExpire} {
 		m, err := d.Decode(AppendKeyMessage(nil, kind, k))
 		if err != nil || m.Kind != kind || m.Key != k {
 			t.Fatalf("%q: %+v %v", kind, m, err)
@@ -122,7 +122,18 @@ func TestKeyMessages(t *testing.T) {
 	if err != nil || m.Key != (core.ServiceKey{InstanceID: "a", TenantID: "b", DPRank: -1}) {
 		t.Fatalf("hand-made clear: %+v %v", m, err)
 	}
-	for _, bad := range [][]byte{nil, {1}, {2, 'C', 0, 0, 0}, {1, 'X', 0, 0, 0}, {1, 'C', 0, 0, 0, 0}, {1, 'C', 5, 'a'}} {
+	// A gap carries the policy the relay applied: one byte after the key.
+	for _, p := range []core.GapPolicy{core.GapKeep, core.GapClear, core.GapExpire} {
+		m, err := d.Decode(AppendGap(nil, k, p))
+		if err != nil || m.Kind != KindGap || m.Key != k || m.Policy != p {
+			t.Fatalf("gap %v: %+v %v", p, m, err)
+		}
+	}
+	if m, err := d.Decode([]byte{1, 'G', 1, 'a', 1, 'b', 1, 3}); err != nil || m.Policy != core.GapExpire {
+		t.Fatalf("hand-made gap: %+v %v", m, err)
+	}
+	for _, bad := range [][]byte{nil, {1}, {2, 'C', 0, 0, 0}, {1, 'X', 0, 0, 0}, {1, 'C', 0, 0, 0, 0}, {1, 'C', 5, 'a'},
+		{1, 'G', 0, 0, 0}, {1, 'G', 0, 0, 0, 0}, {1, 'G', 0, 0, 0, 4}, {1, 'G', 0, 0, 0, 2, 2}} {
 		if _, err := d.Decode(bad); !errors.Is(err, ErrMessage) {
 			t.Errorf("%v: err %v, want ErrMessage", bad, err)
 		}
