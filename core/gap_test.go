@@ -214,43 +214,6 @@ func TestGapReleasesHeldEvents(t *testing.T) {
 	}
 }
 
-// TestGapPolicyRecoveryGap: a subscription restored from a dump whose first
-// live batch comes after watermark+1 lost the batches between: the gap
-// policy decides (keep: the restored blocks stay; expire: they are marked).
-func TestGapPolicyRecoveryGap(t *testing.T) {
-	for _, p := range []GapPolicy{GapKeep, GapExpire} {
-		t.Run(p.String(), func(t *testing.T) {
-			a := New(Options{})
-			sa := mustRegister(t, a, xxh3Reg("1"))
-			sim := newEngineSim(3, 4)
-			for i := 0; i < 50; i++ {
-				sa.Apply(sim.next(uint64(i)))
-			}
-			var dump collector
-			if err := a.DumpStreams(nil, &dump); err != nil {
-				t.Fatal(err)
-			}
-			b := New(Options{GapPolicy: p})
-			sb := mustRegister(t, b, xxh3Reg("1"))
-			dump.restore(t, b)
-			sb.Apply(&Batch{Seq: 51, HasSeq: true}) // seq 50 was lost
-			if b.TierBlocks() != a.TierBlocks() || b.Counters().RecoveryGaps.Load() != 1 {
-				t.Fatalf("after the gap: holdings %v, want %v; gaps %d", b.TierBlocks(), a.TierBlocks(), b.Counters().RecoveryGaps.Load())
-			}
-			at, pending := sb.NextExpiry()
-			if pending != (p == GapExpire) {
-				t.Fatalf("pending expiry %v", pending)
-			}
-			if pending {
-				sb.ExpireDue(at)
-				if b.TierBlocks() != [NumTiers]int{} {
-					t.Fatalf("after the expiry: %v", b.TierBlocks())
-				}
-			}
-		})
-	}
-}
-
 // gapObserver records the gap-related observer calls.
 type gapObserver struct{ calls []string }
 

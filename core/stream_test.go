@@ -283,11 +283,11 @@ func TestHoldAppliesNests(t *testing.T) {
 
 // TestRestoreStreamGapAfterWatermark: when the first batch a restored
 // subscription receives is beyond watermark+1, the batches in between are in
-// neither the dump nor the stream: the gap is counted and, under GapClear,
-// the restored blocks are cleared (true if incomplete). TestGapPolicies has
-// the other policies.
+// neither the dump nor the stream: the gap is counted and the gap policy
+// decides what stays of the restored blocks: under GapClear none (true if
+// incomplete), under GapKeep all, under GapExpire all until the expiry.
 func TestRestoreStreamGapAfterWatermark(t *testing.T) {
-	a, b := New(Options{}), New(Options{GapPolicy: GapClear})
+	a := New(Options{})
 	sa := mustRegister(t, a, xxh3Reg("1"))
 	sim := newEngineSim(3, 4)
 	for i := 0; i < 50; i++ {
@@ -297,15 +297,33 @@ func TestRestoreStreamGapAfterWatermark(t *testing.T) {
 	if err := a.DumpStreams(nil, &dump); err != nil {
 		t.Fatal(err)
 	}
-	sb := mustRegister(t, b, xxh3Reg("1"))
-	dump.restore(t, b)
-	if b.TierBlocks() != a.TierBlocks() {
-		t.Fatalf("restored %v, source %v", b.TierBlocks(), a.TierBlocks())
-	}
-	empty := &Batch{Seq: 51, HasSeq: true} // seq 50 was lost
-	sb.Apply(empty)
-	if tb := b.TierBlocks(); tb != [NumTiers]int{} || b.Counters().RecoveryGaps.Load() != 1 {
-		t.Fatalf("after the gap: holdings %v, gaps %d", tb, b.Counters().RecoveryGaps.Load())
+	for _, p := range []GapPolicy{GapClear, GapKeep, GapExpire} {
+		t.Run(p.String(), func(t *testing.T) {
+			b := New(Options{GapPolicy: p})
+			sb := mustRegister(t, b, xxh3Reg("1"))
+			dump.restore(t, b)
+			if b.TierBlocks() != a.TierBlocks() {
+				t.Fatalf("restored %v, source %v", b.TierBlocks(), a.TierBlocks())
+			}
+			sb.Apply(&Batch{Seq: 51, HasSeq: true}) // seq 50 was lost
+			want := a.TierBlocks()
+			if p == GapClear {
+				want = [NumTiers]int{}
+			}
+			if tb := b.TierBlocks(); tb != want || b.Counters().RecoveryGaps.Load() != 1 {
+				t.Fatalf("after the gap: holdings %v, want %v; gaps %d", tb, want, b.Counters().RecoveryGaps.Load())
+			}
+			at, pending := sb.NextExpiry()
+			if pending != (p == GapExpire) {
+				t.Fatalf("pending expiry %v", pending)
+			}
+			if pending {
+				sb.ExpireDue(at)
+				if b.TierBlocks() != [NumTiers]int{} {
+					t.Fatalf("after the expiry: %v", b.TierBlocks())
+				}
+			}
+		})
 	}
 }
 
