@@ -23,7 +23,7 @@ BENCH_E2E_ARGS = -engines 8 -dialects vllm-map,vllm-array -trace $(BENCH_E2E_TRA
 	-host 32768 -disk 65536 -store 131072 -verify -verify-every 1000 -query-only 5s \
 	-sweep 1000,2000,4000,6000,8000,10000 -sweep-time 2s
 
-.PHONY: all deps build install uninstall run test test-k8s docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail bench-fleet bench-streams bench-cores clean
+.PHONY: all deps build install uninstall run test test-k8s docs-test test-faults vet fmt-check race unit fuzz fuzz-smoke python-test bench bench-report bench-build bench-smoke bench-e2e bench-tail bench-fleet bench-streams bench-cores e2e-trace e2e-faults bench-gaps clean
 
 all: build
 
@@ -182,7 +182,7 @@ python-test: deps
 # check's build is CPU-bound). On a machine that other work keeps busy a stage
 # gets CPU in proportion to its runnable threads, so pairs finish well before
 # the two stages would in turn.
-TEST_STAGES ?= vet fmt-check staticcheck race+unit fuzz-smoke+chart-check python-test bench-smoke docs-test
+TEST_STAGES ?= vet fmt-check staticcheck race+unit fuzz-smoke+chart-check python-test bench-smoke e2e-trace e2e-faults docs-test
 test: deps
 	@MAKE="$(MAKE)" ./.ci/stages $(TEST_STAGES)
 
@@ -237,6 +237,79 @@ bench-build: build
 bench-smoke: bench-build
 	./$(BENCH_BIN) -spawn $(BIN) -engines 4 -ranks 2 -requests 300 -device 512 -host 512 -disk 1024 -store 2048 -clear-every 40 \
 		-verify -verify-every 100 -verify-sample 32 -query-only 1s -concurrency 2 -quiet >/dev/null
+
+# e2e-trace (part of `make test`): the first 2,000 records of the Mooncake
+# conversation trace (bench/testdata) through 8 simulated vLLM engines, map-
+# and array-encoded, with host and disk tiers, evictions, and a shared
+# Mooncake store master that flushes each request's stores and evictions as
+# one message (about 158 of them above 1 MiB, the largest 4,025,189 bytes;
+# -expect-large-store fails the run below 100), into a spawned conductor;
+# answers checked against the ground truth at 4 quiescent points and through
+# a query-only phase: any mismatch fails. E2E_CONDUCTOR runs another conductor
+# binary, E2E_CONDUCTOR_ARGS adds its flags
+# (E2E_CONDUCTOR_ARGS="--max-message-bytes 1048576").
+E2E_TRACE ?= bench/testdata/mooncake_conversation_trace_head2000.jsonl
+E2E_CONDUCTOR ?= $(BIN)
+E2E_CONDUCTOR_ARGS ?=
+E2E_RUN = ./$(BENCH_BIN) -spawn $(E2E_CONDUCTOR) $(if $(E2E_CONDUCTOR_ARGS),-spawn-args "$(E2E_CONDUCTOR_ARGS)") \
+	-engines 8 -dialects vllm-map,vllm-array -trace $(E2E_TRACE) -host 32768 -disk 65536 -store 131072 -verify -quiet
+e2e-trace: bench-build
+	$(E2E_RUN) -trace-limit 2000 -verify-every 500 -query-only 2s -expect-large-store 100
+
+# e2e-faults (part of `make test`): the first 1,000 records of the same trace
+# and fleet, three runs, each checked at 5 quiescent points of 128 prompts and
+# failing on accuracy outside its thresholds (docs/harness.md gives the
+# measurements they come from). Routing is round-robin, so which messages are
+# lost and what each point measures are fixed by the seeds.
+#  1. engines registered without replay lose 0.2% of their messages, the store
+#     master 0.5% of its, and 3 engine ranks restart (fault seed 1);
+#  2. conductor SIGKILLed after 500 records and restarted on its state
+#     directory, its snapshot written after 400 (-snapshot-at: a graceful
+#     restart; no other snapshot); engines keep rings of 128 messages, more
+#     than they publish in 100 records and fewer than in 500, so the snapshot
+#     matters;
+#  3. a query replica following a relay over NATS JetStream (bin/nats-server,
+#     built from the module), 3 rank restarts: every answer exact.
+# Runs 1 and 2 run conductor with --gap-policy clear (a conductor without that
+# flag clears: it is passed only when the binary has it). All three run even
+# when one fails.
+E2E_FAULTS_RUN = $(E2E_RUN) -trace-limit 1000 -verify-every 250 -verify-sample 128 -query-only 1s -policy round-robin
+e2e-faults: bench-build
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	@rc=0; \
+	echo "== e2e-faults 1/3: message loss without replay (engines 0.2%, store 0.5%) and 3 rank restarts"; \
+	$(E2E_FAULTS_RUN) -gap-policy clear -fault-seed 1 -engine-replay=false -loss-engines 0.002 -loss-store 0.005 -restarts 3 \
+		-min-exact-answers 0.25 -min-exact device=0.72,cpu_local=0.72,cpu_share=0.78,disk=0.78 -max-over-tokens-mean 0 \
+		-max-under-tokens-mean device=210,cpu_local=360,cpu_share=1400,disk=1450 || rc=1; \
+	echo "== e2e-faults 2/3: conductor SIGKILLed after 500 records and restarted from its state directory"; \
+	$(E2E_FAULTS_RUN) -gap-policy clear -snapshot-at 400 -crash-at 500 -replay-ring 128 \
+		-min-exact-answers 0.84 -min-exact device=1,cpu_local=1,cpu_share=0.86,disk=0.86 -max-over-tokens-mean 0 \
+		-max-under-tokens-mean cpu_share=1250,disk=1250 || rc=1; \
+	echo "== e2e-faults 3/3: a query replica following a relay, 3 rank restarts"; \
+	$(E2E_FAULTS_RUN) -replica -nats-server bin/nats-server -restarts 3 || rc=1; \
+	exit $$rc
+
+# bench-gaps: the measurements behind a gap policy: for each policy of
+# GAPS_POLICIES (conductor's --gap-policy; clear runs on a conductor without
+# that flag) and each loss rate of GAPS_RATES, GAPS_LIMIT trace records with
+# that fraction of the store master's messages lost, then of the engines'
+# (registered without replay), accuracy per tier over GAPS_SEEDS fault seeds
+# (at 0.1% a 400-record run loses 0.4 store messages on average); then, for
+# each snapshot interval of GAPS_INTERVALS, a SIGKILL after GAPS_CRASH_LIMIT−100 records
+# with the last snapshot that long before on the trace's clock: what the
+# restarted index lacks. The tables go to stdout and bench/results/gaps.md
+# (git-ignored).
+GAPS_POLICIES ?= clear
+GAPS_RATES ?= 0.001,0.01,0.1
+GAPS_SEEDS ?= 3
+GAPS_INTERVALS ?= 5m,10s,1s
+GAPS_LIMIT ?= 400
+GAPS_CRASH_LIMIT ?= 1200
+GAPS_TRACE ?= $(E2E_TRACE)
+bench-gaps: bench-build
+	@mkdir -p bench/results
+	./$(BENCH_BIN) gaps -conductor $(BIN) -trace $(GAPS_TRACE) -trace-limit $(GAPS_LIMIT) -policies $(GAPS_POLICIES) \
+		-rates $(GAPS_RATES) -seeds $(GAPS_SEEDS) -snapshot-intervals $(GAPS_INTERVALS) -crash-limit $(GAPS_CRASH_LIMIT) -md bench/results/gaps.md
 
 # bench-tail: query tail latency while one publisher ingests flat out
 # (BENCHMARKS.md, "Query tail latency under full ingest"): prints one table

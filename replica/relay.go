@@ -178,7 +178,10 @@ func (r *Relay) kick() {
 }
 
 // enqueueSub queues a message of rs's subscription (called under its lock):
-// nothing while rs is dirty; a drop makes it dirty.
+// nothing while rs is dirty; a drop makes it dirty and wakes the publisher,
+// which transfers dirty subscriptions once it has room: an idle publisher
+// would otherwise wait for other traffic or the next resync, since nothing
+// more of rs is queued (TestRelayOversizeWhileIdle).
 func (r *Relay) enqueueSub(rs *relaySub, m outMsg) {
 	m.sub = rs
 	if rs.dirty.Load() {
@@ -190,10 +193,12 @@ func (r *Relay) enqueueSub(rs *relaySub, m outMsg) {
 		// goes over in sections instead.
 		r.oversize.Inc()
 		rs.dirty.Store(true)
+		r.kick()
 		return
 	}
 	if !r.enqueue(m, false) {
 		rs.dirty.Store(true)
+		r.kick()
 	}
 }
 

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 
 	"github.com/seed-c7a81618/conductor/bench"
@@ -25,6 +26,16 @@ type EngineConfig struct {
 	// reset_prefix_cache, an SGLang flush); indexers drop everything that
 	// stream published, on every tier, and so does the simulator.
 	ClearEvery int
+	// NoReplay: each rank publishes without a replay socket and registers
+	// without a replay endpoint, so a lost message is a gap the indexer
+	// cannot replay (default false: vLLM's replay ROUTER per rank).
+	NoReplay bool
+	// Loss is the probability (0 ≤ Loss < 1) that a regular message of a
+	// rank is lost: the publisher consumes its sequence number but does not
+	// send it (bench.Publisher.PublishHidden; a rank with replay still keeps
+	// it in its ring, so the indexer can heal the gap). Quiesce sentinels are
+	// never lost. Draws come from the group's FaultSeed. Default 0.
+	Loss float64
 }
 
 func (c *EngineConfig) ensureDefaults() {
@@ -47,6 +58,7 @@ type Engine struct {
 type rankState struct {
 	rank  int
 	pub   *bench.Publisher
+	loss  *rand.Rand     // draws for EngineConfig.Loss
 	tiers [numTiers]*lru // device, host, disk (share is the Group's Store); nil when absent
 	enc   encoder
 	evs   []event
@@ -66,26 +78,73 @@ func newEngine(g *Group, cfg EngineConfig) (*Engine, error) {
 	cfg.ensureDefaults()
 	e := &Engine{cfg: cfg, g: g}
 	for r := 0; r < cfg.Ranks; r++ {
-		pub, err := bench.NewPublisher(bench.PublisherOptions{ReplyFrames: replyFrames(cfg.Dialect), Ring: g.cfg.ReplayRing})
+		pub, err := e.newPublisher("", "")
 		if err != nil {
 			e.close()
 			return nil, fmt.Errorf("sim: engine %s rank %d: %w", cfg.ID, r, err)
 		}
-		rs := &rankState{rank: r, pub: pub,
-			enc: encoder{d: cfg.Dialect, model: g.cfg.Model, blockSize: g.cfg.BlockSize, rank: r}}
-		rs.tiers[tierDevice] = newLRU(cfg.Device)
-		if cfg.Host > 0 {
-			rs.tiers[tierHost] = newLRU(cfg.Host)
-		}
-		if cfg.Disk > 0 {
-			rs.tiers[tierDisk] = newLRU(cfg.Disk)
-		}
-		if g.native != nil {
-			rs.native = make(map[uint64]uint64)
-		}
+		rs := &rankState{rank: r, pub: pub, loss: rand.New(rand.NewPCG(g.cfg.FaultSeed, streamSeed(cfg.ID, r)))}
+		e.reset(rs)
 		e.ranks = append(e.ranks, rs)
 	}
 	return e, nil
+}
+
+// newPublisher starts a rank's publisher on endpoint and replay ("": free
+// ports). A rank without replay keeps a ring of one message: nothing reads it.
+func (e *Engine) newPublisher(endpoint, replay string) (*bench.Publisher, error) {
+	o := bench.PublisherOptions{Endpoint: endpoint, ReplayEndpoint: replay, ReplyFrames: replyFrames(e.cfg.Dialect),
+		Ring: e.g.cfg.ReplayRing, NoReplay: e.cfg.NoReplay}
+	if o.NoReplay {
+		o.Ring = 1
+	}
+	return bench.NewPublisher(o)
+}
+
+// reset gives rs empty pools, a fresh encoder and no sentinel: the state of a
+// rank that has just started.
+func (e *Engine) reset(rs *rankState) {
+	rs.enc = encoder{d: e.cfg.Dialect, model: e.g.cfg.Model, blockSize: e.g.cfg.BlockSize, rank: rs.rank}
+	rs.tiers = [numTiers]*lru{}
+	rs.tiers[tierDevice] = newLRU(e.cfg.Device)
+	if e.cfg.Host > 0 {
+		rs.tiers[tierHost] = newLRU(e.cfg.Host)
+	}
+	if e.cfg.Disk > 0 {
+		rs.tiers[tierDisk] = newLRU(e.cfg.Disk)
+	}
+	rs.native = nil
+	if e.g.native != nil {
+		rs.native = make(map[uint64]uint64)
+	}
+	rs.evs = rs.evs[:0]
+	rs.hasSentinel = false
+	rs.served = 0
+}
+
+// restart restarts rank rs as a restarting engine process does: its pools
+// are empty (the new process holds nothing; no event says so), and its
+// publisher comes back on the same endpoints as a new incarnation whose
+// sequence starts at 0. The old publisher's ring goes with it.
+func (e *Engine) restart(rs *rankState) error {
+	ep, replay := rs.pub.Endpoint(), rs.pub.ReplayEndpoint()
+	if err := rs.pub.Close(); err != nil {
+		return fmt.Errorf("sim: restart %s rank %d: %w", e.cfg.ID, rs.rank, err)
+	}
+	pub, err := e.newPublisher(ep, replay)
+	if err != nil {
+		return fmt.Errorf("sim: restart %s rank %d: %w", e.cfg.ID, rs.rank, err)
+	}
+	rs.pub = pub
+	e.reset(rs)
+	return nil
+}
+
+// streamSeed derives a stream's fault-draw seed from its instance id and rank.
+func streamSeed(id string, rank int) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	return h.Sum64() ^ uint64(rank)<<56
 }
 
 // replyFrames: vLLM after PR #45177 answers replays in 4 frames, SGLang in 3.
@@ -115,7 +174,9 @@ type ServeStats struct {
 	CachedHit   int // leading blocks already on any tier reachable by the rank
 	Stored      int // blocks stored (device loads/computes and offloads)
 	Removed     int // blocks removed (evictions)
-	Messages    int // ZMQ messages published
+	Messages    int // ZMQ messages published (sequence numbers consumed, lost ones included)
+	Lost        int // of which lost (EngineConfig.Loss): never sent live
+	MaxBytes    int // the largest message's payload bytes
 	StoreStored int // blocks put into the shared store
 	Cleared     int // AllBlocksCleared events
 }
@@ -196,18 +257,18 @@ func (e *Engine) serve(r int, keys, native []uint64, tokens []int32, stepBlocks 
 			st.StoreStored++
 		}
 		if (i+1)%stepBlocks == 0 {
-			if err := e.flush(rs, &st); err != nil {
+			if err := e.flush(rs, &st, true); err != nil {
 				return st, err
 			}
 			run = -1
 		}
 	}
 	if store != nil {
-		if err := store.flush(); err != nil {
+		if err := store.flush(true); err != nil {
 			return st, err
 		}
 	}
-	return st, e.flush(rs, &st)
+	return st, e.flush(rs, &st, true)
 }
 
 // clear empties the rank's pools (and forgets its sentinel) and queues an
@@ -293,15 +354,23 @@ func (e *Engine) holds(rs *rankState, k uint64) bool {
 	return false
 }
 
-func (e *Engine) flush(rs *rankState, st *ServeStats) error {
+// flush publishes the pending events as one message; a regular one (not a
+// sentinel) is lost with probability EngineConfig.Loss.
+func (e *Engine) flush(rs *rankState, st *ServeStats, regular bool) error {
 	if len(rs.evs) == 0 {
 		return nil
 	}
 	rs.buf = rs.enc.append(rs.buf[:0], rs.evs)
 	// The publisher keeps the payload for replay: hand it its own copy.
-	if _, err := rs.pub.Publish(append([]byte(nil), rs.buf...)); err != nil {
+	publish := rs.pub.Publish
+	if regular && e.cfg.Loss > 0 && rs.loss.Float64() < e.cfg.Loss {
+		publish = rs.pub.PublishHidden
+		st.Lost++
+	}
+	if _, err := publish(append([]byte(nil), rs.buf...)); err != nil {
 		return err
 	}
+	st.MaxBytes = max(st.MaxBytes, len(rs.buf))
 	rs.evs = rs.evs[:0]
 	st.Messages++
 	return nil
@@ -328,7 +397,7 @@ func (e *Engine) publishSentinel(rs *rankState, rng *rand.Rand) error {
 	rs.sentinel, rs.hasSentinel = keys[0], true
 	rs.evs = append(rs.evs, event{kind: evStored, tier: tierDevice, hashes: keys, tokens: rs.sentTokens})
 	var st ServeStats
-	return e.flush(rs, &st)
+	return e.flush(rs, &st, false)
 }
 
 func randomTokens(dst []int32, n int, rng *rand.Rand) []int32 {

@@ -65,7 +65,16 @@ type GroupConfig struct {
 	// (vLLM's buffer_steps; default 256: the harness's messages are whole
 	// prefill steps, tens of KiB each, and every publisher keeps its own).
 	ReplayRing int
-	Seed       uint64
+	// StoreLoss is the probability (0 ≤ StoreLoss < 1) that a regular
+	// message of the Store is lost: its sequence number is consumed but it is
+	// never sent, a gap the indexer cannot replay (the master has no replay
+	// endpoint). Quiesce sentinels are never lost. Default 0.
+	StoreLoss float64
+	Seed      uint64
+	// FaultSeed seeds the loss draws (EngineConfig.Loss, StoreLoss), one
+	// stream of draws per publisher, so a run's losses depend only on the
+	// seed and the workload. Default 0.
+	FaultSeed uint64
 }
 
 // Group is a running context: its engines, store and router. One driver
@@ -93,6 +102,15 @@ type GroupStats struct {
 	Requests, Blocks, DeviceHit, CachedHit int64
 	Stored, Removed, Messages, StoreStored int64
 	Cleared, RouteErrors                   int64
+	// Lost engine messages (EngineConfig.Loss; counted in Messages) and the
+	// largest engine message's payload bytes.
+	Lost, MaxMessageBytes int64
+	// The Store's regular messages (one per request that changed its pool),
+	// how many were lost (StoreLoss), the largest one's payload bytes and how
+	// many exceeded 1 MiB.
+	StoreMessages, StoreLost, StoreMaxBytes, StoreOverMiB int64
+	// Restarts counts rank restarts (RestartRank).
+	Restarts int64
 }
 
 // DeviceHitRatio is the fraction of prompt blocks already on the chosen rank's device.
@@ -127,6 +145,14 @@ func NewGroup(cfg GroupConfig) (*Group, error) {
 	}
 	if cfg.ReplayRing <= 0 {
 		cfg.ReplayRing = 256
+	}
+	if cfg.StoreLoss < 0 || cfg.StoreLoss >= 1 {
+		return nil, fmt.Errorf("sim: StoreLoss %v: want 0 ≤ p < 1", cfg.StoreLoss)
+	}
+	for _, ec := range cfg.Engines {
+		if ec.Loss < 0 || ec.Loss >= 1 {
+			return nil, fmt.Errorf("sim: engine %s: Loss %v: want 0 ≤ p < 1", ec.ID, ec.Loss)
+		}
 	}
 	p, err := hash.Resolve(cfg.Profile)
 	if err != nil {
@@ -290,7 +316,43 @@ func (g *Group) Serve(tokens []int32, client Client) (ServeStats, error) {
 	s.Messages += int64(st.Messages)
 	s.StoreStored += int64(st.StoreStored)
 	s.Cleared += int64(st.Cleared)
+	s.Lost += int64(st.Lost)
+	s.MaxMessageBytes = max(s.MaxMessageBytes, int64(st.MaxBytes))
 	return st, err
+}
+
+// Rank names one publisher of a group: engine index (row order) and rank.
+type Rank struct{ Engine, Rank int }
+
+// Ranks lists every (engine, rank) of the group in row order.
+func (g *Group) Ranks() []Rank {
+	var out []Rank
+	for _, t := range g.targets() {
+		out = append(out, Rank{t.e, t.r})
+	}
+	return out
+}
+
+// PublishedSeq is the sequence number the next message of r gets: how many
+// its current publisher incarnation has published.
+func (g *Group) PublishedSeq(r Rank) uint64 { return g.engines[r.Engine].ranks[r.Rank].pub.NextSeq() }
+
+// RestartRank restarts one rank as a restarting engine process does: the
+// ground truth forgets everything the rank held (no event says so), and its
+// publisher comes back on the same endpoints, a new incarnation whose
+// sequence starts at 0 and whose replay ring is empty. The indexer sees the
+// sequence go back and clears the stream (the next Quiesce proves it has
+// reconnected and done so).
+func (g *Group) RestartRank(r Rank) error {
+	if r.Engine < 0 || r.Engine >= len(g.engines) || r.Rank < 0 || r.Rank >= len(g.engines[r.Engine].ranks) {
+		return fmt.Errorf("sim: restart: no rank %+v", r)
+	}
+	e := g.engines[r.Engine]
+	if err := e.restart(e.ranks[r.Rank]); err != nil {
+		return err
+	}
+	g.Stats.Restarts++
+	return nil
 }
 
 func (g *Group) awareTarget(tokens []int32, client Client, ts []target) target {

@@ -14,18 +14,53 @@ import (
 
 // Report is a run's result (JSON-encodable).
 type Report struct {
-	Date        string
-	Machine     Machine
-	Addr        string
-	Surface     string
-	Groups      []GroupReport
-	Ingest      IngestReport
-	Mixed       PhaseReport // query load while the workload is replayed
-	QueryOnly   PhaseReport // query load on a quiescent index
-	Verify      VerifyReport
-	Sweep       []SweepPoint `json:",omitempty"`
-	WallSeconds float64
+	Date      string
+	Machine   Machine
+	Addr      string
+	Surface   string
+	Groups    []GroupReport
+	Ingest    IngestReport
+	Mixed     PhaseReport // query load while the workload is replayed
+	QueryOnly PhaseReport // query load on a quiescent index
+	Verify    VerifyReport
+	// Accuracy has one point per verify point and one for the query-only
+	// phase. AccuracyQuiescent sums the verify points (what Thresholds are
+	// checked against: their prompts and the index state they see are fixed
+	// by the seeds, while how many queries the query-only phase fits depends
+	// on the machine); AccuracyTotal sums every point.
+	Accuracy          []AccuracyPoint `json:",omitempty"`
+	AccuracyQuiescent Accuracy
+	AccuracyTotal     Accuracy
+	Faults            FaultReport
+	Sweep             []SweepPoint `json:",omitempty"`
+	WallSeconds       float64
 }
+
+// AccuracyPoint is the accuracy measured at one point of a run.
+type AccuracyPoint struct {
+	// Label: "verify" (every VerifyEvery requests), "after crash", "end"
+	// (the quiescent index after the replay) or "query-only".
+	Label    string
+	Requests int // requests replayed when measured
+	Accuracy Accuracy
+	// IndexedBlocks is the indexer's conductor_blocks per tier and
+	// TruthBlocks what it holds when right: the simulator's blocks plus one
+	// sentinel per stream (absent when the indexer has no such metrics).
+	IndexedBlocks, TruthBlocks *[numTiers]int64 `json:",omitempty"`
+	// ReplicaLag is a replica's conductor_replica_lag_messages (absent
+	// elsewhere).
+	ReplicaLag *int64 `json:",omitempty"`
+}
+
+func (r *Report) addPoint(pt AccuracyPoint) {
+	r.Accuracy = append(r.Accuracy, pt)
+	r.AccuracyTotal.Merge(&pt.Accuracy)
+	if pt.Label != queryOnlyLabel {
+		r.AccuracyQuiescent.Merge(&pt.Accuracy)
+	}
+}
+
+const queryOnlyLabel = "query-only"
 
 // SweepPoint is one open-loop rate of the sweep.
 type SweepPoint struct {
@@ -49,6 +84,13 @@ type GroupReport struct {
 	TierBlocks     [numTiers]int
 	Cleared        int64
 	RouteErrors    int64
+	Restarts       int64
+	// Engine messages published (sequence numbers consumed), how many of them
+	// were lost, and the largest one's bytes.
+	Messages, Lost, MaxMessageBytes int64
+	// The store's messages, lost ones, the largest one's bytes and how many
+	// exceeded 1 MiB (0 without a store).
+	StoreMessages, StoreLost, StoreMaxBytes, StoreOverMiB int64
 }
 
 // IngestReport: blocks are (block, tier) stores and removals the engines
@@ -99,7 +141,10 @@ func (g *Group) report() GroupReport {
 	r := GroupReport{Model: g.cfg.Model, BlockSize: g.cfg.BlockSize, Profile: g.profile.Spec.Strategy + "/" + g.profile.Spec.Algorithm,
 		Policy: g.cfg.Policy.String(), Store: g.store != nil, Requests: g.Stats.Requests,
 		DeviceHitRatio: g.Stats.DeviceHitRatio(), CachedHitRatio: g.Stats.CachedHitRatio(), TierBlocks: g.TierBlocks(),
-		Cleared: g.Stats.Cleared, RouteErrors: g.Stats.RouteErrors}
+		Cleared: g.Stats.Cleared, RouteErrors: g.Stats.RouteErrors, Restarts: g.Stats.Restarts,
+		Messages: g.Stats.Messages, Lost: g.Stats.Lost, MaxMessageBytes: g.Stats.MaxMessageBytes,
+		StoreMessages: g.Stats.StoreMessages, StoreLost: g.Stats.StoreLost, StoreMaxBytes: g.Stats.StoreMaxBytes,
+		StoreOverMiB: g.Stats.StoreOverMiB}
 	for _, e := range g.engines {
 		r.Engines = append(r.Engines, fmt.Sprintf("%s:%s×%d", e.cfg.ID, e.cfg.Dialect, len(e.ranks)))
 	}
@@ -177,15 +222,82 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 			fmt.Fprintf(b, "| %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f | %d | %s |\n", p.Rate, p.QPS, p.P50, p.P90, p.P99, p.P999, p.MaxUs, p.Errors, cpu)
 		}
 	}
+	r.writeMessages(b)
+	r.writeFaults(b)
 	if r.Verify.Enabled {
 		fmt.Fprintf(b, "\nVerify: %d answers compared with the ground truth at %d quiescent points and in the query-only phase: %d mismatches (%.4f%% agreement).\n",
 			r.Verify.Checked, r.Verify.Points, r.Verify.Mismatches, 100*r.Verify.Agreement())
 		for _, e := range r.Verify.Examples {
 			fmt.Fprintf(b, "- %s\n", e)
 		}
+		r.writeAccuracy(b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeMessages: the message sizes and losses per group.
+func (r *Report) writeMessages(b *strings.Builder) {
+	fmt.Fprintf(b, "\n| group | engine messages | lost | largest | store messages | lost | largest | over 1 MiB | rank restarts |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, g := range r.Groups {
+		fmt.Fprintf(b, "| %s | %d | %d | %d B | %d | %d | %d B | %d | %d |\n", g.Model, g.Messages, g.Lost, g.MaxMessageBytes,
+			g.StoreMessages, g.StoreLost, g.StoreMaxBytes, g.StoreOverMiB, g.Restarts)
+	}
+}
+
+// writeFaults: the seed and the restarts and crash injected.
+func (r *Report) writeFaults(b *strings.Builder) {
+	f := &r.Faults
+	if len(f.Restarts) == 0 && f.CrashAt == 0 && f.SnapshotAt == 0 {
+		return
+	}
+	fmt.Fprintf(b, "\nFaults (seed %d):", f.Seed)
+	for _, e := range f.Restarts {
+		fmt.Fprintf(b, " restart %s/%d after request %d (%d messages);", e.Instance, e.Rank, e.Request, e.Messages)
+	}
+	if f.SnapshotAt > 0 {
+		fmt.Fprintf(b, " snapshot written after request %d;", f.SnapshotAt)
+	}
+	if f.CrashAt > 0 {
+		fmt.Fprintf(b, " SIGKILL after request %d, restarted and caught up in %.1f s", f.CrashAt, f.CrashSeconds)
+	}
+	b.WriteString("\n")
+}
+
+// writeAccuracy: one row per accuracy point and the total; per tier the
+// exact (row, tier) pairs, and the mean over- and under-reported tokens.
+func (r *Report) writeAccuracy(b *strings.Builder) {
+	fmt.Fprintf(b, "\nAccuracy per point (per tier: exact pairs %% / mean over-reported / mean under-reported tokens per instance row):\n\n")
+	fmt.Fprintf(b, "| point | requests | answers | exact answers |")
+	for _, n := range TierNames {
+		fmt.Fprintf(b, " %s |", n)
+	}
+	b.WriteString(" indexed / true blocks | replica lag |\n|---|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
+	row := func(label string, req string, a *Accuracy, pt *AccuracyPoint) {
+		fmt.Fprintf(b, "| %s | %s | %d | %.2f%% |", label, req, a.Answers, 100*a.ExactAnswers())
+		for t := range a.Tiers {
+			ta := &a.Tiers[t]
+			fmt.Fprintf(b, " %.2f%% / %.1f / %.1f |", 100*ta.ExactFraction(), ta.OverMean(), ta.UnderMean())
+		}
+		blocks, lag := "", ""
+		if pt != nil && pt.IndexedBlocks != nil && pt.TruthBlocks != nil {
+			var parts []string
+			for t := range pt.IndexedBlocks {
+				parts = append(parts, fmt.Sprintf("%d/%d", pt.IndexedBlocks[t], pt.TruthBlocks[t]))
+			}
+			blocks = strings.Join(parts, " ")
+		}
+		if pt != nil && pt.ReplicaLag != nil {
+			lag = fmt.Sprint(*pt.ReplicaLag)
+		}
+		fmt.Fprintf(b, " %s | %s |\n", blocks, lag)
+	}
+	for i := range r.Accuracy {
+		pt := &r.Accuracy[i]
+		row(pt.Label, fmt.Sprint(pt.Requests), &pt.Accuracy, pt)
+	}
+	row("**quiescent points**", "", &r.AccuracyQuiescent, nil)
+	row("**total**", "", &r.AccuracyTotal, nil)
 }
 
 // us is d in microseconds, the unit of the report's latencies.

@@ -62,6 +62,37 @@ type RunOptions struct {
 	Seed          uint64
 	// QuiesceTimeout bounds each wait for the indexer to catch up (default 60s).
 	QuiesceTimeout time.Duration
+
+	// Thresholds, when any bound is set, replace "any mismatch fails" in
+	// verify mode: the run fails (ErrBelowThreshold) when the accuracy over
+	// the answers of its quiescent verify points (Report.AccuracyQuiescent)
+	// misses a bound.
+	Thresholds Thresholds
+
+	// Faults (fault.go). Restarts restarts that many engine ranks
+	// (Group.RestartRank) after requests drawn at random from the replay.
+	Restarts int
+	// FaultSeed seeds the restart schedule and the ranks restarted.
+	FaultSeed uint64
+	// CrashAt > 0: after that many requests, Run calls Crash, which must end
+	// the indexer (SIGKILL) and start it again on the same address and
+	// state, returning once it serves; Run then quiesces and, in verify
+	// mode, measures the accuracy at once (the "after crash" point).
+	CrashAt int
+	Crash   func(context.Context) error
+	// SnapshotAt > 0: after that many requests (before CrashAt), Run
+	// quiesces and calls Snapshot, which must have the indexer write a
+	// snapshot of its state as it is then (conductor: stop it gracefully and
+	// start it again), and quiesces again. With no other snapshot between the two (conductor's
+	// --snapshot-interval 0), a crash at CrashAt then restarts from exactly
+	// the state after SnapshotAt requests.
+	SnapshotAt int
+	Snapshot   func(context.Context) error
+
+	// MetricsAddr is the host:port of the queried indexer's /metrics
+	// (default Addr). At each verify point Run reads, when present,
+	// conductor_blocks per tier and a replica's conductor_replica_lag_messages.
+	MetricsAddr string
 }
 
 func (o *RunOptions) ensureDefaults() {
@@ -89,6 +120,39 @@ func (o *RunOptions) ensureDefaults() {
 	if o.SweepTime <= 0 {
 		o.SweepTime = 2 * time.Second
 	}
+	if o.MetricsAddr == "" {
+		o.MetricsAddr = o.Addr
+	}
+}
+
+// validate lists every bad option.
+func (o *RunOptions) validate() error {
+	var errs []error
+	if len(o.Groups) == 0 || o.Source == nil {
+		errs = append(errs, errors.New("sim: Run needs groups and a source"))
+	}
+	if err := o.Thresholds.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Restarts < 0 {
+		errs = append(errs, fmt.Errorf("sim: Restarts %d: want ≥ 0", o.Restarts))
+	}
+	if o.Restarts > 0 && o.Requests <= 1 {
+		errs = append(errs, errors.New("sim: Restarts needs Requests > 1 (the schedule is drawn over them)"))
+	}
+	if o.CrashAt < 0 || (o.CrashAt > 0 && o.Crash == nil) {
+		errs = append(errs, fmt.Errorf("sim: CrashAt %d needs a Crash function", o.CrashAt))
+	}
+	if o.CrashAt > 0 && o.Requests > 0 && o.CrashAt >= o.Requests {
+		errs = append(errs, fmt.Errorf("sim: CrashAt %d: want fewer than the %d requests", o.CrashAt, o.Requests))
+	}
+	if o.SnapshotAt < 0 || (o.SnapshotAt > 0 && o.Snapshot == nil) {
+		errs = append(errs, fmt.Errorf("sim: SnapshotAt %d needs a Snapshot function", o.SnapshotAt))
+	}
+	if o.SnapshotAt > 0 && o.CrashAt > 0 && o.SnapshotAt >= o.CrashAt {
+		errs = append(errs, fmt.Errorf("sim: SnapshotAt %d: want it before CrashAt %d", o.SnapshotAt, o.CrashAt))
+	}
+	return errors.Join(errs...)
 }
 
 // maxKept bounds the mismatch reports a run keeps.
@@ -134,8 +198,8 @@ func (r *recent) pick(rng *rand.Rand) []int32 {
 // the quiescent index; the query-only phase; the sweep.
 func Run(ctx context.Context, o RunOptions) (*Report, error) {
 	o.ensureDefaults()
-	if len(o.Groups) == 0 || o.Source == nil {
-		return nil, errors.New("sim: Run needs groups and a source")
+	if err := o.validate(); err != nil {
+		return nil, err
 	}
 	r, err := newRun(o)
 	if err != nil {
@@ -150,7 +214,7 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		return r.rep, err
 	}
 	if o.Verify {
-		if err := r.verifyPoint(); err != nil {
+		if err := r.verifyPoint("end"); err != nil {
 			return r.rep, err
 		}
 	}
@@ -164,7 +228,13 @@ func Run(ctx context.Context, o RunOptions) (*Report, error) {
 		r.rep.Groups = append(r.rep.Groups, g.report())
 	}
 	r.rep.WallSeconds = time.Since(r.start).Seconds()
-	if o.Verify && r.rep.Verify.Mismatches > 0 {
+	if !o.Verify {
+		return r.rep, nil
+	}
+	if o.Thresholds.Any() {
+		return r.rep, o.Thresholds.Check(&r.rep.AccuracyQuiescent)
+	}
+	if r.rep.Verify.Mismatches > 0 {
 		return r.rep, fmt.Errorf("%w: %d of %d", ErrMismatch, r.rep.Verify.Mismatches, r.rep.Verify.Checked)
 	}
 	return r.rep, nil
@@ -183,6 +253,7 @@ type run struct {
 	history [][]int32 // reservoir of prompts: verification and the query-only phase
 	seen    int       // prompts offered to history
 	start   time.Time
+	faults  *faults
 
 	mu       sync.Mutex // guards the progress fields below
 	phase    string
@@ -209,6 +280,7 @@ func newRun(o RunOptions) (*run, error) {
 	for i := range r.recents {
 		r.recents[i] = &recent{}
 	}
+	r.faults = newFaults(&r.o, r.rep)
 	return r, nil
 }
 
@@ -256,11 +328,12 @@ func (r *run) quiesce() error {
 	return nil
 }
 
-// verifyPoint compares VerifySample prompts per group with the ground truth;
-// the index must be quiescent.
-func (r *run) verifyPoint() error {
+// verifyPoint compares VerifySample prompts per group with the ground truth
+// and adds an accuracy point labelled label; the index must be quiescent.
+func (r *run) verifyPoint(label string) error {
 	v := &r.rep.Verify
 	v.Points++
+	pt := AccuracyPoint{Label: label, Requests: r.requests}
 	var want, got Answer
 	for _, p := range verifyPrompts(r.history, r.o.VerifySample, r.rng) {
 		for _, g := range r.o.Groups {
@@ -272,8 +345,9 @@ func (r *run) verifyPoint() error {
 			d := ""
 			if err := r.ctl.Query(q, &got); err != nil {
 				d = err.Error()
+				pt.Accuracy.AddError()
 			} else {
-				d = Diff(&want, &got)
+				d = pt.Accuracy.Add(&want, &got)
 			}
 			if d != "" {
 				v.Mismatches++
@@ -283,6 +357,8 @@ func (r *run) verifyPoint() error {
 			}
 		}
 	}
+	r.observe(&pt)
+	r.rep.addPoint(pt)
 	return nil
 }
 
@@ -372,12 +448,17 @@ func (r *run) ingest(ctx context.Context) error {
 		if err = r.serve(p); err != nil {
 			break
 		}
+		var paused time.Duration
+		if paused, err = r.faults.after(ctx, r); err != nil {
+			break
+		}
+		ingestTime -= paused
 		if o.Verify && o.VerifyEvery > 0 && r.requests%o.VerifyEvery == 0 {
 			if err = r.quiesce(); err != nil {
 				break
 			}
 			ingestTime += time.Since(segStart)
-			if err = r.verifyPoint(); err != nil {
+			if err = r.verifyPoint("verify"); err != nil {
 				break
 			}
 			segStart = time.Now()
@@ -479,7 +560,10 @@ func (r *run) stopMixed(m *mixedLoad, only ingestOnlyCost) {
 	m.cancel()
 	res := <-m.done
 	st, rm, _ := r.counts()
-	r.rep.Mixed = PhaseReport{LoadResult: res, ServerCPUSeconds: cpuMixed.Seconds()}
+	r.rep.Mixed = PhaseReport{LoadResult: res}
+	if r.o.ServerPID > 0 {
+		r.rep.Mixed.ServerCPUSeconds = cpuMixed.Seconds()
+	}
 	if res.Requests > 0 && only.blocks > 0 && r.o.ServerPID > 0 {
 		perBlock := float64(only.cpu) / float64(only.blocks)
 		est := float64(cpuMixed) - perBlock*float64(st+rm-m.blocks0)
@@ -502,8 +586,9 @@ func (r *run) queryOnly(ctx context.Context) error {
 	}
 	r.setPhase("query-only")
 	load := queryLoad{Factory: r.factory, Seed: o.Seed + 2, Next: r.historyQuery}
+	pt := AccuracyPoint{Label: queryOnlyLabel, Requests: r.requests}
 	if o.Verify {
-		load.Check = r.truthCheck()
+		load.Check = r.truthCheck(&pt.Accuracy)
 	}
 	c0 := r.cpu()
 	res, err := load.run(ctx, o.Concurrency, o.QueryRate, o.QueryOnly)
@@ -511,11 +596,19 @@ func (r *run) queryOnly(ctx context.Context) error {
 		return err
 	}
 	c := r.cpu() - c0
-	r.rep.QueryOnly = PhaseReport{LoadResult: res, ServerCPUSeconds: c.Seconds()}
+	r.rep.QueryOnly = PhaseReport{LoadResult: res}
+	if o.ServerPID > 0 {
+		r.rep.QueryOnly.ServerCPUSeconds = c.Seconds()
+	}
 	if res.Requests > 0 && o.ServerPID > 0 {
 		r.rep.QueryOnly.ServerCPUPerQueryUs = float64(c) / float64(res.Requests) / 1e3
 	}
 	if o.Verify {
+		for i := int64(0); i < res.Errors; i++ {
+			pt.Accuracy.AddError() // failed queries (answers are tallied by truthCheck)
+		}
+		r.observe(&pt)
+		r.rep.addPoint(pt)
 		v := &r.rep.Verify
 		v.Checked += res.Requests - res.Errors
 		v.Mismatches += res.Mismatches
@@ -529,8 +622,8 @@ func (r *run) queryOnly(ctx context.Context) error {
 }
 
 // truthCheck compares an answer with the ground truth of its group (the
-// index must stay quiescent); safe for concurrent use.
-func (r *run) truthCheck() func(q *Query, a *Answer) error {
+// index must stay quiescent) and tallies it in acc; safe for concurrent use.
+func (r *run) truthCheck(acc *Accuracy) func(q *Query, a *Answer) error {
 	want := make([]truthCache, len(r.o.Groups))
 	for i := range want {
 		want[i] = truthCache{g: r.o.Groups[i], m: map[promptID]*Answer{}}
@@ -545,7 +638,7 @@ func (r *run) truthCheck() func(q *Query, a *Answer) error {
 				if err != nil {
 					return err
 				}
-				if d := Diff(w, a); d != "" {
+				if d := acc.Add(w, a); d != "" {
 					return errors.New(describe(q, d))
 				}
 				return nil

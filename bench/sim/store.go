@@ -26,15 +26,19 @@ type Store struct {
 
 	sentinel    uint64
 	hasSentinel bool
+
+	loss *rand.Rand // draws for GroupConfig.StoreLoss
 }
 
 func newStore(g *Group, capacity int) (*Store, error) {
-	pub, err := bench.NewPublisher(bench.PublisherOptions{NoReplay: true})
+	// No replay socket; a ring of one message, since nothing reads it.
+	pub, err := bench.NewPublisher(bench.PublisherOptions{NoReplay: true, Ring: 1})
 	if err != nil {
 		return nil, fmt.Errorf("sim: store: %w", err)
 	}
 	id := "mooncake-store-" + g.cfg.Model
-	return &Store{g: g, id: id, backend: "sim-" + g.cfg.Model, pub: pub, pool: newLRU(capacity)}, nil
+	return &Store{g: g, id: id, backend: "sim-" + g.cfg.Model, pub: pub, pool: newLRU(capacity),
+		loss: rand.New(rand.NewPCG(g.cfg.FaultSeed, streamSeed(id, 0)))}, nil
 }
 
 func (s *Store) event(typ string, k uint64) {
@@ -55,14 +59,32 @@ func (s *Store) put(k uint64) {
 	}
 }
 
-func (s *Store) flush() error {
+// flush publishes the pending events as one message, as the master flushes
+// a request's stores and evictions; a regular one (not a sentinel) is lost
+// with probability GroupConfig.StoreLoss.
+func (s *Store) flush(regular bool) error {
 	if len(s.pending) == 0 {
 		return nil
 	}
 	s.buf = bench.AppendMooncakeBatch(s.buf[:0], uint64(time.Now().UnixMilli()), 0, s.pending...)
 	s.pending = s.pending[:0]
-	_, err := s.pub.Publish(append([]byte(nil), s.buf...))
-	return err
+	publish := s.pub.Publish
+	st := &s.g.Stats
+	if regular && s.g.cfg.StoreLoss > 0 && s.loss.Float64() < s.g.cfg.StoreLoss {
+		publish = s.pub.PublishHidden
+		st.StoreLost++
+	}
+	if _, err := publish(append([]byte(nil), s.buf...)); err != nil {
+		return err
+	}
+	if regular {
+		st.StoreMessages++
+		st.StoreMaxBytes = max(st.StoreMaxBytes, int64(len(s.buf)))
+		if len(s.buf) > 1<<20 {
+			st.StoreOverMiB++
+		}
+	}
+	return nil
 }
 
 func (s *Store) publishSentinel(rng *rand.Rand) (tokens []int32, err error) {
@@ -76,5 +98,5 @@ func (s *Store) publishSentinel(rng *rand.Rand) (tokens []int32, err error) {
 	}
 	s.sentinel, s.hasSentinel = keys[0], true
 	s.event("stored", keys[0])
-	return tokens, s.flush()
+	return tokens, s.flush(false)
 }

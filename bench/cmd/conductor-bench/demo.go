@@ -68,8 +68,8 @@ func runDemo(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// so restoring their registrations would only conflict with the next
 	// run's.
 	cargs := append([]string{"--listen", "127.0.0.1", "--http-port", strconv.Itoa(*port), "--state-dir", ""}, fs.Args()...)
-	srv := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(*port))}
-	if err := srv.start(ctx, *bin, cargs, stdout, stderr); err != nil {
+	srv := &server{bin: *bin, args: cargs, stdout: stdout, out: stderr, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(*port))}
+	if err := srv.start(ctx); err != nil {
 		return fail(1, "cannot start conductor: %v", err)
 	}
 	d, err := sim.StartDemo(sim.DemoOptions{Addr: srv.addr, Out: stdout})

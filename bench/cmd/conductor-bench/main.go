@@ -30,12 +30,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -80,6 +76,22 @@ type flags struct {
 	jsonOut, mdOut, svgOut string
 	quiet                  bool
 	seed                   uint64
+
+	// Faults and accuracy.
+	engineReplay                  bool
+	lossEngines, lossStore        float64
+	faultSeed                     uint64
+	restarts, crashAt, snapshotAt int
+	snapshotInterval              time.Duration
+	replica                       bool
+	natsServer                    string
+	gapPolicy                     string
+	gapExpireAfter                time.Duration
+	minExactAnswers               float64
+	minExact, maxOver, maxUnder   string
+	thresholds                    sim.Thresholds
+	replayRing                    int
+	expectLargeStore              int
 }
 
 func parse(args []string, stderr io.Writer) (*flags, error) {
@@ -128,13 +140,89 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.svgOut, "svg", "", "write the sweep's latency/throughput plot (SVG) to this file")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress lines")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed (routing, synthetic workload, query choice)")
+	fs.IntVar(&f.replayRing, "replay-ring", 0, "messages each engine rank keeps for replay (vLLM's buffer_steps; 0: the harness's default, 256)")
+	fs.IntVar(&f.expectLargeStore, "expect-large-store", 0, "fail unless at least this many store messages exceeded 1 MiB (a run meant to exercise large store flushes checks that it did)")
+	fs.BoolVar(&f.engineReplay, "engine-replay", true, "engines publish with a replay endpoint (false: registered without one, so a lost message is a gap that cannot be replayed)")
+	fs.Float64Var(&f.lossEngines, "loss-engines", 0, "probability that an engine message is lost (its sequence consumed, never sent; sentinels never)")
+	fs.Float64Var(&f.lossStore, "loss-store", 0, "probability that a store master message is lost (its sequence consumed, never sent; sentinels never)")
+	fs.Uint64Var(&f.faultSeed, "fault-seed", 1, "seed of the losses, the restart schedule and the ranks restarted (logged)")
+	fs.IntVar(&f.restarts, "restarts", 0, "restart this many engine ranks at random points of the replay (emptied cache, publisher back on the same endpoints with sequence 0)")
+	fs.IntVar(&f.crashAt, "crash-at", 0, "with -spawn: SIGKILL conductor after this many requests, restart it on the same ports and state directory, measure the accuracy at once, and continue")
+	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "with -spawn: conductor's --snapshot-interval (0: conductor's default, 5m; with -snapshot-at: 0, snapshots only at shutdown)")
+	fs.IntVar(&f.snapshotAt, "snapshot-at", 0, "with -spawn and -crash-at: stop conductor gracefully after this many requests (it writes its snapshot) and start it again, so the crash restarts from the state of that moment (conductor then runs with --snapshot-interval 0: no other snapshot)")
+	fs.BoolVar(&f.replica, "replica", false, "with -spawn: start a nats-server, a relay conductor (--nats-publish) the engines register with, and a query replica (--nats-consume); queries, quiescing and verification go to the replica")
+	fs.StringVar(&f.natsServer, "nats-server", "", "nats-server binary for -replica (default: nats-server beside the -spawn binary, else on PATH)")
+	fs.StringVar(&f.gapPolicy, "gap-policy", "", "with -spawn: conductor's --gap-policy (clear, keep, expire); clear on a conductor without that flag passes nothing (clear is its behaviour)")
+	fs.DurationVar(&f.gapExpireAfter, "gap-expire-after", 0, "with -spawn and -gap-policy expire: conductor's --gap-expire-after")
+	fs.Float64Var(&f.minExactAnswers, "min-exact-answers", -1, "with -verify: fail when fewer answers than this fraction have no difference (any threshold flag replaces \"any mismatch fails\")")
+	fs.StringVar(&f.minExact, "min-exact", "", "with -verify: minimum fraction of exact (instance row, tier) pairs: one number for every tier, or tier=value,... (device, cpu_local, cpu_share, disk)")
+	fs.StringVar(&f.maxOver, "max-over-tokens-mean", "", "with -verify: maximum mean over-reported tokens per (instance row, tier) pair, as -min-exact")
+	fs.StringVar(&f.maxUnder, "max-under-tokens-mean", "", "with -verify: maximum mean under-reported tokens per (instance row, tier) pair, as -min-exact")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	return f, nil
+	return f, f.check()
+}
+
+// check validates the fault and threshold flags and fills f.thresholds.
+func (f *flags) check() error {
+	var errs []error
+	for _, p := range []struct {
+		name string
+		v    float64
+	}{{"-loss-engines", f.lossEngines}, {"-loss-store", f.lossStore}} {
+		if p.v < 0 || p.v >= 1 {
+			errs = append(errs, fmt.Errorf("%s %v: want a probability in [0, 1)", p.name, p.v))
+		}
+	}
+	if f.restarts < 0 || f.crashAt < 0 {
+		errs = append(errs, errors.New("-restarts and -crash-at: want ≥ 0"))
+	}
+	if f.spawn == "" {
+		for name, set := range map[string]bool{"-crash-at": f.crashAt > 0, "-snapshot-interval": f.snapshotInterval != 0, "-snapshot-at": f.snapshotAt > 0,
+			"-replica": f.replica, "-gap-policy": f.gapPolicy != "", "-gap-expire-after": f.gapExpireAfter != 0} {
+			if set {
+				errs = append(errs, fmt.Errorf("%s needs -spawn", name))
+			}
+		}
+	}
+	if f.snapshotAt < 0 || (f.snapshotAt > 0 && (f.crashAt <= f.snapshotAt || f.snapshotInterval != 0)) {
+		errs = append(errs, errors.New("-snapshot-at: want it before -crash-at, and no -snapshot-interval"))
+	}
+	if f.replayRing < 0 {
+		errs = append(errs, fmt.Errorf("-replay-ring %d: want ≥ 0", f.replayRing))
+	}
+	if f.expectLargeStore > 0 && f.store <= 0 {
+		errs = append(errs, errors.New("-expect-large-store needs a store (-store)"))
+	}
+	if f.gapExpireAfter != 0 && f.gapPolicy != "expire" {
+		errs = append(errs, errors.New("-gap-expire-after needs -gap-policy expire"))
+	}
+	t := &f.thresholds
+	if f.minExactAnswers >= 0 {
+		t.MinExactAnswers = sim.Limit{Set: true, Value: f.minExactAnswers}
+	}
+	for _, p := range []struct {
+		name, text string
+		dst        *[4]sim.Limit
+	}{{"-min-exact", f.minExact, &t.MinExact}, {"-max-over-tokens-mean", f.maxOver, &t.MaxOverMean},
+		{"-max-under-tokens-mean", f.maxUnder, &t.MaxUnderMean}} {
+		l, err := sim.ParseTierLimits(p.text)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", p.name, err))
+		}
+		*p.dst = l
+	}
+	if err := t.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if t.Any() && !f.verify {
+		errs = append(errs, errors.New("threshold flags need -verify"))
+	}
+	return errors.Join(errs...)
 }
 
 func profileSpec(name, seed string) (hash.Spec, error) {
@@ -153,6 +241,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "demo" {
 		return runDemo(ctx, args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "gaps" {
+		return runGaps(ctx, args[1:], stdout, stderr)
+	}
 	f, err := parse(args, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -161,32 +252,40 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "conductor-bench:", err)
 		return 2
 	}
-	fail := func(code int, err error) int {
+	_, code, _ := runBench(ctx, f, stdout, stderr)
+	return code
+}
+
+// runBench runs the harness as f says and writes the report; it returns the
+// report (nil when the run did not start), the exit status and the error
+// that set it.
+func runBench(ctx context.Context, f *flags, stdout, stderr io.Writer) (*sim.Report, int, error) {
+	fail := func(rep *sim.Report, code int, err error) (*sim.Report, int, error) {
 		fmt.Fprintln(stderr, "conductor-bench:", err)
-		return code
+		return rep, code, err
 	}
 	if f.surface == "dynamo" && f.profile != "xxh3" {
-		return fail(2, fmt.Errorf("-surface dynamo needs -profile xxh3: Dynamo workers hash with the RFC #1527 standard"))
+		return fail(nil, 2, fmt.Errorf("-surface dynamo needs -profile xxh3: Dynamo workers hash with the RFC #1527 standard"))
 	}
 	spec, err := profileSpec(f.profile, f.seedText)
 	if err != nil {
-		return fail(2, err)
+		return fail(nil, 2, err)
 	}
 	var engineSpec hash.Spec
 	if f.engineHash != "" {
 		if engineSpec, err = profileSpec(f.engineHash, f.seedText); err != nil {
-			return fail(2, fmt.Errorf("-engine-hash: %w", err))
+			return fail(nil, 2, fmt.Errorf("-engine-hash: %w", err))
 		}
 	}
 	policy, err := sim.ParsePolicy(f.policy)
 	if err != nil {
-		return fail(2, err)
+		return fail(nil, 2, err)
 	}
 	var dialects []sim.Dialect
 	for _, d := range strings.Split(f.dialects, ",") {
 		dd, err := sim.ParseDialect(strings.TrimSpace(d))
 		if err != nil {
-			return fail(2, err)
+			return fail(nil, 2, err)
 		}
 		dialects = append(dialects, dd)
 	}
@@ -197,7 +296,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		v, err := strconv.ParseFloat(r, 64)
 		if err != nil || v <= 0 {
-			return fail(2, fmt.Errorf("-sweep: bad rate %q", r))
+			return fail(nil, 2, fmt.Errorf("-sweep: bad rate %q", r))
 		}
 		rates = append(rates, v)
 	}
@@ -207,12 +306,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if f.trace != "" {
 		fh, err := os.Open(f.trace)
 		if err != nil {
-			return fail(1, err)
+			return fail(nil, 1, err)
 		}
 		recs, err := sim.ReadTrace(fh, f.traceLimit)
 		fh.Close()
 		if err != nil {
-			return fail(1, err)
+			return fail(nil, 1, err)
 		}
 		src = &sim.TraceSource{Records: recs}
 		if requests <= 0 || requests > len(recs) {
@@ -233,32 +332,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			id = strconv.Itoa(i + 1) // Dynamo instance ids are numbers
 		}
 		engines[i] = sim.EngineConfig{ID: id, Dialect: d,
-			Ranks: f.ranks, Device: f.device, Host: f.host, Disk: f.disk, ClearEvery: f.clearEvery}
+			Ranks: f.ranks, Device: f.device, Host: f.host, Disk: f.disk, ClearEvery: f.clearEvery,
+			NoReplay: !f.engineReplay, Loss: f.lossEngines}
 	}
 	g, err := sim.NewGroup(sim.GroupConfig{Model: f.model, BlockSize: f.blockSize, Profile: spec, Engines: engines,
-		StoreBlocks: f.store, Policy: policy, Seed: f.seed, EngineProfile: engineSpec})
+		StoreBlocks: f.store, Policy: policy, Seed: f.seed, EngineProfile: engineSpec, StoreLoss: f.lossStore, FaultSeed: f.faultSeed, ReplayRing: f.replayRing})
 	if err != nil {
-		return fail(2, err)
+		return fail(nil, 2, err)
 	}
 	defer g.Close()
 
-	addr, pid, qaddr := f.addr, f.serverPID, f.queryAddr
-	if f.spawn != "" {
-		srv, err := spawn(ctx, f.spawn, strings.Fields(f.spawnArgs), f.surface, stderr)
-		if err != nil {
-			return fail(1, err)
-		}
-		defer srv.stop() // before g.Close: the server stops before its publishers vanish
-		addr, pid = srv.addr, srv.cmd.Process.Pid
-		if srv.queryAddr != "" {
-			qaddr = srv.queryAddr
-		}
-	}
-
-	o := sim.RunOptions{Addr: addr, QueryAddr: qaddr, Surface: f.surface, Groups: []*sim.Group{g}, Source: src, Requests: requests,
+	o := sim.RunOptions{Addr: f.addr, QueryAddr: f.queryAddr, Surface: f.surface, Groups: []*sim.Group{g}, Source: src, Requests: requests,
 		Duration: f.duration, IngestRate: f.ingestRate, Concurrency: f.concurrency, QueryRate: f.qps,
 		QueryOnly: f.queryOnly, Verify: f.verify, VerifyEvery: f.verifyEvery, VerifySample: f.verifyN,
-		SweepRates: rates, SweepTime: f.sweepTime, ServerPID: pid, Seed: f.seed}
+		SweepRates: rates, SweepTime: f.sweepTime, ServerPID: f.serverPID, Seed: f.seed,
+		Thresholds: f.thresholds, Restarts: f.restarts, FaultSeed: f.faultSeed, CrashAt: f.crashAt, SnapshotAt: f.snapshotAt}
+	if f.spawn != "" {
+		fl, err := startFleet(ctx, f, stderr)
+		if err != nil {
+			return fail(nil, 1, err)
+		}
+		defer fl.stop() // before g.Close: the servers stop before their publishers vanish
+		fl.wire(&o)
+	}
 	if o.QueryOnly == 0 {
 		o.QueryOnly = -1
 	}
@@ -266,17 +362,25 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		o.Progress = stderr
 	}
 	fmt.Fprintf(stderr, "conductor-bench: %d engines (%s) × %d ranks into %s, %d requests, policy %s, surface %s, verify %v\n",
-		f.engines, f.dialects, f.ranks, addr, requests, policy, f.surface, f.verify)
-	rep, runErr := sim.Run(ctx, o)
+		f.engines, f.dialects, f.ranks, o.Addr, requests, policy, f.surface, f.verify)
+	if f.lossEngines > 0 || f.lossStore > 0 || f.restarts > 0 || f.crashAt > 0 || !f.engineReplay {
+		fmt.Fprintf(stderr, "conductor-bench: faults: seed %d, engine replay %v, loss engines %v store %v, %d rank restarts, snapshot after request %d, crash after request %d\n",
+			f.faultSeed, f.engineReplay, f.lossEngines, f.lossStore, f.restarts, f.snapshotAt, f.crashAt)
+	}
+	rep, err := sim.Run(ctx, o)
 	if rep != nil {
 		if err := writeReport(rep, f, stdout); err != nil {
-			return fail(1, err)
+			return fail(rep, 1, err)
 		}
 	}
-	if runErr != nil {
-		return fail(1, runErr)
+	if err != nil {
+		return fail(rep, 1, err)
 	}
-	return 0
+	if over := g.Stats.StoreOverMiB; over < int64(f.expectLargeStore) {
+		return fail(rep, 1, fmt.Errorf("%d store messages exceeded 1 MiB, -expect-large-store wants %d: the run does not exercise large flushes",
+			over, f.expectLargeStore))
+	}
+	return rep, 0, nil
 }
 
 func writeReport(rep *sim.Report, f *flags, stdout io.Writer) error {
@@ -318,124 +422,4 @@ func writeReport(rep *sim.Report, f *flags, stdout io.Writer) error {
 		return err
 	}
 	return nil
-}
-
-// server is a spawned conductor.
-type server struct {
-	cmd       *exec.Cmd
-	addr      string
-	queryAddr string // the RPC or Dynamo surface, when spawned with one
-	done      chan struct{}
-	dir       string // removed when the server stops ("" for none)
-}
-
-// freePort returns a loopback port that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// spawn starts bin on a free loopback port with an empty configuration file
-// and durable state in a directory of its own, and waits until /health
-// answers.
-func spawn(ctx context.Context, bin string, extra []string, surface string, stderr io.Writer) (*server, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	rpcPort, dynPort := 0, 0
-	switch surface {
-	case "rpc":
-		if rpcPort, err = freePort(); err != nil {
-			return nil, err
-		}
-	case "dynamo":
-		if dynPort, err = freePort(); err != nil {
-			return nil, err
-		}
-		extra = append([]string{"--dynamo-port", strconv.Itoa(dynPort)}, extra...)
-	}
-	dir, err := os.MkdirTemp("", "conductor-bench")
-	if err != nil {
-		return nil, err
-	}
-	cfg := filepath.Join(dir, "conductor.json")
-	if err := os.WriteFile(cfg, []byte("{}\n"), 0o600); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	// RPC (or Dynamo) on a free port of its own when that surface is queried,
-	// RPC off otherwise.
-	args := append([]string{"--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "WARN",
-		"--rpc-port", strconv.Itoa(rpcPort), "--state-dir", filepath.Join(dir, "state")}, extra...)
-	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir}
-	if p := max(rpcPort, dynPort); p != 0 {
-		s.queryAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
-	}
-	if err := s.start(ctx, bin, args, stderr, stderr); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// start runs bin with args, its output to stdout and stderr, and waits until
-// s.addr answers /health. The process has a process group of its own, so a
-// terminal's Ctrl-C reaches only this harness, which then stops it in order.
-func (s *server) start(ctx context.Context, bin string, args []string, stdout, stderr io.Writer) error {
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	ownProcessGroup(cmd)
-	if err := cmd.Start(); err != nil {
-		s.removeDir()
-		return err
-	}
-	s.cmd, s.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get("http://" + s.addr + "/health")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return nil
-			}
-		}
-		select {
-		case <-s.done:
-			s.removeDir()
-			return fmt.Errorf("%s exited before serving (%v)", bin, cmd.ProcessState)
-		case <-ctx.Done():
-			s.stop()
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.stop()
-			return fmt.Errorf("%s did not answer /health on %s within 15s", bin, s.addr)
-		}
-	}
-}
-
-// stop sends SIGTERM (conductor drains and exits) and kills after 10s; it
-// returns the process's exit code.
-func (s *server) stop() int {
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(10 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-	s.removeDir()
-	return s.cmd.ProcessState.ExitCode()
-}
-
-func (s *server) removeDir() {
-	if s.dir != "" {
-		os.RemoveAll(s.dir)
-	}
 }
