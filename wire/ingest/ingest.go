@@ -108,8 +108,8 @@ type ListenerStatus struct {
 	// block bound (core.Registration.MaxBlocks).
 	GapsKept, ExpiredBlocks, EvictedBlocks uint64
 	// LargestMessage is the largest message the stream has sent, in bytes,
-	// and QueueMessages the high-water mark of its libzmq queues sized from
-	// it (IngestOptions.RcvHWM).
+	// and QueueMessages the high-water mark of its SUB socket's libzmq
+	// queue, sized from it (IngestOptions.RcvHWM).
 	LargestMessage int64
 	QueueMessages  int
 }

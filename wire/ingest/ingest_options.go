@@ -135,13 +135,16 @@ type IngestOptions struct {
 	// libzmq counts messages, not bytes, so their high-water mark is
 	// ReceiveQueueBytes/L messages (at least 1, at most RcvHWM; RcvHWM alone
 	// with MaxMessageBytes -1), where L is the largest message the stream
-	// has sent, or 1 MiB until it sent a larger one; the listener lowers the
-	// mark of its open sockets as soon as it reads a larger message. So
-	// libzmq holds at most max(ReceiveQueueBytes, L) per socket plus the
-	// message it is receiving — with one exception: messages larger than
-	// any before, arriving while the mark is still sized for smaller ones,
-	// can fill the queue to the old mark (at most ReceiveQueueBytes/1 MiB
-	// of them). When the SUB's queue is full, libzmq stops reading the
+	// has sent, or 1 MiB until it sent a larger one; sockets opened later
+	// get the new mark, and open ones as soon as libzmq's flow control lets
+	// it be lowered without stalling the connection (queueMark): at once
+	// to at least twice the messages read since libzmq's last
+	// acknowledgement, and to the full amount within half the old mark in
+	// messages. So libzmq holds at most max(ReceiveQueueBytes, L) per
+	// socket plus the message it is receiving — with one exception:
+	// messages larger than any before, arriving while the mark is still
+	// sized for smaller ones, can fill the queue to the old mark (at most
+	// ReceiveQueueBytes/1 MiB of them). When the SUB's queue is full, libzmq stops reading the
 	// connection: the publisher queues up to its own send high-water mark,
 	// then drops, and the subscriber sees a gap. The replay socket pushes
 	// back the same way; a replay whose replies the publisher dropped is

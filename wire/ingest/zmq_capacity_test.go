@@ -513,6 +513,49 @@ func TestZMQListenerSocketsAndFDs(t *testing.T) {
 	waitFor(t, "resumed listener active", func() bool { return h.status(keys[0]).State == ingest.ListenerActive })
 }
 
+// TestZMQLowerMarkWhileOpen: a message larger than any before lowers the
+// open SUB socket's high-water mark at a point where libzmq's flow control
+// was last acknowledged 21 messages back (libzmq acks every 32 messages at
+// the starting mark of 64), the point where setting the mark at once stalls
+// the connection for good (TestQueueMarkAgreesWithLibzmq). Every message
+// after it arrives, and the mark reaches the one sized for the message
+// within one ack period.
+func TestZMQLowerMarkWhileOpen(t *testing.T) {
+	opts := fastOpts(t) // default MaxMessageBytes and ReceiveQueueBytes
+	h := newHarness(t, opts)
+	pub := newPublisher(t, bench.PublisherOptions{NoReplay: true})
+	r := registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t))
+	r.ReplayEndpoint = ""
+	k := h.register(r)
+	h.prime(k, pub, emptyVLLM())
+	// Every message read from the socket is applied as one batch: pad the
+	// count to 20 past an ack, so the big message is the 21st.
+	for x := uint64(1); h.status(k).Batches%32 != 20; x++ {
+		publish(t, pub, storeOne(x))
+		n := h.status(k).Batches
+		waitFor(t, "the padding message", func() bool { return h.status(k).Batches > n })
+	}
+	hs := make([]uint64, 600000)
+	for i := range hs {
+		hs[i] = uint64(i+1)*0xbf58476d1ce4e5b9 | 1
+	}
+	big := bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, bench.EngineStored{Hashes: hs, BlockSize: testBS, Medium: "GPU"})
+	want := (64 << 20) / len(big)
+	if want > 21 {
+		t.Fatalf("a message of %d bytes sizes the queue for %d messages; the test needs at most 21", len(big), want)
+	}
+	publish(t, pub, big)
+	waitFor(t, "the big message", func() bool { return h.holds("vllm-a", hs[len(hs)-1]) })
+	for i := uint64(0); i < 40; i++ {
+		publish(t, pub, storeOne(1<<40+i))
+	}
+	waitFor(t, "every message after the big one", func() bool { return h.holds("vllm-a", 1<<40+39) })
+	st := h.status(k)
+	if st.QueueMessages != want || st.Gaps != 0 || st.Reconnects != 0 || st.LargestMessage < int64(len(big)) {
+		t.Fatalf("want the queue at %d messages, no gap or reconnection: %+v", want, st)
+	}
+}
+
 // TestZMQProducerSizedMessages: the messages real producers send are applied
 // with the default limits. A Mooncake store master flushes a request's stores
 // as one batch — 60,000 events, over 15 MB at ~262 bytes an event, as on
@@ -574,9 +617,19 @@ func TestZMQProducerSizedMessages(t *testing.T) {
 	for _, c := range []struct {
 		k    core.ServiceKey
 		size int
-	}{{mk, len(flush)}, {ek, len(prompt)}} {
+		pub  *bench.Publisher
+		next func(i uint64) []byte
+	}{{mk, len(flush), master, func(i uint64) []byte { return bench.AppendMooncakeBatch(nil, 1700000000003+i, 0) }},
+		{ek, len(prompt), engine, func(i uint64) []byte { return storeOne(8 + i) }}} {
+		wantHWM := max(1, (64<<20)/int(h.status(c.k).LargestMessage))
+		// The open socket's mark gets there within one of libzmq's ack
+		// periods (TestZMQLowerMarkWhileOpen).
+		for i := uint64(0); h.status(c.k).QueueMessages != wantHWM && i < 32; i++ {
+			n := h.status(c.k).Batches
+			publish(t, c.pub, c.next(i))
+			waitFor(t, "a message after the large one", func() bool { return h.status(c.k).Batches > n })
+		}
 		st := h.status(c.k)
-		wantHWM := max(1, (64<<20)/int(st.LargestMessage))
 		if st.Oversize != 0 || st.DecodeErrors != 0 || st.Gaps != 0 || st.Reconnects != 0 || st.StaleClears != 0 ||
 			st.LargestMessage < int64(c.size) || st.QueueMessages != wantHWM {
 			t.Errorf("%s: want the message applied and the queue sized for it (%d messages): %+v", c.k.InstanceID, wantHWM, st)

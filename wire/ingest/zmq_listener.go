@@ -97,9 +97,10 @@ import (
 // socket options bound in bytes (IngestOptions.RcvHWM): ReceiveQueueBytes of
 // messages the size of the stream's largest so far, L (at least 1 MiB), plus
 // the message being received. The listener lowers the queue's high-water
-// mark as soon as it reads a message larger than any before (sized), so
-// only such a first larger message, and the ones like it already queued
-// behind it, can exceed the bound. When it is full libzmq stops reading the
+// mark once it reads a message larger than any before (sized), as soon as
+// libzmq's flow control allows (queueMark), so only such a first larger
+// message, and the ones like it queued behind it meanwhile (up to the old
+// mark), can exceed the bound. When it is full libzmq stops reading the
 // connection, and the publisher queues, then drops: a gap, replayed from
 // its ring. Beside the index, a registration holds at most:
 //
@@ -150,7 +151,7 @@ type listener struct {
 	hasSeq  atomic.Bool
 	// queuePeak is the most bytes the receive queue has held.
 	queuePeak atomic.Int64
-	// largest and hwm publish rx.largest and rx.hwm.
+	// largest publishes rx.largest, hwm the SUB socket's mark (rx.subMark).
 	largest atomic.Int64
 	hwm     atomic.Int32
 	// tid is the OS thread the goroutine is locked to with ListenerNice
@@ -210,9 +211,12 @@ type receiver struct {
 	// replay reads through reader, whose buffer the payload aliases.
 	held []byte
 	// largest is the largest message the stream has sent (0: none yet), and
-	// hwm the high-water mark of its sockets, sized from it (sized).
-	largest int64
-	hwm     int
+	// hwm the high-water mark of its sockets, sized from it (sized);
+	// subMark and dealerMark follow the open sockets' marks on their way to
+	// it.
+	largest             int64
+	hwm                 int
+	subMark, dealerMark queueMark
 
 	pending      []pendingMsg // live messages buffered by a replay, FIFO from head
 	pendingHead  int

@@ -20,9 +20,70 @@ func (l *listener) recv(s *zsocket) ([][]byte, error) {
 	frames, err := l.rx.reader.read(s)
 	if err == nil || errors.Is(err, ErrMessageTooBig) {
 		l.sized(l.rx.reader.size)
+		rx := &l.rx
+		mk := &rx.subMark
+		if s == rx.dealer {
+			mk = &rx.dealerMark
+		}
+		if hwm := mk.read(rx.hwm); hwm != 0 {
+			if err := s.setInt(optRcvHWM, hwm); err != nil {
+				l.log.Warn("could not lower the receive queue's high-water mark", "hwm", hwm, "err", err)
+			} else {
+				mk.lowered(hwm)
+				if s == rx.subSoc {
+					l.hwm.Store(int32(hwm))
+				}
+			}
+		}
 	}
 	return frames, err
 }
+
+// queueMark follows libzmq's flow control on the one connection of a SUB or
+// replay DEALER socket, so that its ZMQ_RCVHWM can be lowered while it is
+// open. libzmq's protocol (pipe.cpp, 4.x): the I/O thread writes a
+// connection's messages into a queue and stops once written − acked ≥ hwm;
+// the socket acks its count of messages read (activate_write) each time
+// that count is a multiple of lwm = (hwm+1)/2. Setting ZMQ_RCVHWM on an
+// open socket changes hwm and lwm from then on but not the last ack: if the
+// socket then reads everything without reaching a multiple of the new lwm
+// while written − ack ≥ the new hwm, the writer waits for an ack that never
+// comes and the connection stalls for good (TestZMQLowerMarkWhileOpen). So
+// a mark h is set only when read − ack ≤ h/2: then either the socket reaches
+// a multiple of the new lwm, or written − ack ≤ (lwm−1) + h/2 < h. A lower
+// mark due while the socket is further from its last ack is reached in
+// steps, each as low as that allows (read).
+type queueMark struct {
+	hwm int    // the socket's ZMQ_RCVHWM (0: no socket)
+	n   uint64 // messages read from it since it was opened
+	ack uint64 // n at its last ack
+}
+
+// opened starts following a socket opened with ZMQ_RCVHWM hwm.
+func (m *queueMark) opened(hwm int) { *m = queueMark{hwm: hwm} }
+
+// read counts one message read from the socket and returns the mark to set
+// now on the way to want (0: none).
+func (m *queueMark) read(want int) int {
+	if m.hwm == 0 {
+		return 0
+	}
+	m.n++
+	if lwm := uint64(m.hwm+1) / 2; m.n%lwm == 0 {
+		m.ack = m.n
+	}
+	if want >= m.hwm {
+		return 0
+	}
+	h := max(want, int(2*(m.n-m.ack)))
+	if h >= m.hwm {
+		return 0
+	}
+	return h
+}
+
+// lowered records that ZMQ_RCVHWM was set to hwm.
+func (m *queueMark) lowered(hwm int) { m.hwm = hwm }
 
 func isEAGAIN(err error) bool { return errors.Is(err, syscall.EAGAIN) }
 
@@ -56,9 +117,9 @@ func setQueueLimits(s *zsocket, o *IngestOptions, hwm int) error {
 }
 
 // sized records that the stream sent a message of n bytes: past the largest
-// so far, the high-water mark of its open sockets is lowered at once (libzmq
-// applies it to their connections' queues), so that they hold about
-// ReceiveQueueBytes of messages that size (TestZMQQueueFollowsMessageSize).
+// so far, its queues' high-water mark is lowered so that they hold about
+// ReceiveQueueBytes of messages that size: on the open sockets as soon as
+// libzmq's flow control allows (queueMark), on sockets opened later at once.
 func (l *listener) sized(n int) {
 	rx := &l.rx
 	if int64(n) <= rx.largest {
@@ -71,14 +132,6 @@ func (l *listener) sized(n int) {
 		return
 	}
 	rx.hwm = hwm
-	l.hwm.Store(int32(hwm))
-	for _, s := range [...]*zsocket{rx.subSoc, rx.dealer} {
-		if s != nil {
-			if err := s.setInt(optRcvHWM, hwm); err != nil {
-				l.log.Warn("could not lower the receive queue's high-water mark", "hwm", hwm, "err", err)
-			}
-		}
-	}
 	l.log.Info("receive queue resized for larger messages", "largest_message_bytes", n, "queue_messages", hwm)
 }
 
@@ -127,6 +180,8 @@ func (l *listener) openSub() error {
 		return &core.FieldError{Field: "endpoint", Err: fmt.Errorf("connect endpoint=%q: %v: %w", l.reg.Endpoint, err, ErrBadEndpoint)}
 	}
 	rx.subSoc, rx.monSoc, rx.connected = s, mon, false
+	rx.subMark.opened(rx.hwm)
+	l.hwm.Store(int32(rx.hwm))
 	l.rebuildPollers()
 	l.setState(ListenerPending)
 	return nil
@@ -151,6 +206,7 @@ func (l *listener) closeSub() {
 	closeSocket(rx.subSoc)
 	closeSocket(rx.monSoc)
 	rx.subSoc, rx.monSoc, rx.connected, rx.connectReplay, rx.resub = nil, nil, false, false, false
+	rx.subMark = queueMark{}
 	l.rebuildPollers()
 }
 
@@ -194,6 +250,7 @@ func (l *listener) ensureDealer() error {
 		return &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf("connect replay_endpoint=%q: %v: %w", l.reg.ReplayEndpoint, err, ErrBadEndpoint)}
 	}
 	rx.dealer = d
+	rx.dealerMark.opened(rx.hwm)
 	l.rebuildPollers()
 	return nil
 }
@@ -208,6 +265,7 @@ func (l *listener) resetDealer() {
 	l.unwatch(rx.dealer)
 	closeSocket(rx.dealer)
 	rx.dealer = nil
+	rx.dealerMark = queueMark{}
 	l.rebuildPollers()
 }
 
