@@ -291,7 +291,9 @@ e2e-faults: bench-build
 
 # bench-gaps: the measurements behind a gap policy: for each policy of
 # GAPS_POLICIES (conductor's --gap-policy; clear runs on a conductor without
-# that flag) and each loss rate of GAPS_RATES, GAPS_LIMIT trace records with
+# that flag; expire with --gap-expire-after GAPS_EXPIRE_AFTER, on the wall
+# clock, while the harness replays 400 records, ~2 minutes of the trace's
+# clock, in a few seconds) and each loss rate of GAPS_RATES, GAPS_LIMIT trace records with
 # that fraction of the store master's messages lost, then of the engines'
 # (registered without replay), accuracy per tier over GAPS_SEEDS fault seeds
 # (at 0.1% a 400-record run loses 0.4 store messages on average); then, for
@@ -300,6 +302,7 @@ e2e-faults: bench-build
 # restarted index lacks. The tables go to stdout and bench/results/gaps.md
 # (git-ignored).
 GAPS_POLICIES ?= clear
+GAPS_EXPIRE_AFTER ?= 30s
 GAPS_RATES ?= 0.001,0.01,0.1
 GAPS_SEEDS ?= 3
 GAPS_INTERVALS ?= 5m,10s,1s
@@ -308,7 +311,7 @@ GAPS_CRASH_LIMIT ?= 1200
 GAPS_TRACE ?= $(E2E_TRACE)
 bench-gaps: bench-build
 	@mkdir -p bench/results
-	./$(BENCH_BIN) gaps -conductor $(BIN) -trace $(GAPS_TRACE) -trace-limit $(GAPS_LIMIT) -policies $(GAPS_POLICIES) \
+	./$(BENCH_BIN) gaps -conductor $(BIN) -trace $(GAPS_TRACE) -trace-limit $(GAPS_LIMIT) -policies $(GAPS_POLICIES) -expire-after $(GAPS_EXPIRE_AFTER) \
 		-rates $(GAPS_RATES) -seeds $(GAPS_SEEDS) -snapshot-intervals $(GAPS_INTERVALS) -crash-limit $(GAPS_CRASH_LIMIT) -md bench/results/gaps.md
 
 # bench-tail: query tail latency while one publisher ingests flat out

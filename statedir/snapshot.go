@@ -14,7 +14,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
+
+	"github.com/VictoriaMetrics/metrics"
+	"github.com/zeebo/xxh3"
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/wire/dump"
@@ -242,14 +246,72 @@ type Snapshots struct {
 	log      *slog.Logger
 	stop     chan struct{}
 	done     chan struct{}
+	// written is when the last snapshot was written (Unix nanoseconds, 0:
+	// none yet), took how long its write took (nanoseconds), and failures
+	// counts writes that failed; read by Metrics.
+	written, took atomic.Int64
+	failures      atomic.Uint64
+	// stretched: the loop's wait is above the interval (next).
+	stretched bool
+	// version is indexVersion at the last snapshot written.
+	version uint64
 }
 
+// indexVersion changes whenever what a snapshot holds may have: every
+// event applied and every block cleared (unregistrations included),
+// expired or evicted moves a counter, and the registrations are hashed in.
+// A periodic snapshot is skipped when it has not changed since the last.
+func indexVersion(ix *core.Index) uint64 {
+	c := ix.Counters()
+	h := xxh3.New()
+	var b [8]byte
+	for _, n := range [...]uint64{c.Events.Load(), c.Cleared.Load(), c.ClearedBlocks.Load(), c.ExpiredBlocks.Load(),
+		c.EvictedBlocks.Load(), c.BlocksStored.Load(), c.BlocksRemoved.Load()} {
+		binary.LittleEndian.PutUint64(b[:], n)
+		_, _ = h.Write(b[:])
+	}
+	for _, r := range ix.Services() {
+		_, _ = h.WriteString(r.Key().String())
+		_, _ = h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// DefaultSnapshotInterval is how often conductor writes its index snapshot
+// by default (--snapshot-interval). A SIGKILL loses what streams without a
+// replay ring announced since the last snapshot (docs/operations.md, "Gaps
+// that cannot be replayed", measures it per interval), so the interval is
+// the bound on that loss; SnapshotDuty keeps its cost bounded on large
+// indexes.
+const DefaultSnapshotInterval = 10 * time.Second
+
+// SnapshotDuty bounds the time spent writing periodic snapshots: the next
+// one starts no sooner than SnapshotDuty times the last write's duration
+// after it ended, so writes take at most 1/(1+SnapshotDuty) of the time
+// (a 10M-block index writes in ~8 s: one snapshot every 75 s at most).
+const SnapshotDuty = 9
+
 // NewSnapshots keeps ix's snapshot in dir: written every interval when it is
-// > 0 and at shutdown when it is >= 0; a negative interval writes none. The
-// newest snapshot there is restored at start whatever the interval (Hold).
-// log receives one line per snapshot written or restored.
+// > 0 (stretched to SnapshotDuty times the last write's duration when that
+// is longer) and at shutdown when it is >= 0; a negative interval writes
+// none. The newest snapshot there is restored at start whatever the
+// interval (Hold). log receives one line per snapshot written or restored.
 func NewSnapshots(dir string, interval time.Duration, ix *core.Index, log *slog.Logger) *Snapshots {
 	return &Snapshots{dir: dir, interval: interval, ix: ix, log: log}
+}
+
+// Metrics is conductor_snapshot_last_written_timestamp_seconds (0 until
+// one is written), conductor_snapshot_last_write_seconds and
+// conductor_snapshot_failures_total. Safe on a nil Snapshots (none).
+func (s *Snapshots) Metrics() *metrics.Set {
+	set := metrics.NewSet()
+	if s == nil {
+		return set
+	}
+	set.NewGauge("conductor_snapshot_last_written_timestamp_seconds", func() float64 { return float64(s.written.Load()) / 1e9 })
+	set.NewGauge("conductor_snapshot_last_write_seconds", func() float64 { return float64(s.took.Load()) / 1e9 })
+	set.NewGauge("conductor_snapshot_failures_total", func() float64 { return float64(s.failures.Load()) })
+	return set
 }
 
 func (s *Snapshots) file() *generations {
@@ -260,13 +322,36 @@ func (s *Snapshots) file() *generations {
 // the log ("interval", "shutdown").
 func (s *Snapshots) Save(why string) {
 	start := time.Now()
+	v := indexVersion(s.ix)
 	g := s.file()
 	n, err := writeSnapshotFile(g, func(w *bufio.Writer) error { return dump.Write(s.ix, w) })
+	took := time.Since(start)
+	s.took.Store(int64(took))
 	if err != nil {
+		s.failures.Add(1)
 		s.log.Error("index snapshot not written", "reason", why, "path", g.path, "err", err)
 		return
 	}
-	s.log.Info("index snapshot written", "reason", why, "path", g.path, "bytes", n, "took", time.Since(start).Round(time.Millisecond))
+	s.written.Store(time.Now().UnixNano())
+	s.version = v
+	s.log.Info("index snapshot written", "reason", why, "path", g.path, "bytes", n, "took", took.Round(time.Millisecond))
+}
+
+// next is the wait before the next periodic snapshot: the interval, or
+// SnapshotDuty times the last write's duration when that is longer (logged
+// when the wait starts or stops being stretched).
+func (s *Snapshots) next() time.Duration {
+	d := max(s.interval, SnapshotDuty*time.Duration(s.took.Load()))
+	if stretched := d > s.interval; stretched != s.stretched {
+		s.stretched = stretched
+		if stretched {
+			s.log.Info("index snapshots spaced out to keep their writes under a tenth of the time; a crash loses up to this much of what streams without a replay ring announced",
+				"snapshot_interval", s.interval, "every", d.Round(time.Second), "last_write", time.Duration(s.took.Load()).Round(time.Millisecond))
+		} else {
+			s.log.Info("index snapshots back at their interval", "snapshot_interval", s.interval)
+		}
+	}
+	return d
 }
 
 // Start runs the periodic snapshot loop (when an interval is set). Safe on
@@ -278,14 +363,17 @@ func (s *Snapshots) Start() {
 	s.stop, s.done = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(s.done)
-		t := time.NewTicker(s.interval)
+		t := time.NewTimer(s.interval)
 		defer t.Stop()
 		for {
 			select {
 			case <-s.stop:
 				return
 			case <-t.C:
-				s.Save("interval")
+				if s.written.Load() == 0 || indexVersion(s.ix) != s.version {
+					s.Save("interval")
+				}
+				t.Reset(s.next())
 			}
 		}
 	}()

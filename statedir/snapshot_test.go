@@ -8,11 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-c7a81618/conductor/core"
 )
 
 // snapGens writes the given dumps as successive snapshot generations in a
@@ -167,5 +170,71 @@ func TestSnapshotLegacyForm(t *testing.T) {
 	writeLegacy("newer dump\n", "old dump\n")
 	if _, ok, bad := loadSnapshot(g); ok || len(bad) != 1 || !strings.Contains(bad[0], snapshotLegacyMeta) {
 		t.Fatalf("mismatch: ok %v, bad %v", ok, bad)
+	}
+}
+
+// TestSnapshotSpacing: periodic snapshots wait the interval, or SnapshotDuty
+// times the last write's duration when that is longer, logged once each time
+// the wait starts or stops being stretched; the metrics report the last
+// write and failures.
+func TestSnapshotSpacing(t *testing.T) {
+	var logs bytes.Buffer
+	s := NewSnapshots(t.TempDir(), 30*time.Second, core.New(core.Options{}), slog.New(slog.NewTextHandler(&logs, nil)))
+	for _, c := range []struct {
+		took, want time.Duration
+		logged     string
+	}{
+		{0, 30 * time.Second, ""},
+		{time.Second, 30 * time.Second, ""},
+		{8 * time.Second, 72 * time.Second, "spaced out"},
+		{9 * time.Second, 81 * time.Second, ""},
+		{2 * time.Second, 30 * time.Second, "back at their interval"},
+	} {
+		logs.Reset()
+		s.took.Store(int64(c.took))
+		if got := s.next(); got != c.want {
+			t.Errorf("last write %v: next snapshot after %v, want %v", c.took, got, c.want)
+		}
+		if (c.logged == "") != (logs.Len() == 0) || !strings.Contains(logs.String(), c.logged) {
+			t.Errorf("last write %v: logged %q, want %q", c.took, logs.String(), c.logged)
+		}
+	}
+	// A periodic snapshot is skipped only while nothing it holds changed.
+	v := indexVersion(s.ix)
+	if indexVersion(s.ix) != v {
+		t.Fatal("the index version moved with nothing applied or registered")
+	}
+	reg := sampleRegs(t)[2]
+	_, _, err := s.ix.Register(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if indexVersion(s.ix) == v {
+		t.Fatal("a registration left the index version as it was")
+	}
+	v = indexVersion(s.ix)
+	if _, err := s.ix.Unregister(reg.Key()); err != nil {
+		t.Fatal(err)
+	}
+	if indexVersion(s.ix) == v {
+		t.Fatal("an unregistration left the index version as it was")
+	}
+	s.Save("test")
+	if s.version != indexVersion(s.ix) {
+		t.Fatal("the snapshot written does not record the version it holds")
+	}
+	var b bytes.Buffer
+	s.Metrics().WritePrometheus(&b)
+	m := b.String()
+	if strings.Contains(m, "conductor_snapshot_last_written_timestamp_seconds 0\n") ||
+		!strings.Contains(m, "conductor_snapshot_failures_total 0\n") || !strings.Contains(m, "conductor_snapshot_last_write_seconds ") {
+		t.Fatalf("metrics after one snapshot:\n%s", m)
+	}
+	s.dir = filepath.Join(s.dir, "missing", "dir")
+	s.Save("test")
+	b.Reset()
+	s.Metrics().WritePrometheus(&b)
+	if !strings.Contains(b.String(), "conductor_snapshot_failures_total 1\n") {
+		t.Fatalf("metrics after a failed snapshot:\n%s", b.String())
 	}
 }

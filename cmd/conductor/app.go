@@ -153,8 +153,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 		"with --gap-policy expire: how long the blocks held at a gap stay unless announced again")
 	fs.IntVar(&s.maxBlocksPerReg, "max-blocks-per-registration", core.DefaultMaxBlocksPerRegistration,
 		"most (owner, block) pairs one registration holds; past it its oldest are evicted, counted and logged; a registration's max_blocks wins (-1: no bound)")
-	fs.DurationVar(&s.snapInterval, "snapshot-interval", 5*time.Minute,
-		"with --state-dir: write an index snapshot this often and at shutdown, restored at start (0: only at shutdown; negative: never written, one already there still restored)")
+	fs.DurationVar(&s.snapInterval, "snapshot-interval", statedir.DefaultSnapshotInterval,
+		"with --state-dir: write an index snapshot this often (spaced out to 9× the last write's duration when that is longer) and at shutdown, restored at start; a SIGKILL loses what streams without a replay ring announced since (0: only at shutdown; negative: never written, one already there still restored)")
 	fs.StringVar(&s.stateDir, "state-dir", defaultStateDir(),
 		`directory for durable registrations ("" = off; default $XDG_STATE_HOME/conductor, else ~/.local/state/conductor)`)
 	fs.StringVar(&s.adminToken, "admin-token", "", "bearer token for mutating and introspection endpoints (visible in process lists: prefer --admin-token-file or $CONDUCTOR_ADMIN_TOKEN)")
@@ -497,6 +497,10 @@ func (b *builder) build() (*app, int) {
 		return nil, 1
 	}
 	var a *app // Ready reads a.dp once serving
+	var snap *statedir.Snapshots
+	if state != nil {
+		snap = statedir.NewSnapshots(s.stateDir, s.snapInterval, ix, log)
+	}
 	lim := server.NewLimiter(fds.conns, s.maxInflightBody, log)
 	hc, err := server.New(ix, registrar, server.Options{
 		MaxBodyBytes:   s.maxBodyBytes,
@@ -508,17 +512,14 @@ func (b *builder) build() (*app, int) {
 		Gate:           gate,
 		Ready:          func() error { return errors.Join(np.ready(), kp.ready(), a.dp.ready()) },
 		Connections:    func() map[core.ServiceKey]server.Connection { return connectionsOf(ing) },
-		ExtraMetrics:   append(append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo)}, np.metrics()...), kp.metrics()...),
+		ExtraMetrics:   append(append([]*metrics.Set{ing.Metrics(), listenerMetrics(ing), lim.Metrics(), memoMetrics(memo), snap.Metrics()}, np.metrics()...), kp.metrics()...),
 	})
 	if err != nil {
 		log.Error("invalid HTTP options", "err", err)
 		return nil, 2
 	}
 	a = &app{log: log, ix: ix, ing: ing, httpCore: hc, srv: mooncake.New(hc), gate: gate, state: state, static: cfg.Static,
-		shutdownTimeout: s.shutdownTimeout, np: np, kp: kp}
-	if state != nil {
-		a.snap = statedir.NewSnapshots(s.stateDir, s.snapInterval, ix, log)
-	}
+		shutdownTimeout: s.shutdownTimeout, np: np, kp: kp, snap: snap}
 	if code := b.listen(a, policy); code != 0 {
 		return nil, code
 	}
