@@ -264,27 +264,28 @@ e2e-trace: bench-build
 #  1. engines registered without replay lose 0.2% of their messages, the store
 #     master 0.5% of its, and 3 engine ranks restart (fault seed 1);
 #  2. conductor SIGKILLed after 500 records and restarted on its state
-#     directory, its snapshot written after 400 (-snapshot-at: a graceful
-#     restart; no other snapshot); engines keep rings of 128 messages, more
-#     than they publish in 100 records and fewer than in 500, so the snapshot
-#     matters;
+#     directory, its snapshot written after 475 (-snapshot-at: a graceful
+#     restart; no other snapshot; 25 records are about the default 10 s
+#     snapshot interval on the trace's clock); engines keep rings of 128
+#     messages, more than they publish in 25 records and fewer than in 500,
+#     so the snapshot matters; the store master's 25 records are lost;
 #  3. a query replica following a relay over NATS JetStream (bin/nats-server,
 #     built from the module), 3 rank restarts: every answer exact.
-# Runs 1 and 2 run conductor with --gap-policy clear (a conductor without that
-# flag clears: it is passed only when the binary has it). All three run even
+# Every run uses conductor's default gap policy (keep). All three run even
 # when one fails.
 E2E_FAULTS_RUN = $(E2E_RUN) -trace-limit 1000 -verify-every 250 -verify-sample 128 -query-only 1s -policy round-robin
 e2e-faults: bench-build
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	@rc=0; \
 	echo "== e2e-faults 1/3: message loss without replay (engines 0.2%, store 0.5%) and 3 rank restarts"; \
-	$(E2E_FAULTS_RUN) -gap-policy clear -fault-seed 1 -engine-replay=false -loss-engines 0.002 -loss-store 0.005 -restarts 3 \
-		-min-exact-answers 0.25 -min-exact device=0.72,cpu_local=0.72,cpu_share=0.78,disk=0.78 -max-over-tokens-mean 0 \
-		-max-under-tokens-mean device=210,cpu_local=360,cpu_share=1400,disk=1450 || rc=1; \
+	$(E2E_FAULTS_RUN) -fault-seed 1 -engine-replay=false -loss-engines 0.002 -loss-store 0.005 -restarts 3 \
+		-min-exact-answers 0.97 -min-exact device=0.995,cpu_local=0.995,cpu_share=0.98,disk=0.98 \
+		-max-over-tokens-mean device=1,cpu_local=1,cpu_share=33,disk=33 -max-under-tokens-mean 1 || rc=1; \
 	echo "== e2e-faults 2/3: conductor SIGKILLed after 500 records and restarted from its state directory"; \
-	$(E2E_FAULTS_RUN) -gap-policy clear -snapshot-at 400 -crash-at 500 -replay-ring 128 \
-		-min-exact-answers 0.84 -min-exact device=1,cpu_local=1,cpu_share=0.86,disk=0.86 -max-over-tokens-mean 0 \
-		-max-under-tokens-mean cpu_share=1250,disk=1250 || rc=1; \
+	$(E2E_FAULTS_RUN) -snapshot-at 475 -crash-at 500 -replay-ring 128 \
+		-min-exact-answers 0.95 -min-exact device=1,cpu_local=1,cpu_share=0.97,disk=0.97 \
+		-max-over-tokens-mean device=0,cpu_local=0,cpu_share=100,disk=90 \
+		-max-under-tokens-mean device=0,cpu_local=0,cpu_share=110,disk=110 || rc=1; \
 	echo "== e2e-faults 3/3: a query replica following a relay, 3 rank restarts"; \
 	$(E2E_FAULTS_RUN) -replica -nats-server bin/nats-server -restarts 3 || rc=1; \
 	exit $$rc
@@ -301,11 +302,11 @@ e2e-faults: bench-build
 # with the last snapshot that long before on the trace's clock: what the
 # restarted index lacks. The tables go to stdout and bench/results/gaps.md
 # (git-ignored).
-GAPS_POLICIES ?= clear
-GAPS_EXPIRE_AFTER ?= 30s
+GAPS_POLICIES ?= keep,clear,expire
+GAPS_EXPIRE_AFTER ?= 3s
 GAPS_RATES ?= 0.001,0.01,0.1
 GAPS_SEEDS ?= 3
-GAPS_INTERVALS ?= 5m,10s,1s
+GAPS_INTERVALS ?= 5m,1m,30s,10s,1s
 GAPS_LIMIT ?= 400
 GAPS_CRASH_LIMIT ?= 1200
 GAPS_TRACE ?= $(E2E_TRACE)

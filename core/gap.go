@@ -63,7 +63,8 @@ func ParseGapPolicy(s string) (GapPolicy, error) {
 const (
 	// DefaultGapPolicy: keeping what is indexed gave the most exact answers
 	// on the Mooncake conversation trace under every loss rate measured,
-	// on the store master's stream and on engine streams without replay
+	// on the store master's stream and on engine streams without replay,
+	// and after a crash with the default snapshot interval
 	// (docs/operations.md, "Gaps that cannot be replayed").
 	DefaultGapPolicy = GapKeep
 	// DefaultGapExpireAfter is how long GapExpire keeps the blocks held at
