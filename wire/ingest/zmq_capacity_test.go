@@ -531,8 +531,8 @@ func TestZMQLowerMarkWhileOpen(t *testing.T) {
 	// Every message read from the socket is applied as one batch: pad the
 	// count to 20 past an ack, so the big message is the 21st.
 	for x := uint64(1); h.status(k).Batches%32 != 20; x++ {
-		publish(t, pub, storeOne(x))
 		n := h.status(k).Batches
+		publish(t, pub, storeOne(x))
 		waitFor(t, "the padding message", func() bool { return h.status(k).Batches > n })
 	}
 	hs := make([]uint64, 600000)
