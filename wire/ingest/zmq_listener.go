@@ -163,6 +163,9 @@ type listener struct {
 	// notify wakes the goroutine's wait (kick): the poller sends when one of
 	// its sockets signals, the controller after queueing a command.
 	notify chan struct{}
+	// fired has bit i set by the poller when the socket at position i of the
+	// wait sets signalled (see poller); waitSet.poll takes it.
+	fired atomic.Uint32
 
 	rx receiver // owned by the goroutine
 }
@@ -186,6 +189,8 @@ type receiver struct {
 	// poll waits on [commands, mon, sub], rpoll (a replay's) on [commands,
 	// mon, sub, dealer]; n == 0 when absent (no SUB, or no DEALER for rpoll).
 	poll, rpoll waitSet
+	// check is the positions whose sockets the next poll asks (see poller).
+	check uint32
 	// timer times the waits that have a timeout (waitSet.poll).
 	timer *time.Timer
 	gen   uint64
@@ -589,8 +594,8 @@ func (l *listener) step() {
 			return // replay before reading live messages
 		}
 	}
-	if rx.poll.ready(pollSub) {
-		l.drainSub()
+	if rx.poll.ready(pollSub) && l.drainSub() {
+		rx.check &^= 1 << pollSub // EAGAIN processed its commands, as a check does
 	}
 }
 

@@ -14,15 +14,16 @@ static int cd_fd(void *s) {
 	return fd;
 }
 
-// cd_pollin sets bit i of *ready for every socket s[i] (NULL: skipped, i < n)
-// whose ZMQ_EVENTS has ZMQ_POLLIN: what zmq_poll checks before it waits. A
-// signal can interrupt the poll libzmq makes on the socket's mailbox (EINTR:
-// the Go runtime preempts threads with SIGURG), which is tried again. It
-// returns -1 with errno set when a getsockopt fails otherwise.
-static int cd_pollin(void **s, int n, int *ready) {
+// cd_pollin sets bit i of *ready for every socket s[i] (i < n, bit i of mask
+// set; NULL: skipped) whose ZMQ_EVENTS has ZMQ_POLLIN: what zmq_poll checks
+// before it waits. A signal can interrupt the poll libzmq makes on the
+// socket's mailbox (EINTR: the Go runtime preempts threads with SIGURG),
+// which is tried again. It returns -1 with errno set when a getsockopt fails
+// otherwise.
+static int cd_pollin(void **s, int n, int mask, int *ready) {
 	*ready = 0;
 	for (int i = 0; i < n; i++) {
-		if (s[i] == NULL) continue;
+		if (s[i] == NULL || !(mask & (1 << i))) continue;
 		int ev = 0, rc;
 		size_t sz;
 		do {
@@ -57,19 +58,28 @@ import (
 // arrive for it — a message ready to read among them — and reads the fd
 // itself whenever the socket processes its commands, in zmq_recv and in
 // getsockopt(ZMQ_EVENTS). The fd is therefore edge-like, and the poller
-// registers it edge-triggered (EPOLLET): every signal is one event. On an
-// event the poller looks the listener up by the id the event carries and
-// sends on its notify channel without blocking (a channel of one: signals
-// that arrive while one is pending coalesce).
+// registers it edge-triggered (EPOLLET): every signal is one event. An
+// event carries the listener's id and the socket's position in its wait
+// sets (id<<2 | position); the poller sets the position's bit in the
+// listener's fired mask, then sends on its notify channel without blocking
+// (a channel of one: signals that arrive while one is pending coalesce).
 //
-// A listener waits in waitSet.poll, which is zmq_poll's contract: it first
-// asks each of its sockets for ZMQ_EVENTS (which processes their pending
-// commands) and returns what is readable; only when nothing is does it wait
-// on notify. A signal after that check is an event, hence a notification,
-// so no message is missed; a signal before it was consumed by the check,
-// which saw its message, so at worst a notification is spurious and the
-// next check finds nothing. Commands from the controller take the same way:
-// the controller queues on cmds, then notifies (listener.kick).
+// A listener waits in waitSet.poll, which is zmq_poll's contract narrowed to
+// the sockets that may have something: receiver.check holds the positions
+// to ask. Each poll first moves the fired mask into check (an atomic swap),
+// then asks each socket in check for ZMQ_EVENTS (which processes its
+// pending commands) and returns what is readable; a socket found empty
+// leaves check, one found readable stays until it is found empty or its
+// receive loop ends in EAGAIN (which processed its commands as the check
+// does: step's drainSub). Only when nothing is readable does poll wait on
+// notify. A socket out of check was found empty with its commands
+// processed, so anything that arrives for it later signals its fd: an
+// event, hence its fired bit and a notification, and the next poll asks it.
+// A signal before the swap is in the mask the swap takes; one after it sets
+// the bit again and notifies, so at worst a notification is spurious and
+// the next check finds nothing. Sockets opened or replaced enter check
+// (rebuildPollers). Commands from the controller take the notify channel
+// only: the controller queues on cmds, then notifies (listener.kick).
 //
 // Sockets are registered when opened and deregistered before they are
 // closed (listener.watch, unwatch), on the listener's goroutine; the
@@ -112,10 +122,11 @@ func newPoller() (*poller, error) {
 	return p, nil
 }
 
-// add registers fd, edge-triggered, for listener id.
-func (p *poller) add(fd int, id uint64) error {
+// add registers fd, edge-triggered, with the event data tag: a listener's
+// id<<2 | the socket's position (0: the stop eventfd).
+func (p *poller) add(fd int, tag uint64) error {
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollET}
-	*(*uint64)(unsafe.Pointer(&ev.Fd)) = id
+	*(*uint64)(unsafe.Pointer(&ev.Fd)) = tag
 	if err := syscall.EpollCtl(p.epfd, syscall.EPOLL_CTL_ADD, fd, &ev); err != nil {
 		return fmt.Errorf("epoll_ctl add fd %d: %w", fd, err)
 	}
@@ -141,11 +152,12 @@ func (p *poller) loop() {
 			continue
 		}
 		for i := 0; i < n; i++ {
-			id := *(*uint64)(unsafe.Pointer(&evs[i].Fd))
-			if id == 0 {
+			tag := *(*uint64)(unsafe.Pointer(&evs[i].Fd))
+			if tag == 0 {
 				return
 			}
-			if l, ok := p.ls.Load(id); ok {
+			if l, ok := p.ls.Load(tag >> 2); ok {
+				l.fired.Or(1 << (tag & 3))
 				l.kick()
 			}
 		}
@@ -183,9 +195,10 @@ func socketFD(s *zsocket) (int, error) {
 // positions pollMon, pollSub and pollDealer (pollWake is the listener's
 // command queue). It is owned by the listener's goroutine.
 type waitSet struct {
-	socks [4]unsafe.Pointer // libzmq handles (C memory); nil: absent
-	n     int               // 0: nothing to wait on (no SUB)
-	rdy   C.int
+	socks   [4]unsafe.Pointer // libzmq handles (C memory); nil: absent
+	n       int               // 0: nothing to wait on (no SUB)
+	present uint32            // bit i: socks[i] is set
+	rdy     C.int
 }
 
 // Positions in a listener's wait sets (see rebuildPollers).
@@ -202,6 +215,7 @@ func (w *waitSet) reset() { *w = waitSet{} }
 func (w *waitSet) set(i int, s *zsocket) {
 	w.socks[i] = s.h
 	w.n = max(w.n, i+1)
+	w.present |= 1 << i
 }
 
 // poll waits up to timeout (negative: until something is ready) for a
@@ -213,9 +227,15 @@ func (w *waitSet) poll(l *listener, timeout time.Duration) (int, error) {
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
+	rx := &l.rx
 	for {
-		if rc, err := C.cd_pollin(&w.socks[0], C.int(w.n), &w.rdy); rc < 0 {
-			return 0, zerr(err)
+		rx.check |= l.fired.Swap(0)
+		w.rdy = 0
+		if ask := rx.check & w.present; ask != 0 {
+			if rc, err := C.cd_pollin(&w.socks[0], C.int(w.n), C.int(ask), &w.rdy); rc < 0 {
+				return 0, zerr(err)
+			}
+			rx.check &^= ask &^ uint32(w.rdy) // found empty: asked again once fired
 		}
 		if len(l.cmds) > 0 {
 			w.rdy |= 1 << pollWake
@@ -274,13 +294,14 @@ func (l *listener) kick() {
 	}
 }
 
-// watch registers s with the Ingester's poller for this listener.
-func (l *listener) watch(s *zsocket) error {
+// watch registers s, at position pos of the wait sets, with the Ingester's
+// poller for this listener.
+func (l *listener) watch(s *zsocket, pos int) error {
 	fd, err := socketFD(s)
 	if err != nil {
 		return err
 	}
-	return l.g.poller.add(fd, l.id)
+	return l.g.poller.add(fd, l.id<<2|uint64(pos))
 }
 
 // unwatch deregisters s (before it is closed).

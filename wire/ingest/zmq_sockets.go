@@ -165,7 +165,7 @@ func (l *listener) openSub() error {
 		closeSocket(mon)
 		return fmt.Errorf("SUB socket setup: %w", limitErr(err))
 	}
-	if err := firstErr(l.watch(s), l.watch(mon)); err != nil {
+	if err := firstErr(l.watch(s, pollSub), l.watch(mon, pollMon)); err != nil {
 		l.unwatch(s)
 		l.unwatch(mon)
 		closeSocket(s)
@@ -240,7 +240,7 @@ func (l *listener) ensureDealer() error {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", err)
 	}
-	if err = l.watch(d); err != nil {
+	if err = l.watch(d, pollDealer); err != nil {
 		closeSocket(d)
 		return fmt.Errorf("DEALER socket setup: %w", limitErr(err))
 	}
@@ -284,6 +284,7 @@ func (l *listener) rebuildPollers() {
 		rx.rpoll.set(pollSub, rx.subSoc)
 		rx.rpoll.set(pollDealer, rx.dealer)
 	}
+	rx.check |= rx.poll.present | rx.rpoll.present // new sockets are asked once
 }
 
 // fail handles a socket-level failure: every socket but the wake pair is closed
