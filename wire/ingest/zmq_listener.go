@@ -594,8 +594,8 @@ func (l *listener) step() {
 			return // replay before reading live messages
 		}
 	}
-	if rx.poll.ready(pollSub) && l.drainSub() {
-		rx.check &^= 1 << pollSub // EAGAIN processed its commands, as a check does
+	if rx.poll.ready(pollSub) {
+		l.drainSub()
 	}
 }
 
@@ -675,6 +675,7 @@ func (l *listener) drainSub() (empty bool) {
 		case errors.Is(err, ErrMessageTooBig):
 			refused = rx.reader.size
 		case isEAGAIN(err):
+			rx.check &^= 1 << pollSub // EAGAIN processed its commands, as a check does
 			return true
 		case err != nil:
 			l.fail(fmt.Errorf("receive: %w", err))

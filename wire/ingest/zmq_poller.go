@@ -60,7 +60,7 @@ import (
 // getsockopt(ZMQ_EVENTS). The fd is therefore edge-like, and the poller
 // registers it edge-triggered (EPOLLET): every signal is one event. An
 // event carries the listener's id and the socket's position in its wait
-// sets (id<<2 | position); the poller sets the position's bit in the
+// sets (id<<posBits | position); the poller sets the position's bit in the
 // listener's fired mask, then sends on its notify channel without blocking
 // (a channel of one: signals that arrive while one is pending coalesce).
 //
@@ -71,7 +71,7 @@ import (
 // pending commands) and returns what is readable; a socket found empty
 // leaves check, one found readable stays until it is found empty or its
 // receive loop ends in EAGAIN (which processed its commands as the check
-// does: step's drainSub). Only when nothing is readable does poll wait on
+// does: drainSub). Only when nothing is readable does poll wait on
 // notify. A socket out of check was found empty with its commands
 // processed, so anything that arrives for it later signals its fd: an
 // event, hence its fired bit and a notification, and the next poll asks it.
@@ -123,7 +123,7 @@ func newPoller() (*poller, error) {
 }
 
 // add registers fd, edge-triggered, with the event data tag: a listener's
-// id<<2 | the socket's position (0: the stop eventfd).
+// id<<posBits | the socket's position (0: the stop eventfd).
 func (p *poller) add(fd int, tag uint64) error {
 	ev := syscall.EpollEvent{Events: syscall.EPOLLIN | epollET}
 	*(*uint64)(unsafe.Pointer(&ev.Fd)) = tag
@@ -156,8 +156,8 @@ func (p *poller) loop() {
 			if tag == 0 {
 				return
 			}
-			if l, ok := p.ls.Load(tag >> 2); ok {
-				l.fired.Or(1 << (tag & 3))
+			if l, ok := p.ls.Load(tag >> posBits); ok {
+				l.fired.Or(1 << (tag & (1<<posBits - 1)))
 				l.kick()
 			}
 		}
@@ -208,6 +208,10 @@ const (
 	pollSub
 	pollDealer
 )
+
+// posBits is the low bits of an epoll tag that hold the socket's position
+// (poller.add); the listener's id is above them.
+const posBits = 2
 
 // reset empties the set; set adds s at position i.
 func (w *waitSet) reset() { *w = waitSet{} }
@@ -301,7 +305,7 @@ func (l *listener) watch(s *zsocket, pos int) error {
 	if err != nil {
 		return err
 	}
-	return l.g.poller.add(fd, l.id<<2|uint64(pos))
+	return l.g.poller.add(fd, l.id<<posBits|uint64(pos))
 }
 
 // unwatch deregisters s (before it is closed).
