@@ -4,9 +4,9 @@ package ingest
 #include <stdlib.h> // defines __GLIBC__ under glibc
 #ifdef __GLIBC__
 #include <malloc.h>
-static void cd_trim(void) { malloc_trim(0); }
+static int cd_trim(void) { return malloc_trim(0); }
 #else
-static void cd_trim(void) {}
+static int cd_trim(void) { return 0; }
 #endif
 */
 import "C"
@@ -25,30 +25,65 @@ import (
 const trimEvery = 256
 
 // trimCHeap returns free C heap memory to the OS (glibc only; a no-op
-// elsewhere). It walks every arena: call it rarely.
-func trimCHeap() { C.cd_trim() }
+// elsewhere) and reports whether it released any. It walks every arena: call
+// it rarely.
+func trimCHeap() bool { return C.cd_trim() != 0 }
 
-// trimDelays are when, after a listener exit that asks for one, the trims
-// run: libzmq's reaper thread destroys closed sockets after zmq_close
-// returns, thousands of them over seconds, so one early trim would leave
-// what is freed after it.
+// trimDelays are when, after the latest listener exit that asks for one,
+// the trims run: libzmq's reaper thread destroys closed sockets after
+// zmq_close returns, thousands of them over seconds, so one early trim would
+// leave what is freed after it. On a busy machine the reaper takes longer:
+// after the last delay a trim runs every trimRepeat for as long as the one
+// before released memory, until trimFor after the request.
 var trimDelays = [...]time.Duration{500 * time.Millisecond, 2 * time.Second, 8 * time.Second}
 
-// trimScheduled coalesces trims: process-wide, like the C heap.
-var trimScheduled atomic.Bool
+const (
+	trimRepeat = 8 * time.Second
+	trimFor    = 2 * time.Minute
+)
 
-// scheduleTrim runs trimCHeap at each of trimDelays unless a schedule is
-// already running.
+// trimAsked counts the requests; trimRunning is whether a goroutine runs
+// trims. Both are process-wide, like the C heap.
+var (
+	trimAsked   atomic.Uint64
+	trimRunning atomic.Bool
+)
+
+// scheduleTrim runs trimCHeap at each of trimDelays after now, and on while
+// it releases memory (see trimDelays). A request while trims run restarts
+// their schedule from it, once the current round ends.
 func scheduleTrim() {
-	if trimScheduled.Swap(true) {
+	trimAsked.Add(1)
+	if trimRunning.Swap(true) {
 		return
 	}
 	go func() {
-		start := time.Now()
-		for _, d := range trimDelays {
-			time.Sleep(time.Until(start.Add(d)))
-			trimCHeap()
+		for {
+			seen := trimAsked.Load()
+			trimRound()
+			if trimAsked.Load() != seen {
+				continue // asked again meanwhile
+			}
+			trimRunning.Store(false)
+			// A request between the check and the Store found trims
+			// running and left: take it unless another goroutine did.
+			if trimAsked.Load() == seen || trimRunning.Swap(true) {
+				return
+			}
 		}
-		trimScheduled.Store(false)
 	}()
+}
+
+// trimRound is one schedule of trims (trimDelays), from now.
+func trimRound() {
+	start := time.Now()
+	released := false
+	for _, d := range trimDelays {
+		time.Sleep(time.Until(start.Add(d)))
+		released = trimCHeap()
+	}
+	for released && time.Since(start)+trimRepeat <= trimFor {
+		time.Sleep(trimRepeat)
+		released = trimCHeap()
+	}
 }
