@@ -294,13 +294,20 @@ func (h *harness) waitRow(inst string, toks []int32, want core.InstanceResult) c
 	return got
 }
 
-// prime publishes empty batches until the listener has applied one: after it, no
+// prime publishes empty batches until the listener has applied one and, with a
+// replay endpoint, has ended the replay it requests on connecting: after it, no
 // live message can be lost to ZMQ's slow-joiner window (needed for publishers
-// without replay, whose early messages are otherwise gone for good).
+// without replay, whose early messages are otherwise gone for good), and none
+// is held in the receive queue by that replay. (The first live batch can be
+// applied before the connection's monitor event starts the replay.)
 func (h *harness) prime(k core.ServiceKey, pub *bench.Publisher, empty []byte) {
 	h.t.Helper()
 	deadline := time.Now().Add(waitLimit)
-	for h.status(k).Batches == 0 {
+	primed := func(st ingest.ListenerStatus) bool {
+		return st.Batches > 0 && (st.ReplayEndpoint == "" ||
+			st.ReplaysRequested > 0 && st.ReplaysRequested == st.ReplaysSucceeded+st.ReplaysFailed)
+	}
+	for !primed(h.status(k)) {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("listener %v never received a batch: %+v", k, h.status(k))
 		}
