@@ -189,9 +189,9 @@ func TestZMQBurstMemory(t *testing.T) {
 			k := h.register(core.Registration{Endpoint: pub.endpoint, ReplayEndpoint: pub.replayEP,
 				Type: core.PublisherVLLM, ModelName: testModel, InstanceID: "burst", BlockSize: testBS,
 				Profile: vllmProfile(t), ProfileExplicit: true})
-			waitFor(t, "a first batch", func() bool {
+			waitFor(t, "a first batch and the connection's replay", func() bool {
 				pub.do("empty")
-				return h.status(k).Batches > 0
+				return primed(h.status(k))
 			})
 			runtime.GC()
 			debug.FreeOSMemory()

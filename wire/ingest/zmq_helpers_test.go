@@ -303,10 +303,6 @@ func (h *harness) waitRow(inst string, toks []int32, want core.InstanceResult) c
 func (h *harness) prime(k core.ServiceKey, pub *bench.Publisher, empty []byte) {
 	h.t.Helper()
 	deadline := time.Now().Add(waitLimit)
-	primed := func(st ingest.ListenerStatus) bool {
-		return st.Batches > 0 && (st.ReplayEndpoint == "" ||
-			st.ReplaysRequested > 0 && st.ReplaysRequested == st.ReplaysSucceeded+st.ReplaysFailed)
-	}
 	for !primed(h.status(k)) {
 		if time.Now().After(deadline) {
 			h.t.Fatalf("listener %v never received a batch: %+v", k, h.status(k))
@@ -316,6 +312,13 @@ func (h *harness) prime(k core.ServiceKey, pub *bench.Publisher, empty []byte) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// primed: the listener has applied a batch and, with a replay endpoint, ended
+// the replay it requests on connecting (see prime).
+func primed(st ingest.ListenerStatus) bool {
+	return st.Batches > 0 && (st.ReplayEndpoint == "" ||
+		st.ReplaysRequested > 0 && st.ReplaysRequested == st.ReplaysSucceeded+st.ReplaysFailed)
 }
 
 func publish(t *testing.T, pub *bench.Publisher, payload []byte) uint64 {

@@ -142,10 +142,10 @@ func TestZMQReplayRequestsDroppedReplies(t *testing.T) {
 			reg := registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t))
 			reg.ReplayEndpoint = replay.endpoint
 			k := h.register(reg)
-			waitFor(t, "a first batch", func() bool {
+			waitFor(t, "a first batch and the connection's replay", func() bool {
 				publish(t, pub, payload(pub.NextSeq()))
 				time.Sleep(10 * time.Millisecond)
-				return h.status(k).Batches > 0
+				return primed(h.status(k))
 			})
 			// Let the priming settle: the baseline is the last batch published.
 			last := pub.NextSeq() - 1
