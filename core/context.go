@@ -70,7 +70,20 @@ type context struct {
 	// Index.mu, read lock-free by queries (partition.go).
 	next atomic.Pointer[context]
 
-	meta atomic.Pointer[ctxMeta]
+	// meta is the snapshot readers use (snapshot): a change to the owners
+	// or slots marks it stale under mu, and the next reader republishes it
+	// once for every change since (publishLocked), so a registration storm
+	// or a fleet's first stores copy the tables once per read, not once per
+	// change.
+	//
+	// Protocol: a writer changes the tables and sets stale under mu, and
+	// only then writes blocks that name a new owner; a reader loads stale
+	// before meta, and republishes under mu when it is set. A reader that
+	// begins after a change therefore sees it; one already past its load
+	// sees the snapshot of its start, as it did when every change
+	// republished at once (owners newer than it are skipped; query.go).
+	meta  atomic.Pointer[ctxMeta]
+	stale atomic.Bool
 
 	// mu guards the owner table and slot registrations below and serialises
 	// meta rebuilds. It is a plain mutex: it is held only for interning and
@@ -147,7 +160,7 @@ func (c *context) internOwner(k ownerKey, dims *streamDims) ownerRef {
 		c.refSlot(slot{k.name, k.rank}, 1)
 		c.owners[id].slot = c.slotIndex(slot{k.name, k.rank})
 	}
-	c.publishLocked()
+	c.stale.Store(true)
 	return makeRef(id, info.gen)
 }
 
@@ -165,7 +178,7 @@ func (c *context) releaseOwners(sub uint32) int {
 		n++
 	}
 	if n > 0 {
-		c.publishLocked()
+		c.stale.Store(true)
 	}
 	return n
 }
@@ -191,7 +204,7 @@ func (c *context) releaseOwner(k ownerKey) {
 		return
 	}
 	c.freeLocked(k, id)
-	c.publishLocked()
+	c.stale.Store(true)
 }
 
 // ownersOf returns the ids of every live owner of subscription sub matching keep.
@@ -211,7 +224,7 @@ func (c *context) addRegSlot(s slot, delta int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.refSlot(s, delta)
-	c.publishLocked()
+	c.stale.Store(true)
 }
 
 // slotLess orders slots by (instance, rank).
@@ -263,6 +276,19 @@ func (c *context) refSlot(s slot, delta int) {
 	}
 }
 
+// snapshot returns the current meta snapshot, republished first if a change
+// made it stale (see meta).
+func (c *context) snapshot() *ctxMeta {
+	if c.stale.Load() {
+		c.mu.Lock()
+		if c.stale.Load() {
+			c.publishLocked()
+		}
+		c.mu.Unlock()
+	}
+	return c.meta.Load()
+}
+
 // publishLocked publishes a new meta snapshot of the slots and owners.
 // Slots are the registered (instance, rank) pairs plus those of live rank
 // owners (a batch dp rank may override the registered one; such ranks still
@@ -277,6 +303,7 @@ func (c *context) publishLocked() {
 		}
 	}
 	c.meta.Store(m)
+	c.stale.Store(false)
 }
 
 // dropOwnerKeys drops every holding of owner id (any tier) from the blocks

@@ -17,7 +17,7 @@ func TestOwnerIDReuseDuringQuery(t *testing.T) {
 	a.Apply(stored("GPU", 1, 2, 3))
 	mustRegister(t, ix, engineReg(t, "Z", 0, p)) // keeps the context alive
 	c := ix.lookupContext(ContextKey{TenantID: "default", ModelName: "m", BlockSize: testBS})
-	old := c.meta.Load() // an in-flight query's snapshot
+	old := c.snapshot() // an in-flight query's snapshot
 
 	if _, err := ix.Unregister(a.Key()); err != nil {
 		t.Fatal(err)

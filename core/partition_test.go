@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -539,7 +540,7 @@ func TestPartitionedQueryMatchesSeparateIndexes(t *testing.T) {
 	}
 	// The merge was exercised: x has rank 0 in both partitions.
 	for c := joint.lookupContext(keyM); c != nil; c = c.next.Load() {
-		m := c.meta.Load()
+		m := c.snapshot()
 		if !slices.Contains(m.slots, slot{"x", 0}) {
 			t.Fatalf("partition %s has no slot (x, 0): %v", partLabel(profs, c), m.slots)
 		}
@@ -659,7 +660,7 @@ func TestRFCEnvelopePartitionRouting(t *testing.T) {
 	instancesOf := func(model string) map[string][]string {
 		out := map[string][]string{}
 		for c := ix.lookupContext(ContextKey{TenantID: "default", ModelName: model, BlockSize: testBS}); c != nil; c = c.next.Load() {
-			for _, sp := range c.meta.Load().instances {
+			for _, sp := range c.snapshot().instances {
 				out[partLabel(profs, c)] = append(out[partLabel(profs, c)], sp.id)
 			}
 		}
@@ -853,7 +854,7 @@ func TestSlotsAgreeWithRebuild(t *testing.T) {
 			keys = slices.Delete(keys, i, i+1)
 		}
 		wantSlots, wantPos := rebuildMeta(regs, c.owners)
-		m := c.meta.Load()
+		m := c.snapshot()
 		if !slices.Equal(c.slots, wantSlots) || !slices.Equal(m.slots, wantSlots) {
 			t.Fatalf("step %d: slots %v (meta %v), want %v", step, c.slots, m.slots, wantSlots)
 		}
@@ -862,5 +863,48 @@ func TestSlotsAgreeWithRebuild(t *testing.T) {
 				t.Fatalf("step %d: owner %d at slot %d (meta %d), want %d", step, i, c.owners[i].slot, m.owners[i].slot, wantPos[i])
 			}
 		}
+	}
+}
+
+// TestChangesCopyOncePerRead: registering into a context and interning its
+// owners costs as little with thousands of owners as with a few, because
+// the meta snapshot is rebuilt once per read after changes, not once per
+// change (a fleet's registration storm otherwise copies every table once per
+// registration: quadratic). A read after the changes sees all of them, and
+// a read with nothing changed since returns the same snapshot.
+func TestChangesCopyOncePerRead(t *testing.T) {
+	c := newContext(ContextKey{ModelName: "m", BlockSize: testBS}, &binding{}, 0)
+	add := func(i int) {
+		s := slot{fmt.Sprintf("i%05d", i), 0}
+		c.addRegSlot(s, 1)
+		c.internOwner(ownerKey{sub: uint32(i), name: s.instance}, nil)
+	}
+	const have, more = 4000, 200
+	for i := range have {
+		add(i)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := have; i < have+more; i++ {
+		add(i)
+	}
+	runtime.ReadMemStats(&after)
+	// A snapshot of 4,000 owners and slots is over 400 KB; what one change
+	// itself allocates (its share of the tables' and maps' growth) is a
+	// few KB.
+	per := (after.TotalAlloc - before.TotalAlloc) / more
+	t.Logf("%d bytes per change", per)
+	if per > 16<<10 {
+		t.Fatalf("a registration and its owner allocate %d bytes at %d owners", per, have)
+	}
+	m := c.snapshot()
+	if len(m.owners) != have+more || len(m.slots) != have+more || len(m.instances) != have+more {
+		t.Fatalf("snapshot after %d changes: %d owners, %d slots, %d instances", have+more, len(m.owners), len(m.slots), len(m.instances))
+	}
+	if m.owners[have+more-1].slot != int32(have+more-1) {
+		t.Fatalf("newest owner at slot %d", m.owners[have+more-1].slot)
+	}
+	if c.snapshot() != m {
+		t.Fatal("a read with nothing changed rebuilt the snapshot")
 	}
 }

@@ -189,7 +189,7 @@ func (ix *Index) queryPartitions(head *context, req *QueryRequest, res *QueryRes
 // res.Instances; their ranks go to res.ranks[base:] (rows already there keep
 // theirs). It returns the number of ranks written.
 func (ix *Index) queryPartition(c *context, req *QueryRequest, res *QueryResult, tenant string, base int) (int, error) {
-	m := c.meta.Load()
+	m := c.snapshot()
 	lo, hi := 0, len(m.slots)
 	spans := m.instances
 	if req.Instance != "" {

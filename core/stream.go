@@ -135,7 +135,7 @@ func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
 	mine := make(map[uint32]ownerKey, len(sc.owners))
 	refs := make(map[uint32]ownerRef, len(sc.owners))
 	var dims map[uint32]*StreamDims
-	m := sc.ctx.meta.Load()
+	m := sc.ctx.snapshot()
 	for k, r := range sc.owners {
 		mine[r.id()] = k
 		refs[r.id()] = r

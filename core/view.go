@@ -35,7 +35,7 @@ func (ix *Index) GlobalView() GlobalView {
 	var gv GlobalView
 	ix.contexts.Range(func(k ContextKey, head *context) bool {
 		for c := head; c != nil; c = c.next.Load() {
-			m := c.meta.Load()
+			m := c.snapshot()
 			b := c.bind.Load()
 			cv := ContextView{ContextKey: k, PrefixCount: c.blocks.Size(), Profile: b.profile,
 				ProfileBound: b.bound, Owner: b.owner, Instances: make(map[string][]int32, len(m.instances))}
