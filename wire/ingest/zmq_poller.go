@@ -41,6 +41,7 @@ import "C"
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -142,7 +143,16 @@ func (p *poller) loop() {
 	defer close(p.done)
 	var evs [pollerEvents]syscall.EpollEvent
 	for {
-		n, err := syscall.EpollWait(p.epfd, evs[:], -1)
+		// Events already pending are taken without blocking, in a raw
+		// system call that keeps the P; only an empty set waits in a
+		// blocking one. After a set, the listeners it woke run on this P
+		// before the next wait (Gosched): a blocking wait entered with
+		// runnable listeners would hold the P in the system call until the
+		// runtime's monitor hands it to another thread.
+		n, err := epollPoll(p.epfd, evs[:])
+		if err == nil && n == 0 {
+			n, err = syscall.EpollWait(p.epfd, evs[:], -1)
+		}
 		if err != nil {
 			if err == syscall.EINTR {
 				continue
@@ -161,7 +171,18 @@ func (p *poller) loop() {
 				l.kick()
 			}
 		}
+		runtime.Gosched()
 	}
+}
+
+// epollPoll returns the events pending on epfd without waiting (epoll_wait
+// with a zero timeout, which never blocks: a raw system call).
+func epollPoll(epfd int, evs []syscall.EpollEvent) (int, error) {
+	n, _, errno := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&evs[0])), uintptr(len(evs)), 0, 0, 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // close ends the loop and releases the descriptors; every listener has

@@ -1,6 +1,11 @@
 package ingest
 
-import "testing"
+import (
+	"encoding/binary"
+	"syscall"
+	"testing"
+	"unsafe"
+)
 
 // TestWaitAsksOnlySignalled: a wait asks libzmq only about the sockets in
 // receiver.check (those that signalled since they were last found empty),
@@ -61,5 +66,43 @@ func TestWaitAsksOnlySignalled(t *testing.T) {
 	poll("read, found empty", 0)
 	if l.rx.check&sub != 0 {
 		t.Fatal("a socket found empty stays in check")
+	}
+}
+
+// TestEpollPollNeverWaits: the poller's non-blocking take returns the
+// events already pending (here an eventfd's, tagged as poller.add tags it),
+// and 0 at once when there are none; an edge-triggered event is taken once.
+func TestEpollPollNeverWaits(t *testing.T) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(epfd)
+	efd, err := newEventFD()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(efd)
+	p := &poller{epfd: epfd}
+	const tag = 7<<posBits | pollSub
+	if err := p.add(efd, tag); err != nil {
+		t.Fatal(err)
+	}
+	var evs [4]syscall.EpollEvent
+	if n, err := epollPoll(epfd, evs[:]); n != 0 || err != nil {
+		t.Fatalf("nothing pending: %d events, %v", n, err)
+	}
+	if _, err := syscall.Write(efd, binary.NativeEndian.AppendUint64(nil, 1)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := epollPoll(epfd, evs[:])
+	if n != 1 || err != nil {
+		t.Fatalf("one pending: %d events, %v", n, err)
+	}
+	if got := *(*uint64)(unsafe.Pointer(&evs[0].Fd)); got != tag {
+		t.Fatalf("tag %#x, want %#x", got, tag)
+	}
+	if n, err := epollPoll(epfd, evs[:]); n != 0 || err != nil {
+		t.Fatalf("edge taken: %d events, %v", n, err)
 	}
 }
