@@ -132,6 +132,8 @@ type Ingester struct {
 	zctx *zcontext
 	// poller waits for every listener's sockets (zmq_poller.go).
 	poller *poller
+	// series exposes the listeners' metrics in opts.Metrics.
+	series *streamSeries
 
 	// opMu serialises control operations; it is held across a listener's start
 	// and join, which are bounded (no network wait).
@@ -193,6 +195,7 @@ func NewIngester(ix *core.Index, opts IngestOptions) (*Ingester, error) {
 		opts:      opts,
 		zctx:      zctx,
 		poller:    p,
+		series:    newStreamSeries(opts.Metrics),
 		listeners: make(map[core.ServiceKey]*listener),
 	}, nil
 }
@@ -207,7 +210,7 @@ func startContextThreads(zctx *zcontext) error {
 	return s.close()
 }
 
-// Metrics returns the set holding the per-stream conductor_ingest_* series.
+// Metrics returns the set exposing the per-stream conductor_ingest_* series.
 func (g *Ingester) Metrics() *metrics.Set { return g.opts.Metrics }
 
 // Register registers reg with the index and starts its subscriber. It does not wait

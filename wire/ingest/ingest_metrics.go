@@ -1,8 +1,13 @@
 package ingest
 
 import (
+	"fmt"
+	"io"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"unicode/utf8"
 
@@ -11,47 +16,59 @@ import (
 	"github.com/seed-c7a81618/conductor/wire"
 )
 
-// streamMetrics are one subscription's counters, registered in the Ingester's
-// metrics.Set under `conductor_ingest_*{instance="…",tenant="…",dp_rank="…"}` and
-// unregistered when the subscription is. Counters are atomic: the receive goroutine
-// adds, Listeners and /metrics read.
+// streamMetrics are one subscription's counters and gauges, exposed as
+// `conductor_ingest_*{instance="…",tenant="…",dp_rank="…"}` through the
+// Ingester's streamSeries while the subscription is registered. They are
+// atomics: the receive goroutine adds, Listeners and /metrics read.
 type streamMetrics struct {
-	set   *metrics.Set
-	names []string
+	series *streamSeries
+	// labels is the series' label set without braces:
+	// instance="…",tenant="…",dp_rank="…".
+	labels string
 
-	batches          *metrics.Counter
-	stored           *metrics.Counter // events applied by type …
-	removed          *metrics.Counter
-	cleared          *metrics.Counter
-	dropped          *metrics.Counter // … events decoded but skipped (decoder) or refused (core)
-	blocks           *metrics.Counter
-	decodeErrors     *metrics.Counter
-	duplicates       *metrics.Counter
-	gaps             *metrics.Counter
-	replaysRequested *metrics.Counter
-	replaysSucceeded *metrics.Counter
-	replaysFailed    *metrics.Counter
-	staleClears      *metrics.Counter
-	clearedBlocks    *metrics.Counter
-	restarts         *metrics.Counter
-	reconnects       *metrics.Counter
-	queueDrops       *metrics.Counter
-	oversize         *metrics.Counter
-	gapsKept         *metrics.Counter
-	expiredBlocks    *metrics.Counter
-	evictedBlocks    *metrics.Counter
+	batches          counter
+	stored           counter // events applied by type …
+	removed          counter
+	cleared          counter
+	dropped          counter // … events decoded but skipped (decoder) or refused (core)
+	blocks           counter
+	decodeErrors     counter
+	duplicates       counter
+	gaps             counter
+	replaysRequested counter
+	replaysSucceeded counter
+	replaysFailed    counter
+	staleClears      counter
+	clearedBlocks    counter
+	restarts         counter
+	reconnects       counter
+	queueDrops       counter
+	oversize         counter
+	gapsKept         counter
+	expiredBlocks    counter
+	evictedBlocks    counter
 	// dialectBlocks is the publisher dialect's total over every subscription
-	// (mDialectBlocks): shared, never unregistered.
+	// (mDialectBlocks): a series of the set itself, shared, never
+	// unregistered.
 	dialectBlocks *metrics.Counter
 
 	// events counts every decoded event (applied, refused or skipped); it is the
 	// sum of the type="…" series only when core's ApplyStats partition the events.
 	events atomic.Uint64
-	// lastSeq and lagBits back the gauges (read through callbacks, so the hot
-	// path never converts to float).
+	// lastSeq and lagBits back the gauges (the hot path never converts to
+	// float).
 	lastSeq atomic.Uint64
 	lagBits atomic.Uint64 // math.Float64bits of the lag in seconds
+	// sub backs the applier gauges (applierGauges; nil: not exposed).
+	sub atomic.Pointer[core.Subscription]
 }
+
+// counter is a monotonic count written by one goroutine and read by others.
+type counter struct{ v atomic.Uint64 }
+
+func (c *counter) Inc()        { c.v.Add(1) }
+func (c *counter) Add(n int)   { c.v.Add(uint64(n)) }
+func (c *counter) Get() uint64 { return c.v.Load() }
 
 // Metric names (without labels). Kept together so the /metrics documentation and
 // the tests have one list to look at.
@@ -93,63 +110,175 @@ const (
 	mApplyDefers = "conductor_ingest_apply_deferrals" // stepped aside for queries in flight
 )
 
-func newStreamMetrics(set *metrics.Set, k core.ServiceKey, d wire.Dialect) *streamMetrics {
-	m := &streamMetrics{set: set}
-	m.dialectBlocks = set.GetOrCreateCounter(mDialectBlocks + `{dialect="` + d.String() + `"}`)
-	labels := `instance="` + escapeLabel(k.InstanceID) + `",tenant="` + escapeLabel(k.TenantID) +
-		`",dp_rank="` + strconv.Itoa(int(k.DPRank)) + `"`
-	counter := func(name, extra string) *metrics.Counter {
-		full := name + "{" + labels + extra + "}"
-		m.names = append(m.names, full)
-		return set.GetOrCreateCounter(full)
+// streamFamily is one per-stream metric family: for each stream, one series
+// per label suffix (extra), its value from a counter or a gauge function.
+type streamFamily struct {
+	name   string
+	series []streamValue
+}
+
+type streamValue struct {
+	extra   string // labels after the stream's, with a leading comma
+	counter func(m *streamMetrics) *counter
+	gauge   func(m *streamMetrics) (float64, bool) // false: not exposed
+}
+
+func counterOf(f func(m *streamMetrics) *counter) []streamValue {
+	return []streamValue{{counter: f}}
+}
+
+// streamFamilies is every per-stream family, sorted by name; the events
+// family's series by their type label.
+var streamFamilies = sortedFamilies([]streamFamily{
+	{mBatches, counterOf(func(m *streamMetrics) *counter { return &m.batches })},
+	{mEvents, []streamValue{
+		{extra: `,type="cleared"`, counter: func(m *streamMetrics) *counter { return &m.cleared }},
+		{extra: `,type="dropped"`, counter: func(m *streamMetrics) *counter { return &m.dropped }},
+		{extra: `,type="removed"`, counter: func(m *streamMetrics) *counter { return &m.removed }},
+		{extra: `,type="stored"`, counter: func(m *streamMetrics) *counter { return &m.stored }},
+	}},
+	{mBlocks, counterOf(func(m *streamMetrics) *counter { return &m.blocks })},
+	{mDecodeErrors, counterOf(func(m *streamMetrics) *counter { return &m.decodeErrors })},
+	{mDuplicates, counterOf(func(m *streamMetrics) *counter { return &m.duplicates })},
+	{mGaps, counterOf(func(m *streamMetrics) *counter { return &m.gaps })},
+	{mReplaysRequested, counterOf(func(m *streamMetrics) *counter { return &m.replaysRequested })},
+	{mReplaysSucceeded, counterOf(func(m *streamMetrics) *counter { return &m.replaysSucceeded })},
+	{mReplaysFailed, counterOf(func(m *streamMetrics) *counter { return &m.replaysFailed })},
+	{mStaleClears, counterOf(func(m *streamMetrics) *counter { return &m.staleClears })},
+	{mClearedBlocks, counterOf(func(m *streamMetrics) *counter { return &m.clearedBlocks })},
+	{mRestarts, counterOf(func(m *streamMetrics) *counter { return &m.restarts })},
+	{mReconnects, counterOf(func(m *streamMetrics) *counter { return &m.reconnects })},
+	{mQueueDrops, counterOf(func(m *streamMetrics) *counter { return &m.queueDrops })},
+	{mOversize, counterOf(func(m *streamMetrics) *counter { return &m.oversize })},
+	{mGapsKept, counterOf(func(m *streamMetrics) *counter { return &m.gapsKept })},
+	{mExpiredBlocks, counterOf(func(m *streamMetrics) *counter { return &m.expiredBlocks })},
+	{mEvictedBlocks, counterOf(func(m *streamMetrics) *counter { return &m.evictedBlocks })},
+	{mLastSeq, []streamValue{{gauge: func(m *streamMetrics) (float64, bool) { return float64(m.lastSeq.Load()), true }}}},
+	{mLag, []streamValue{{gauge: func(m *streamMetrics) (float64, bool) { return math.Float64frombits(m.lagBits.Load()), true }}}},
+	{mApplyRunMax, []streamValue{{gauge: func(m *streamMetrics) (float64, bool) {
+		if s := m.sub.Load(); s != nil {
+			return s.ApplyRunMax().Seconds(), true
+		}
+		return 0, false
+	}}}},
+	{mApplyYields, []streamValue{{gauge: func(m *streamMetrics) (float64, bool) {
+		if s := m.sub.Load(); s != nil {
+			return float64(s.ApplyYields()), true
+		}
+		return 0, false
+	}}}},
+	{mApplyDefers, []streamValue{{gauge: func(m *streamMetrics) (float64, bool) {
+		if s := m.sub.Load(); s != nil {
+			return float64(s.ApplyDeferrals()), true
+		}
+		return 0, false
+	}}}},
+})
+
+func sortedFamilies(fs []streamFamily) []streamFamily {
+	slices.SortFunc(fs, func(a, b streamFamily) int { return strings.Compare(a.name, b.name) })
+	return fs
+}
+
+// streamSeries exposes the registered streams' metrics in a metrics.Set, as
+// one metrics writer over the streams' own atomics
+// (Set.RegisterMetricsWriter): adding or removing a stream is a map update.
+// (A series of the set per stream and metric costs a check of its name by
+// regexp when created and, when removed, a scan of every series in the set:
+// quadratic in the fleet's size.) A scrape writes what the set would for the
+// same series: each family's series together, families sorted by name, the
+// series of a family by their full names (TestStreamSeriesAgreesWithSet).
+type streamSeries struct {
+	set     *metrics.Set
+	mu      sync.Mutex
+	streams map[*streamMetrics]struct{}
+}
+
+// newStreamSeries registers the writer in set.
+func newStreamSeries(set *metrics.Set) *streamSeries {
+	r := &streamSeries{set: set, streams: make(map[*streamMetrics]struct{})}
+	set.RegisterMetricsWriter(r.write)
+	return r
+}
+
+// newStreamMetrics returns k's metrics, exposed from now until unregister.
+func (r *streamSeries) newStreamMetrics(k core.ServiceKey, d wire.Dialect) *streamMetrics {
+	m := &streamMetrics{series: r,
+		labels: `instance="` + escapeLabel(k.InstanceID) + `",tenant="` + escapeLabel(k.TenantID) +
+			`",dp_rank="` + strconv.Itoa(int(k.DPRank)) + `"`,
+		dialectBlocks: r.set.GetOrCreateCounter(mDialectBlocks + `{dialect="` + d.String() + `"}`),
 	}
-	m.batches = counter(mBatches, "")
-	m.stored = counter(mEvents, `,type="stored"`)
-	m.removed = counter(mEvents, `,type="removed"`)
-	m.cleared = counter(mEvents, `,type="cleared"`)
-	m.dropped = counter(mEvents, `,type="dropped"`)
-	m.blocks = counter(mBlocks, "")
-	m.decodeErrors = counter(mDecodeErrors, "")
-	m.duplicates = counter(mDuplicates, "")
-	m.gaps = counter(mGaps, "")
-	m.replaysRequested = counter(mReplaysRequested, "")
-	m.replaysSucceeded = counter(mReplaysSucceeded, "")
-	m.replaysFailed = counter(mReplaysFailed, "")
-	m.staleClears = counter(mStaleClears, "")
-	m.clearedBlocks = counter(mClearedBlocks, "")
-	m.restarts = counter(mRestarts, "")
-	m.reconnects = counter(mReconnects, "")
-	m.queueDrops = counter(mQueueDrops, "")
-	m.oversize = counter(mOversize, "")
-	m.gapsKept = counter(mGapsKept, "")
-	m.expiredBlocks = counter(mExpiredBlocks, "")
-	m.evictedBlocks = counter(mEvictedBlocks, "")
-	gauge := func(name string, f func() float64) {
-		full := name + "{" + labels + "}"
-		m.names = append(m.names, full)
-		set.GetOrCreateGauge(full, f)
-	}
-	gauge(mLastSeq, func() float64 { return float64(m.lastSeq.Load()) })
-	gauge(mLag, func() float64 { return math.Float64frombits(m.lagBits.Load()) })
+	r.mu.Lock()
+	r.streams[m] = struct{}{}
+	r.mu.Unlock()
 	return m
 }
 
-// applierGauges exports sub's applier figures beside the stream's metrics
-// (unregistered with them).
-func (m *streamMetrics) applierGauges(sub *core.Subscription, k core.ServiceKey) {
-	labels := `{instance="` + escapeLabel(k.InstanceID) + `",tenant="` + escapeLabel(k.TenantID) +
-		`",dp_rank="` + strconv.Itoa(int(k.DPRank)) + `"}`
-	m.names = append(m.names, mApplyRunMax+labels, mApplyYields+labels, mApplyDefers+labels)
-	m.set.GetOrCreateGauge(mApplyDefers+labels, func() float64 { return float64(sub.ApplyDeferrals()) })
-	m.set.GetOrCreateGauge(mApplyRunMax+labels, func() float64 { return sub.ApplyRunMax().Seconds() })
-	m.set.GetOrCreateGauge(mApplyYields+labels, func() float64 { return float64(sub.ApplyYields()) })
+// applierGauges exports sub's applier figures beside the stream's metrics.
+func (m *streamMetrics) applierGauges(sub *core.Subscription) { m.sub.Store(sub) }
+
+// unregister removes the stream's series.
+func (m *streamMetrics) unregister() {
+	m.series.mu.Lock()
+	delete(m.series.streams, m)
+	m.series.mu.Unlock()
 }
 
-// unregister removes every series of the stream from the set.
-func (m *streamMetrics) unregister() {
-	for _, n := range m.names {
-		m.set.UnregisterMetric(n)
+// write writes every registered stream's series (the set's metrics writer).
+func (r *streamSeries) write(w io.Writer) {
+	r.mu.Lock()
+	ms := make([]*streamMetrics, 0, len(r.streams))
+	for m := range r.streams {
+		ms = append(ms, m)
 	}
+	r.mu.Unlock()
+	if len(ms) == 0 {
+		return
+	}
+	// Label sets end with a closing quote and escape every quote inside, so
+	// none is a prefix of another: ordering the streams by label set orders
+	// each family's series by full name.
+	slices.SortFunc(ms, func(a, b *streamMetrics) int { return strings.Compare(a.labels, b.labels) })
+	b := make([]byte, 0, 64<<10)
+	for _, f := range streamFamilies {
+		for _, m := range ms {
+			for i := range f.series {
+				v := &f.series[i]
+				var val float64
+				if v.gauge != nil {
+					var ok bool
+					if val, ok = v.gauge(m); !ok {
+						continue
+					}
+				}
+				b = append(b, f.name...)
+				b = append(b, '{')
+				b = append(b, m.labels...)
+				b = append(b, v.extra...)
+				b = append(b, "} "...)
+				if v.counter != nil {
+					b = strconv.AppendUint(b, v.counter(m).Get(), 10)
+				} else {
+					b = appendGauge(b, val)
+				}
+				b = append(b, '\n')
+			}
+		}
+		if len(b) >= 32<<10 {
+			_, _ = w.Write(b)
+			b = b[:0]
+		}
+	}
+	_, _ = w.Write(b)
+}
+
+// appendGauge formats a gauge's value as metrics.Gauge does: an integral
+// value as an integer, any other with %g.
+func appendGauge(b []byte, v float64) []byte {
+	if float64(int64(v)) == v {
+		return strconv.AppendInt(b, int64(v), 10)
+	}
+	return fmt.Appendf(b, "%g", v)
 }
 
 // escapeLabel writes s as a Prometheus label value: backslash, quote and

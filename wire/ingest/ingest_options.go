@@ -171,8 +171,10 @@ type IngestOptions struct {
 	// Logger receives listener life-cycle events, gaps, replays, stale and
 	// restart clears, and (rate-limited) decode errors. Default slog.Default().
 	Logger *slog.Logger
-	// Metrics is the set per-stream counters are registered in (and unregistered
-	// from on Unregister). Default: a new set, returned by Ingester.Metrics.
+	// Metrics is the set the per-stream series are exposed in, from
+	// Register to Unregister, through one metrics writer the Ingester
+	// registers in it (streamSeries). Default: a new set, returned by
+	// Ingester.Metrics.
 	Metrics *metrics.Set
 	// ListenerNice, when 1..19, runs each listener — the stream's receiver,
 	// decoder and single writer — on an OS thread of its own whose nice value

@@ -280,12 +280,12 @@ func newListener(g *Ingester, sub *core.Subscription, d wire.Dialect, id uint64)
 		key:     key,
 		dialect: d,
 		id:      id,
-		m:       newStreamMetrics(g.opts.Metrics, key, d),
+		m:       g.series.newStreamMetrics(key, d),
 		cmds:    make(chan cmdReq, 4),
 		done:    make(chan struct{}),
 		notify:  make(chan struct{}, 1),
 	}
-	l.m.applierGauges(sub, key)
+	l.m.applierGauges(sub)
 	l.log = g.opts.Logger.With("service", key.String(), "endpoint", reg.Endpoint)
 	l.rx.seq.threshold = g.opts.RestartThreshold
 	l.rx.reader = newFrameReader(initialFrameBuf)
