@@ -18,6 +18,7 @@ import (
 
 	sha256 "github.com/minio/sha256-simd"
 
+	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 )
 
@@ -29,7 +30,9 @@ import (
 // them (the tail harness's publisher: lossless, flow-controlled).
 //
 // For each index size in FLEET_SIZES (default 1M and 10M blocks; 100M needs
-// about 7 GB of memory and 10 minutes) and each batch size in
+// about 7 GB of memory and 10 minutes; past 16M conductor runs with
+// --max-blocks-per-registration raised to the size, since engine-b is one
+// registration) and each batch size in
 // FLEET_BATCHES (default 16 and 64 blocks), a fresh conductor ingests that
 // many blocks from empty. A row gives its CPU per stored block (/proc),
 // blocks/s, and RSS at the end, whole and per block. Then, on the full index
@@ -154,6 +157,11 @@ type fleetResults struct {
 func runFleet(tb testing.TB, server string, blocks, batch int, queryTokens []int, args []string) fleetRow {
 	tb.Helper()
 	tb.(interface{ Setenv(k, v string) }).Setenv(tailBatchEnv, strconv.Itoa(batch))
+	if blocks > core.DefaultMaxBlocksPerRegistration {
+		// engine-b is one registration: past conductor's default bound it
+		// would evict its oldest blocks (the C++ conductor has no bound).
+		args = append(slices.Clip(args), "--max-blocks-per-registration", strconv.Itoa(blocks+loadBlocks))
+	}
 	s := startNamed(tb, server, args...)
 	e := registerEngine(tb, s)
 	prompt := make([]int32, slices.Max(append([]int{loadBlocks * loadBS}, queryTokens...)))

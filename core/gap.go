@@ -330,18 +330,17 @@ func (s *Subscription) blockBound() int {
 // returns the block entries changed (Options.MaxBlocksPerRegistration).
 func (s *Subscription) evictOver(bound int) int {
 	excess, total := s.heldKeys-bound, s.heldKeys
-	n, keys := 0, 0
+	keys := 0
 	for _, sc := range s.state {
 		for oid, set := range sc.keys {
 			if set.Len() == 0 {
 				continue
 			}
 			share := (excess*set.Len() + total - 1) / total // ⌈excess × share⌉
-			s.keyScratch = set.oldest(share, s.keyScratch[:0])
-			n += s.dropKeys(sc, oid, set, s.keyScratch)
-			keys += len(s.keyScratch)
+			keys += set.evict(share, func(k uint64) bool { return sc.ctx.dropOwnerKey(oid, k, &s.ix.holdings) })
 		}
 	}
+	s.heldKeys -= keys
 	s.ix.counters.EvictedBlocks.Add(uint64(keys))
 	now := time.Now()
 	if now.After(s.evictLogNext) {

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"math/rand"
 	"slices"
 	"strings"
 	"testing"
@@ -315,5 +316,55 @@ func TestParseGapPolicy(t *testing.T) {
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "gap_policy" || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "keep, clear, expire") {
 		t.Fatalf("bad name: %v", err)
+	}
+}
+
+// BenchmarkApplyOverBound: the cost per stored block of a registration held
+// at its block bound (in-process): each batch stores 64 fresh blocks, so
+// every batch evicts its oldest. removes=0 is a publisher that never removes
+// blocks; removes=4 removes 4 it holds after each batch, so its key set has
+// removes pending as it evicts (a publisher that lost some removes and went
+// on). Past keySetSplit keys the set is split, as every large owner's is.
+//
+//	go test -run '^$' -bench BenchmarkApplyOverBound -benchtime 20000x ./core/
+func BenchmarkApplyOverBound(b *testing.B) {
+	for _, c := range []struct{ bound, removes int }{{1 << 18, 0}, {1 << 18, 4}, {1 << 21, 0}, {1 << 21, 4}} {
+		bound := c.bound
+		b.Run(fmt.Sprintf("bound=%d/removes=%d", bound, c.removes), func(b *testing.B) {
+			ix := New(Options{MaxBlocksPerRegistration: bound, Logger: quietLogger()})
+			s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
+			next := uint64(1)
+			batch := func() []uint64 {
+				hs := make([]uint64, 64)
+				for j := range hs {
+					hs[j] = next * 0x9E3779B97F4A7C15
+					next++
+				}
+				return hs
+			}
+			for s.HeldBlocks() < bound {
+				s.Apply(stored("GPU", batch()...))
+			}
+			rng := rand.New(rand.NewSource(1))
+			b.ReportAllocs()
+			b.ResetTimer()
+			evicted := 0
+			for range b.N {
+				evicted += s.Apply(stored("GPU", batch()...)).Evicted
+				if c.removes == 0 {
+					continue
+				}
+				var rm []uint64
+				for range c.removes { // held: stored within the last bound/2 blocks
+					rm = append(rm, (next-1-uint64(rng.Intn(bound/2)))*0x9E3779B97F4A7C15)
+				}
+				s.Apply(removed("GPU", rm...))
+			}
+			b.StopTimer()
+			if evicted == 0 || s.HeldBlocks() > bound {
+				b.Fatalf("premise: %d evicted, %d held (bound %d)", evicted, s.HeldBlocks(), bound)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(64*b.N), "ns/block")
+		})
 	}
 }

@@ -31,8 +31,15 @@ import (
 // The adds keep the order keys entered the set (compaction cancels a
 // key's oldest add, keeping its newest), which serves two bounds:
 //
-//   - oldest returns the keys that entered the set first (a registration's
-//     block bound evicts them, Subscription.evictOver);
+//   - evict drops the keys that entered the set first (a registration's
+//     block bound, Subscription.evictOver). It takes adds from the front of
+//     the log without compacting (a bound reached evicts on every batch, and
+//     a compaction per batch would cost the whole set each time): the
+//     caller's drop says whether the owner held the key, and an add whose
+//     key had left the set is kept aside for the compaction to cancel
+//     against its pending remove. So evict costs the adds it takes. Its
+//     order is the adds' order: a key removed and stored again since the
+//     log's last compaction leaves in the place of its first add;
 //   - a mark records, at a gap the transport could not heal, how many keys
 //     the set holds: they precede the mark in add order, and every later
 //     add follows it. Compaction keeps the mark in place as cancelled adds
@@ -40,8 +47,8 @@ import (
 //     it; takeMark returns the keys still before it (Subscription.expire
 //     drops them: the gap policy "expire").
 //
-// After the split each log holds its own marks; oldest takes from every log
-// in proportion to its size, so it returns the oldest keys of each log,
+// After the split each log holds its own marks; evict takes from every log
+// in proportion to its size, so it drops the oldest keys of each log,
 // which are the set's oldest to within the spread of keys over the logs.
 // TestKeySetAgreesWithMap and TestKeySetSplitAgreesWithMap check it against
 // a map; TestTierBlocksMatchesIndex checks every owner's set against a walk
@@ -119,23 +126,28 @@ func (s *keySet) takeMark(id uint64, dst []uint64) []uint64 {
 	return dst
 }
 
-// oldest appends to dst about n of the keys that entered the set first
-// (exactly n without the split, at least n and at most n+keySubs after it;
-// all of them when n ≥ Len). The keys stay in the set.
-func (s *keySet) oldest(n int, dst []uint64) []uint64 {
+// evict drops about n of the keys that entered the set first (exactly n
+// before the split, from n to n+keySubs after it; all of them when n ≥ Len):
+// drop is called with candidate keys, oldest first in each log, drops the
+// owner's holdings at the key and reports whether it held any (the key was
+// in the set). It returns the number of keys dropped, which left the set.
+func (s *keySet) evict(n int, drop func(k uint64) bool) int {
 	if n <= 0 || s.n == 0 {
-		return dst
+		return 0
 	}
+	done := 0
 	if s.subs == nil {
-		return s.l.first(n, dst)
-	}
-	for i := range s.subs {
-		l := &s.subs[i]
-		if l.n > 0 {
-			dst = l.first((n*l.n+s.n-1)/s.n, dst) // ⌈n × share⌉
+		done = s.l.evict(n, drop)
+	} else {
+		total := s.n
+		for i := range s.subs {
+			if l := &s.subs[i]; l.n > 0 {
+				done += l.evict((n*l.n+total-1)/total, drop) // ⌈n × share⌉
+			}
 		}
 	}
-	return dst
+	s.n -= done
+	return done
 }
 
 // each calls f once for every key. f must not modify the set.
@@ -181,7 +193,12 @@ func (s *keySet) reset() { *s = keySet{} }
 type keyLog struct {
 	chunks  [][]uint64 // the adds; every chunk but the last holds keyChunk keys
 	removes []uint64
-	n       int // adds minus removes: keys in the set
+	// head counts the adds at the front of chunks[0] that evict took.
+	// skipped holds those of them whose key had left the set: each is its
+	// key's oldest add, which the key's oldest pending remove cancels.
+	head    int
+	skipped []uint64
+	n       int // adds (after head, and skipped) minus removes: keys in the set
 	// marks, oldest first: each stands before the add at index pos (so
 	// their positions never decrease along the slice).
 	marks []keyMark
@@ -226,15 +243,7 @@ func (l *keyLog) add(k uint64) {
 func (l *keyLog) remove(k uint64) {
 	l.n--
 	if l.n == 0 {
-		// Every add has met its remove: no key precedes any mark.
-		marks := l.marks
-		*l = keyLog{marks: marks[:0]}
-		for _, m := range marks {
-			l.marks = append(l.marks, keyMark{id: m.id})
-		}
-		if len(l.marks) == 0 {
-			l.marks = nil
-		}
+		l.emptied()
 		return
 	}
 	l.removes = append(l.removes, k)
@@ -243,18 +252,72 @@ func (l *keyLog) remove(k uint64) {
 	}
 }
 
+// emptied resets a log whose last key left: every add has met its remove or
+// was evicted, and no key precedes any mark.
+func (l *keyLog) emptied() {
+	marks := l.marks
+	*l = keyLog{marks: marks[:0]}
+	for _, m := range marks {
+		l.marks = append(l.marks, keyMark{id: m.id})
+	}
+	if len(l.marks) == 0 {
+		l.marks = nil
+	}
+}
+
+// evict takes adds from the front of the log and calls drop with each key
+// until drop has returned true n times or the log is empty, and returns how
+// many times it did. A key drop did not hold had left the set (its add
+// awaits a pending remove): the add goes to skipped. A key whose first add
+// was cancelled but which is in the set again (removed and stored since the
+// last compaction) is dropped there: its newer add then meets the pending
+// remove. A chunk whose adds were all taken is released.
+func (l *keyLog) evict(n int, drop func(k uint64) bool) int {
+	done := 0
+	for done < n && l.n > 0 {
+		// n > 0 leaves at least n adds after head (the skipped ones cancel
+		// as many removes), so chunks[0] has one at head.
+		k := l.chunks[0][l.head]
+		l.head++
+		if drop(k) {
+			done++
+			l.n--
+		} else {
+			l.skipped = append(l.skipped, k)
+		}
+		if l.head == keyChunk {
+			l.chunks[0] = nil
+			l.chunks = l.chunks[1:]
+			l.head = 0
+			for i := range l.marks {
+				l.marks[i].pos = max(l.marks[i].pos-keyChunk, 0)
+			}
+		}
+	}
+	if l.n == 0 {
+		l.emptied()
+	}
+	return done
+}
+
 // compact cancels each remove against one add of its key, leaving the adds
 // holding the set's keys once each and removes empty. The removes go into a
 // scratch multiset (a table of twice their number, so it stays in cache for
 // logs of a keySubs-th of a large owner), then one pass over the adds drops
 // each add that meets a remove, moving the kept ones down in place.
 func (l *keyLog) compact() {
-	if len(l.removes) == 0 {
+	if len(l.removes) == 0 && l.head == 0 {
 		return
 	}
-	t := newCancelTable(len(l.removes))
-	for _, k := range l.removes {
-		t.put(k)
+	var t *cancelTable
+	if len(l.removes) > 0 {
+		t = newCancelTable(len(l.removes))
+		for _, k := range l.removes {
+			t.put(k)
+		}
+		for _, k := range l.skipped {
+			t.take(k) // the oldest add of its key: its oldest remove
+		}
 	}
 	wc, wj := 0, 0 // where the next kept key goes; never past the one read
 	// i counts the adds read and kept those written: a mark before add i
@@ -266,7 +329,7 @@ func (l *keyLog) compact() {
 				l.marks[mi].pos = kept
 			}
 			i++
-			if t.take(k) {
+			if i <= l.head || (t != nil && t.take(k)) { // taken by evict, or cancelled
 				continue
 			}
 			kept++
@@ -279,7 +342,9 @@ func (l *keyLog) compact() {
 	for ; mi < len(l.marks); mi++ {
 		l.marks[mi].pos = kept
 	}
-	t.release()
+	if t != nil {
+		t.release()
+	}
 	if wj > 0 {
 		l.chunks[wc] = l.chunks[wc][:wj]
 		wc++
@@ -293,6 +358,7 @@ func (l *keyLog) compact() {
 	if cap(l.removes) > l.n+keyLogMinCompact {
 		l.removes = nil
 	}
+	l.head, l.skipped = 0, nil
 }
 
 func (l *keyLog) each(f func(k uint64)) {
