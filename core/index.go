@@ -79,8 +79,9 @@ type Options struct {
 	// drop reason. Default DropLogInterval (10s).
 	DropLogInterval time.Duration
 	// ContextSizeHint presizes each context's block map for this many blocks,
-	// avoiding incremental resizes while a large index warms up (at about 13 B
-	// of bucket memory per hinted block). Default 0: start small and grow.
+	// avoiding incremental resizes while a large index warms up (17–34 B of
+	// bucket memory per hinted block: xsync rounds each shard's table up to a
+	// power of two at a load of 0.75). Default 0: start small and grow.
 	ContextSizeHint int
 	// QueryPriority makes appliers step aside while queries are in flight
 	// (ApplyDeferMax per slice of ApplySliceBlocks updates): query tail

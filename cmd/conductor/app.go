@@ -145,7 +145,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.Int64Var(&s.rxQueuedBytes, "max-queued-bytes", ingest.DefaultMaxQueuedBytes, "bytes all receive queues together may hold")
 	fs.Int64Var(&s.maxMessageBytes, "max-message-bytes", ingest.DefaultMaxMessageBytes,
 		"largest ZMQ message applied: a larger one is dropped whole, counted and logged, and the messages after it apply as usual (a single frame above 4× this ends the connection in libzmq)")
-	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (~13 B each; default 0 = grow on demand)")
+	fs.IntVar(&s.contextSizeHint, "context-size-hint", 0, "presize each context's block map for this many blocks (17–34 B of table per hinted block in each context that stores any; no table doublings up to it; default 0 = grow on demand)")
 	fs.DurationVar(&s.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long shutdown waits for in-flight requests")
 	fs.StringVar(&s.gapPolicy, "gap-policy", core.DefaultGapPolicy.String(),
 		"what a registration keeps of its blocks when events are lost for good (a gap without a replay endpoint, or past the engine's ring): keep, clear or expire; a registration's gap_policy wins (docs/operations.md)")
