@@ -319,6 +319,77 @@ func TestParseGapPolicy(t *testing.T) {
 	}
 }
 
+// TestBlockBoundPastSplit: a registration held at a bound past the key
+// set's split, whose publisher also removes blocks it holds (some of them
+// among its oldest, so eviction meets adds whose keys already left) and
+// stores again some it no longer holds. Every batch leaves it at most at the
+// bound, the blocks it holds are exactly those stored less those removed and
+// evicted (each checked against the index when chosen), and the index, the
+// holding counts and the owner's key set agree throughout.
+func TestBlockBoundPastSplit(t *testing.T) {
+	const bound = keySetSplit + 5000
+	ix := New(Options{MaxBlocksPerRegistration: bound, Logger: quietLogger()})
+	s := mustRegister(t, ix, engineReg(t, "a", 0, cborProfile(t)))
+	isHeld := func(h uint64) bool {
+		r := row(queryHashes(t, ix, "a", h), "a")
+		return r != nil && r.LongestMatched == testBS
+	}
+	rng := rand.New(rand.NewSource(3))
+	var order []uint64 // every hash stored, in order
+	type removal struct {
+		h     uint64
+		batch int
+	}
+	var gone []removal // removed, oldest first
+	next := uint64(1)
+	nStored, nRemoved, nEvicted := 0, 0, 0
+	for batch := 0; batch < 3000; batch++ {
+		var hs []uint64
+		// Store again a few removed at least 3 batches ago (the evictions
+		// since have passed over their first adds), then fresh blocks.
+		for len(gone) > 0 && gone[0].batch <= batch-3 && len(hs) < 8 {
+			if h := gone[0].h; !isHeld(h) {
+				hs = append(hs, h)
+			}
+			gone = gone[1:]
+		}
+		for len(hs) < 64 {
+			hs = append(hs, next*0x9E3779B97F4A7C15)
+			next++
+		}
+		nStored += len(hs)
+		st := s.Apply(stored("GPU", hs...))
+		nEvicted += st.Evicted
+		order = append(order, hs...)
+		var rm []uint64
+		for j := 0; j < 6; j++ {
+			i := rng.Intn(len(order))
+			if j < 3 && len(order) > nEvicted+nRemoved+128 {
+				// Among the next the bound evicts: the oldest held.
+				i = nEvicted + nRemoved + rng.Intn(128)
+			}
+			if h := order[i]; isHeld(h) && !slices.Contains(rm, h) {
+				rm = append(rm, h)
+			}
+		}
+		s.Apply(removed("GPU", rm...))
+		nRemoved += len(rm)
+		for _, h := range rm {
+			gone = append(gone, removal{h, batch})
+		}
+		if held := s.HeldBlocks(); held > bound || held != nStored-nRemoved-nEvicted {
+			t.Fatalf("batch %d: holds %d blocks; stored %d, removed %d, evicted %d; bound %d", batch, held, nStored, nRemoved, nEvicted, bound)
+		}
+		if batch%500 == 499 {
+			checkHoldings(t, ix, s)
+		}
+	}
+	if nEvicted == 0 || ix.Counters().EvictedBlocks.Load() != uint64(nEvicted) {
+		t.Fatalf("evicted %d, counter %d", nEvicted, ix.Counters().EvictedBlocks.Load())
+	}
+	checkHoldings(t, ix, s)
+}
+
 // BenchmarkApplyOverBound: the cost per stored block of a registration held
 // at its block bound (in-process): each batch stores 64 fresh blocks, so
 // every batch evicts its oldest. removes=0 is a publisher that never removes

@@ -57,11 +57,17 @@ func checkKeySets(t testing.TB, subs ...*Subscription) {
 					s.mu.Unlock()
 					t.Fatalf("%s owner %d: key set has %d keys, index %d", s.Key(), id, got.Len(), len(want[id]))
 				}
+				seen := make(map[uint64]bool, len(want[id]))
 				got.each(func(k uint64) {
-					if !want[id][k] {
-						t.Errorf("%s owner %d: key %d in set but not in index", s.Key(), id, k)
+					if !want[id][k] || seen[k] {
+						t.Errorf("%s owner %d: key %d in set but not in index, or visited twice", s.Key(), id, k)
 					}
+					seen[k] = true
 				})
+				if len(seen) != len(want[id]) {
+					s.mu.Unlock()
+					t.Fatalf("%s owner %d: key set visits %d keys, index %d", s.Key(), id, len(seen), len(want[id]))
+				}
 			}
 		}
 		s.mu.Unlock()
