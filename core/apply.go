@@ -35,13 +35,7 @@ type subCtx struct {
 	// engine maps an engine block hash to the prefix key it was filed under
 	// (xxh3 profile only), so removes and parent links from engines that hash
 	// differently resolve to the standard chain.
-	engine map[uint64]engineRef
-}
-
-type engineRef struct {
-	key   uint64 // index key (namespaced plain hash)
-	plain uint64 // plain standard sequence hash, the parent of the next block
-	n     uint32 // stores minus removes seen for this engine hash
+	engine engineMap
 }
 
 func (s *Subscription) newSubCtx(c *context) *subCtx {
@@ -226,7 +220,7 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		st.Cleared++
 		s.ix.counters.Cleared.Add(1)
 		s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == 0 })
-		sc.engine = nil
+		sc.engine.reset()
 		return
 	case EventStored, EventRemoved:
 	default:
@@ -307,7 +301,7 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt []byte) ([]uint64, 
 	if ev.HasTokens && len(ev.Tokens) > 0 && !ev.Bigram && len(ev.Tokens) >= len(hashes)*bs && len(hashes) > 0 {
 		var parent uint64
 		if ev.HasParent {
-			ref, ok := sc.engine[ev.Parent]
+			ref, ok := sc.engine.get(ev.Parent)
 			if !ok {
 				s.ix.counters.UnknownParents.Add(1)
 				return nil, false
@@ -324,10 +318,10 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt []byte) ([]uint64, 
 	// this engine's own stores can be located.
 	keys := s.seqScratch[:0]
 	for _, h := range hashes {
-		if ref, ok := sc.engine[h]; ok {
+		if ref, ok := sc.engine.get(h); ok {
 			keys = append(keys, ref.key)
 			ref.n++
-			sc.engine[h] = ref
+			sc.engine.put(h, ref)
 		}
 	}
 	s.seqScratch = keys
@@ -338,15 +332,12 @@ func (s *Subscription) storeKeys(sc *subCtx, ev *Event, salt []byte) ([]uint64, 
 // was re-computed as and its key in namespace ns, so that later removes and
 // parent links by publisher hash resolve.
 func (s *Subscription) mapEngineHashes(sc *subCtx, pub, plain []uint64, ns namespace) {
-	if sc.engine == nil {
-		sc.engine = make(map[uint64]engineRef)
-	}
 	for i, h := range pub {
-		ref := sc.engine[h]
+		ref, _ := sc.engine.get(h)
 		ref.plain = plain[i]
 		ref.key = ns.key(plain[i])
 		ref.n++
-		sc.engine[h] = ref
+		sc.engine.put(h, ref)
 	}
 }
 
@@ -455,16 +446,16 @@ func (s *Subscription) removeBlocks(sc *subCtx, hashes []uint64, id ownerRef, t 
 		k := h
 		ref, mapped := engineRef{}, false
 		if viaMap {
-			ref, mapped = sc.engine[h]
+			ref, mapped = sc.engine.get(h)
 		}
 		switch {
 		case mapped:
 			k = ref.key
 			if ref.n <= 1 {
-				delete(sc.engine, h)
+				sc.engine.del(h)
 			} else {
 				ref.n--
-				sc.engine[h] = ref
+				sc.engine.put(h, ref)
 			}
 		case mode == removeEngine && viaMap:
 			continue
@@ -544,7 +535,7 @@ func (s *Subscription) clearAll() int {
 	n := 0
 	for _, sc := range s.state {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
-		sc.engine = nil
+		sc.engine.reset()
 	}
 	s.rfc, s.heldTotal, s.hasPubLast = nil, 0, false
 	s.marks = nil

@@ -204,30 +204,51 @@ func BenchmarkQuery(b *testing.B) {
 }
 
 // BenchmarkMemoryPerHolding reports live heap bytes per (block, owner) after
-// inserting N single-owner blocks. Run with -benchtime=1x.
+// inserting N single-owner blocks. profile=cbor: a vLLM engine whose hashes
+// are the index keys; profile=xxh3: a vLLM engine under the default profile,
+// whose blocks are re-hashed from their tokens, so its context also keeps
+// the engine map (engine hash → key). Run with -benchtime=1x:
+//
+//	go test -run '^$' -bench BenchmarkMemoryPerHolding -benchtime 1x ./core/
 func BenchmarkMemoryPerHolding(b *testing.B) {
-	for _, n := range []int{1 << 20, 10 << 20} {
-		b.Run(fmt.Sprintf("blocks=%d", n), func(b *testing.B) {
-			for i := 0; i < b.N; i++ {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				ix := New(Options{})
-				s := mustRegister(b, ix, engineReg(b, "a", 0, cborProfile(b)))
-				batch := stored("GPU", seq(256)...)
-				h := batch.Events[0].Hashes
-				for lo := 0; lo < n; lo += 256 {
-					for j := range h {
-						h[j] = uint64(lo+j)*0x9E3779B97F4A7C15 + 1
+	for _, prof := range []string{"cbor", "xxh3"} {
+		for _, n := range []int{1 << 20, 10 << 20} {
+			b.Run(fmt.Sprintf("profile=%s/blocks=%d", prof, n), func(b *testing.B) {
+				for i := 0; i < b.N; i++ {
+					var before, after runtime.MemStats
+					runtime.GC()
+					runtime.ReadMemStats(&before)
+					ix := New(Options{})
+					p := cborProfile(b)
+					if prof == "xxh3" {
+						p = hash.DefaultProfile()
 					}
-					s.Apply(batch)
+					s := mustRegister(b, ix, engineReg(b, "a", 0, p))
+					batch := stored("GPU", seq(256)...)
+					ev := &batch.Events[0]
+					h := ev.Hashes
+					for lo := 0; lo < n; lo += 256 {
+						for j := range h {
+							h[j] = uint64(lo+j)*0x9E3779B97F4A7C15 + 1
+						}
+						if prof == "xxh3" {
+							ev.Tokens, ev.HasTokens = ev.Tokens[:0], true
+							for t := 0; t < 256*testBS; t++ {
+								ev.Tokens = append(ev.Tokens, int32(lo*testBS+t))
+							}
+						}
+						s.Apply(batch)
+					}
+					runtime.GC()
+					runtime.ReadMemStats(&after)
+					if got := ix.TierBlocks()[TierDevice]; got != n {
+						b.Fatalf("index holds %d blocks, want %d", got, n)
+					}
+					b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/holding")
+					runtime.KeepAlive(ix)
 				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/holding")
-				runtime.KeepAlive(ix)
-			}
-		})
+			})
+		}
 	}
 }
 

@@ -110,15 +110,21 @@ func TestNamespacePlainFormulaUnderLoraAndSalt(t *testing.T) {
 	}
 }
 
+// saltedEngine registers engine "e", a vLLM publisher under the default
+// profile with the registration salt "w8a8", in LoRA context lora.
+func saltedEngine(t *testing.T, lora string) (*Index, *Subscription) {
+	ix := New(Options{})
+	r := stdReg("e", lora, "w8a8")
+	r.Type = PublisherVLLM
+	return ix, mustRegister(t, ix, r)
+}
+
 // TestNamespaceEngineRehashIsPlain: a vLLM engine under the default profile,
 // in a LoRA context with a registration salt, is re-hashed with the plain
 // formula; a client computing the seed's formula gets the hit from
 // /query_by_hash with the salt.
 func TestNamespaceEngineRehashIsPlain(t *testing.T) {
-	ix := New(Options{})
-	r := stdReg("e", "sql-adapter", "w8a8")
-	r.Type = PublisherVLLM
-	s := mustRegister(t, ix, r)
+	ix, s := saltedEngine(t, "sql-adapter")
 	tokens := nsTokens(2 * testBS)
 	b := stored("GPU", 0xE1, 0xE2) // engine hashes: opaque
 	e := &b.Events[0]
@@ -139,5 +145,30 @@ func TestNamespaceEngineRehashIsPlain(t *testing.T) {
 	s.Apply(removed("GPU", 0xE2))
 	if got := nsQuery(t, ix, "sql-adapter", []byte("w8a8"), nil, std, "e"); got != 16 {
 		t.Fatalf("after remove: %d want 16", got)
+	}
+}
+
+// TestNamespaceEngineParentIsPlain: a vLLM engine under the default profile
+// with a registration salt stores two blocks, then a third whose parent is
+// the second's engine hash and whose tokens are its own only. The chain goes
+// on from the second block's plain hash (not its salted key), so the
+// salted query of all three blocks' tokens matches 48 tokens.
+func TestNamespaceEngineParentIsPlain(t *testing.T) {
+	ix, s := saltedEngine(t, "")
+	tokens := nsTokens(3 * testBS)
+	b := stored("GPU", 0xE1, 0xE2)
+	b.Events[0].Tokens, b.Events[0].HasTokens = append(b.Events[0].Tokens, tokens[:2*testBS]...), true
+	s.Apply(b)
+	c := stored("GPU", 0xE3)
+	c.Events[0].Parent, c.Events[0].HasParent = 0xE2, true
+	c.Events[0].Tokens, c.Events[0].HasTokens = append(c.Events[0].Tokens, tokens[2*testBS:]...), true
+	s.Apply(c)
+	if got := nsQuery(t, ix, "", []byte("w8a8"), tokens, nil, "e"); got != 3*testBS {
+		t.Fatalf("by tokens, salted: %d want %d", got, 3*testBS)
+	}
+	// Removing the third block by its engine hash leaves two.
+	s.Apply(removed("GPU", 0xE3))
+	if got := nsQuery(t, ix, "", []byte("w8a8"), tokens, nil, "e"); got != 2*testBS {
+		t.Fatalf("after remove: %d want %d", got, 2*testBS)
 	}
 }

@@ -502,7 +502,7 @@ func (s *Subscription) rfcStoreKeys(sc *subCtx, ev *Event, ns namespace, st *App
 	var parent uint64
 	parentKnown := !ev.HasParent
 	if ev.HasParent {
-		if ref, ok := sc.engine[ev.Parent]; ok {
+		if ref, ok := sc.engine.get(ev.Parent); ok {
 			parent, parentKnown = ref.plain, true
 		} else {
 			parent = ev.Parent // a standard publisher's parent is a standard hash
@@ -535,14 +535,14 @@ func (s *Subscription) rfcStoreKeys(sc *subCtx, ev *Event, ns namespace, st *App
 // more copies without tokens); others are taken as standard. The result is
 // plain (un-namespaced) hashes in s.mapScratch, or hashes itself.
 func (s *Subscription) resolveMapped(sc *subCtx, hashes []uint64) []uint64 {
-	if len(sc.engine) == 0 {
+	if sc.engine.len() == 0 {
 		return hashes
 	}
 	out := s.mapScratch[:0]
 	for _, h := range hashes {
-		if ref, ok := sc.engine[h]; ok {
+		if ref, ok := sc.engine.get(h); ok {
 			ref.n++
-			sc.engine[h] = ref
+			sc.engine.put(h, ref)
 			h = ref.plain
 		}
 		out = append(out, h)

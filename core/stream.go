@@ -178,13 +178,12 @@ func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
 		}
 	}
 	e := EngineEntry{Context: sc.ctx.key}
-	for hash, ref := range sc.engine {
+	sc.engine.each(func(hash uint64, ref engineRef) bool {
 		e.Hash, e.Key, e.Plain, e.Count = hash, ref.key, ref.plain, ref.n
-		if err := v.Engine(&e); err != nil {
-			return err
-		}
-	}
-	return nil
+		err = v.Engine(&e)
+		return err == nil
+	})
+	return err
 }
 
 // StreamRestorer applies one dumped section to the matching subscription of
@@ -278,13 +277,10 @@ func (r *StreamRestorer) Engine(e *EngineEntry) bool {
 		r.Skipped++
 		return false
 	}
-	if sc.engine == nil {
-		sc.engine = make(map[uint64]engineRef)
-	}
-	ref := sc.engine[e.Hash]
+	ref, _ := sc.engine.get(e.Hash)
 	ref.key, ref.plain = e.Key, e.Plain
 	ref.n += e.Count
-	sc.engine[e.Hash] = ref
+	sc.engine.put(e.Hash, ref)
 	r.Applied++
 	return true
 }
