@@ -29,6 +29,11 @@ func (e *engineMap) get(h uint64) (engineRef, bool) {
 	if !ok {
 		return engineRef{}, false
 	}
+	return e.ref(h, k), true
+}
+
+// ref completes the entry of engine hash h, whose key is k.
+func (e *engineMap) ref(h, k uint64) engineRef {
 	r := engineRef{key: k, plain: k, n: 1}
 	if len(e.counts) > 0 {
 		if n, ok := e.counts[h]; ok {
@@ -40,7 +45,7 @@ func (e *engineMap) get(h uint64) (engineRef, bool) {
 			r.plain = p
 		}
 	}
-	return r, true
+	return r
 }
 
 func (e *engineMap) put(h uint64, r engineRef) {
@@ -82,9 +87,8 @@ func (e *engineMap) len() int { return len(e.keys) }
 
 // each calls f for every entry until it returns false.
 func (e *engineMap) each(f func(h uint64, r engineRef) bool) {
-	for h := range e.keys {
-		r, _ := e.get(h)
-		if !f(h, r) {
+	for h, k := range e.keys {
+		if !f(h, e.ref(h, k)) {
 			return
 		}
 	}
