@@ -1,20 +1,25 @@
 package core
 
 // engineMap is a subscription context's map from an engine block hash to
-// where the standard chain filed that block (subCtx.engine). Its main map
-// holds only the key, 16 bytes a slot with the map's own key; what most
-// entries share is left out. The count (stores minus removes of the engine
-// hash) is 1 unless the engine cached the hash in more than one block, and
-// the plain hash, the next block's parent, is the key itself in the
-// unsalted namespace: an entry that differs keeps its count or plain hash
-// in a map of its own, looked up only while that map holds any. A slot of
-// key, plain hash and count took 32 bytes with the map's key
-// (TestEngineMapSlot, BENCHMARKS.md). The zero value is empty. Not safe for
-// concurrent use (the subscription's writer owns it).
+// where the standard chain filed that block (subCtx.engine). Its slot holds
+// the key and the count: 16 bytes beside the map's 8-byte key. The plain
+// hash, the next block's parent, is the key itself in the unsalted
+// namespace, where nearly every block is; only a salted entry keeps its
+// plain hash, in a second map. A slot of key, plain and count took 32 bytes
+// with the map's key: about a fifth more memory per block of a
+// default-profile engine (TestEngineMapSlot, BENCHMARKS.md). The count stays
+// in the slot: an offloading engine counts each hash once per tier, so a
+// side map of counts would hold most entries. The zero value is empty. Not
+// safe for concurrent use (the subscription's writer owns it).
 type engineMap struct {
-	keys   map[uint64]uint64
-	counts map[uint64]uint32 // entries whose count is not 1
-	plains map[uint64]uint64 // entries whose plain hash is not their key (salted)
+	m      map[uint64]engineSlot
+	plains map[uint64]uint64 // the plain hashes of salted entries
+}
+
+type engineSlot struct {
+	key    uint64
+	n      uint32
+	salted bool // the plain hash is in plains, not key
 }
 
 // engineRef is one entry as its users see it.
@@ -25,70 +30,50 @@ type engineRef struct {
 }
 
 func (e *engineMap) get(h uint64) (engineRef, bool) {
-	k, ok := e.keys[h]
+	s, ok := e.m[h]
 	if !ok {
 		return engineRef{}, false
 	}
-	return e.ref(h, k), true
-}
-
-// ref completes the entry of engine hash h, whose key is k.
-func (e *engineMap) ref(h, k uint64) engineRef {
-	r := engineRef{key: k, plain: k, n: 1}
-	if len(e.counts) > 0 {
-		if n, ok := e.counts[h]; ok {
-			r.n = n
-		}
+	r := engineRef{key: s.key, plain: s.key, n: s.n}
+	if s.salted {
+		r.plain = e.plains[h]
 	}
-	if len(e.plains) > 0 {
-		if p, ok := e.plains[h]; ok {
-			r.plain = p
-		}
-	}
-	return r
+	return r, true
 }
 
 func (e *engineMap) put(h uint64, r engineRef) {
-	if e.keys == nil {
-		e.keys = make(map[uint64]uint64)
+	if e.m == nil {
+		e.m = make(map[uint64]engineSlot)
 	}
-	e.keys[h] = r.key
-	switch {
-	case r.n != 1:
-		if e.counts == nil {
-			e.counts = make(map[uint64]uint32)
-		}
-		e.counts[h] = r.n
-	case len(e.counts) > 0:
-		delete(e.counts, h)
-	}
-	switch {
-	case r.plain != r.key:
+	salted := r.plain != r.key
+	if salted {
 		if e.plains == nil {
 			e.plains = make(map[uint64]uint64)
 		}
 		e.plains[h] = r.plain
-	case len(e.plains) > 0:
+	} else if e.plains != nil {
 		delete(e.plains, h)
 	}
+	e.m[h] = engineSlot{key: r.key, n: r.n, salted: salted}
 }
 
 func (e *engineMap) del(h uint64) {
-	delete(e.keys, h)
-	if len(e.counts) > 0 {
-		delete(e.counts, h)
-	}
-	if len(e.plains) > 0 {
+	delete(e.m, h)
+	if e.plains != nil {
 		delete(e.plains, h)
 	}
 }
 
-func (e *engineMap) len() int { return len(e.keys) }
+func (e *engineMap) len() int { return len(e.m) }
 
 // each calls f for every entry until it returns false.
 func (e *engineMap) each(f func(h uint64, r engineRef) bool) {
-	for h, k := range e.keys {
-		if !f(h, e.ref(h, k)) {
+	for h, s := range e.m {
+		r := engineRef{key: s.key, plain: s.key, n: s.n}
+		if s.salted {
+			r.plain = e.plains[h]
+		}
+		if !f(h, r) {
 			return
 		}
 	}

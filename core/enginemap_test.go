@@ -2,25 +2,16 @@ package core
 
 import (
 	"math/rand"
-	"reflect"
 	"testing"
+	"unsafe"
 )
 
-// TestEngineMapSlot: an entry whose count is 1 and whose plain hash is its
-// key takes one slot of the key map, 16 bytes with the engine hash, and
-// nothing in the other two (a slot that kept the plain hash and the count
-// too took 32 bytes: about half as much memory again per block,
-// BENCHMARKS.md).
+// TestEngineMapSlot: an engine map slot is 16 bytes, so with its 8-byte key
+// it fits the map's 24-byte slot (a slot that kept the plain hash too took
+// 32 bytes: about a fifth more memory per block, BENCHMARKS.md).
 func TestEngineMapSlot(t *testing.T) {
-	var e engineMap
-	if mt := reflect.TypeOf(e.keys); mt.Key().Size()+mt.Elem().Size() != 16 {
-		t.Fatalf("key map slot is %d bytes, want 16", mt.Key().Size()+mt.Elem().Size())
-	}
-	for h := uint64(1); h <= 1000; h++ {
-		e.put(h, engineRef{key: h * 3, plain: h * 3, n: 1})
-	}
-	if len(e.counts) != 0 || len(e.plains) != 0 {
-		t.Fatalf("plain single-copy entries kept %d counts and %d plain hashes", len(e.counts), len(e.plains))
+	if n := unsafe.Sizeof(engineSlot{}); n != 16 {
+		t.Fatalf("engineSlot is %d bytes, want 16", n)
 	}
 }
 
@@ -59,8 +50,8 @@ func TestEngineMapAgreesWithMap(t *testing.T) {
 		if e.len() != len(ref) {
 			t.Fatalf("step %d: len %d want %d", i, e.len(), len(ref))
 		}
-		if len(e.plains) > len(e.keys) || len(e.counts) > len(e.keys) {
-			t.Fatalf("step %d: %d plain hashes and %d counts kept for %d entries", i, len(e.plains), len(e.counts), len(e.keys))
+		if len(e.plains) > len(e.m) {
+			t.Fatalf("step %d: %d plain hashes kept for %d entries", i, len(e.plains), len(e.m))
 		}
 	}
 	n := 0

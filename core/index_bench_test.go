@@ -203,24 +203,29 @@ func BenchmarkQuery(b *testing.B) {
 	}
 }
 
-// BenchmarkMemoryPerHolding reports live heap bytes per (block, owner) after
-// inserting N single-owner blocks. profile=cbor: a vLLM engine whose hashes
+// BenchmarkMemoryPerHolding reports live heap bytes per block after
+// inserting N blocks of one engine. profile=cbor: a vLLM engine whose hashes
 // are the index keys; profile=xxh3: a vLLM engine under the default profile,
 // whose blocks are re-hashed from their tokens, so its context also keeps
-// the engine map (engine hash → key). Run with -benchtime=1x:
+// the engine map (engine hash → key); tiers=2: every block is also stored
+// on CPU (an offloading engine: two holdings per block, and the engine hash
+// counted twice). Run with -benchtime=1x:
 //
 //	go test -run '^$' -bench BenchmarkMemoryPerHolding -benchtime 1x ./core/
 func BenchmarkMemoryPerHolding(b *testing.B) {
-	for _, prof := range []string{"cbor", "xxh3"} {
+	for _, c := range []struct {
+		prof  string
+		tiers int
+	}{{"cbor", 1}, {"xxh3", 1}, {"xxh3", 2}} {
 		for _, n := range []int{1 << 20, 10 << 20} {
-			b.Run(fmt.Sprintf("profile=%s/blocks=%d", prof, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("profile=%s/tiers=%d/blocks=%d", c.prof, c.tiers, n), func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
 					var before, after runtime.MemStats
 					runtime.GC()
 					runtime.ReadMemStats(&before)
 					ix := New(Options{})
 					p := cborProfile(b)
-					if prof == "xxh3" {
+					if c.prof == "xxh3" {
 						p = hash.DefaultProfile()
 					}
 					s := mustRegister(b, ix, engineReg(b, "a", 0, p))
@@ -231,20 +236,25 @@ func BenchmarkMemoryPerHolding(b *testing.B) {
 						for j := range h {
 							h[j] = uint64(lo+j)*0x9E3779B97F4A7C15 + 1
 						}
-						if prof == "xxh3" {
+						if c.prof == "xxh3" {
 							ev.Tokens, ev.HasTokens = ev.Tokens[:0], true
 							for t := 0; t < 256*testBS; t++ {
 								ev.Tokens = append(ev.Tokens, int32(lo*testBS+t))
 							}
 						}
+						ev.Medium = []byte("GPU")
 						s.Apply(batch)
+						if c.tiers == 2 {
+							ev.Medium = []byte("CPU")
+							s.Apply(batch)
+						}
 					}
 					runtime.GC()
 					runtime.ReadMemStats(&after)
-					if got := ix.TierBlocks()[TierDevice]; got != n {
-						b.Fatalf("index holds %d blocks, want %d", got, n)
+					if tb := ix.TierBlocks(); tb[TierDevice] != n || c.tiers == 2 && tb[TierCPULocal] != n {
+						b.Fatalf("index holds %v blocks per tier, want %d on %d tiers", tb, n, c.tiers)
 					}
-					b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/holding")
+					b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(n), "B/block")
 					runtime.KeepAlive(ix)
 				}
 			})
