@@ -1,25 +1,25 @@
 package core
 
 // engineMap is a subscription context's map from an engine block hash to
-// where the standard chain filed that block (subCtx.engine). Its slot holds
-// the key and the count: 16 bytes beside the map's 8-byte key. The plain
+// where the standard chain filed that block (subCtx.engine). The plain
 // hash, the next block's parent, is the key itself in the unsalted
-// namespace, where nearly every block is; only a salted entry keeps its
-// plain hash, in a second map. A slot of key, plain and count took 32 bytes
-// with the map's key: about a fifth more memory per block of a
+// namespace, where nearly every block is: such an entry keeps the key and
+// the count only, 16 bytes beside the map's 8-byte key; an entry of a
+// salted namespace keeps all three, in a map of its own, which is looked up
+// only while it holds any. One map of key, plain and count slots took 32
+// bytes a slot with the map's key: about a fifth more memory per block of a
 // default-profile engine (TestEngineMapSlot, BENCHMARKS.md). The count stays
 // in the slot: an offloading engine counts each hash once per tier, so a
 // side map of counts would hold most entries. The zero value is empty. Not
 // safe for concurrent use (the subscription's writer owns it).
 type engineMap struct {
-	m      map[uint64]engineSlot
-	plains map[uint64]uint64 // the plain hashes of salted entries
+	plain  map[uint64]engineSlot // entries whose plain hash is their key
+	salted map[uint64]engineRef  // the others
 }
 
 type engineSlot struct {
-	key    uint64
-	n      uint32
-	salted bool // the plain hash is in plains, not key
+	key uint64
+	n   uint32
 }
 
 // engineRef is one entry as its users see it.
@@ -30,49 +30,57 @@ type engineRef struct {
 }
 
 func (e *engineMap) get(h uint64) (engineRef, bool) {
-	s, ok := e.m[h]
-	if !ok {
-		return engineRef{}, false
+	if len(e.plain) > 0 {
+		if s, ok := e.plain[h]; ok {
+			return engineRef{key: s.key, plain: s.key, n: s.n}, true
+		}
 	}
-	r := engineRef{key: s.key, plain: s.key, n: s.n}
-	if s.salted {
-		r.plain = e.plains[h]
+	if len(e.salted) > 0 {
+		r, ok := e.salted[h]
+		return r, ok
 	}
-	return r, true
+	return engineRef{}, false
 }
 
 func (e *engineMap) put(h uint64, r engineRef) {
-	if e.m == nil {
-		e.m = make(map[uint64]engineSlot)
-	}
-	salted := r.plain != r.key
-	if salted {
-		if e.plains == nil {
-			e.plains = make(map[uint64]uint64)
+	if r.plain == r.key {
+		if e.plain == nil {
+			e.plain = make(map[uint64]engineSlot)
 		}
-		e.plains[h] = r.plain
-	} else if e.plains != nil {
-		delete(e.plains, h)
+		e.plain[h] = engineSlot{key: r.key, n: r.n}
+		if len(e.salted) > 0 {
+			delete(e.salted, h)
+		}
+		return
 	}
-	e.m[h] = engineSlot{key: r.key, n: r.n, salted: salted}
+	if e.salted == nil {
+		e.salted = make(map[uint64]engineRef)
+	}
+	e.salted[h] = r
+	if len(e.plain) > 0 {
+		delete(e.plain, h)
+	}
 }
 
 func (e *engineMap) del(h uint64) {
-	delete(e.m, h)
-	if e.plains != nil {
-		delete(e.plains, h)
+	if len(e.plain) > 0 {
+		delete(e.plain, h)
+	}
+	if len(e.salted) > 0 {
+		delete(e.salted, h)
 	}
 }
 
-func (e *engineMap) len() int { return len(e.m) }
+func (e *engineMap) len() int { return len(e.plain) + len(e.salted) }
 
 // each calls f for every entry until it returns false.
 func (e *engineMap) each(f func(h uint64, r engineRef) bool) {
-	for h, s := range e.m {
-		r := engineRef{key: s.key, plain: s.key, n: s.n}
-		if s.salted {
-			r.plain = e.plains[h]
+	for h, s := range e.plain {
+		if !f(h, engineRef{key: s.key, plain: s.key, n: s.n}) {
+			return
 		}
+	}
+	for h, r := range e.salted {
 		if !f(h, r) {
 			return
 		}

@@ -207,16 +207,17 @@ func BenchmarkQuery(b *testing.B) {
 // inserting N blocks of one engine. profile=cbor: a vLLM engine whose hashes
 // are the index keys; profile=xxh3: a vLLM engine under the default profile,
 // whose blocks are re-hashed from their tokens, so its context also keeps
-// the engine map (engine hash → key); tiers=2: every block is also stored
-// on CPU (an offloading engine: two holdings per block, and the engine hash
-// counted twice). Run with -benchtime=1x:
+// the engine map (engine hash → key); salted: the same with a registration
+// salt, so every block is filed in a salted namespace; tiers=2: every block
+// is also stored on CPU (an offloading engine: two holdings per block, and
+// the engine hash counted twice). Run with -benchtime=1x:
 //
 //	go test -run '^$' -bench BenchmarkMemoryPerHolding -benchtime 1x ./core/
 func BenchmarkMemoryPerHolding(b *testing.B) {
 	for _, c := range []struct {
 		prof  string
 		tiers int
-	}{{"cbor", 1}, {"xxh3", 1}, {"xxh3", 2}} {
+	}{{"cbor", 1}, {"xxh3", 1}, {"xxh3", 2}, {"salted", 1}} {
 		for _, n := range []int{1 << 20, 10 << 20} {
 			b.Run(fmt.Sprintf("profile=%s/tiers=%d/blocks=%d", c.prof, c.tiers, n), func(b *testing.B) {
 				for i := 0; i < b.N; i++ {
@@ -225,10 +226,14 @@ func BenchmarkMemoryPerHolding(b *testing.B) {
 					runtime.ReadMemStats(&before)
 					ix := New(Options{})
 					p := cborProfile(b)
-					if c.prof == "xxh3" {
+					if c.prof != "cbor" {
 						p = hash.DefaultProfile()
 					}
-					s := mustRegister(b, ix, engineReg(b, "a", 0, p))
+					r := engineReg(b, "a", 0, p)
+					if c.prof == "salted" {
+						r.AdditionalSalt = "tenant-a"
+					}
+					s := mustRegister(b, ix, r)
 					batch := stored("GPU", seq(256)...)
 					ev := &batch.Events[0]
 					h := ev.Hashes
@@ -236,7 +241,7 @@ func BenchmarkMemoryPerHolding(b *testing.B) {
 						for j := range h {
 							h[j] = uint64(lo+j)*0x9E3779B97F4A7C15 + 1
 						}
-						if c.prof == "xxh3" {
+						if c.prof != "cbor" {
 							ev.Tokens, ev.HasTokens = ev.Tokens[:0], true
 							for t := 0; t < 256*testBS; t++ {
 								ev.Tokens = append(ev.Tokens, int32(lo*testBS+t))
