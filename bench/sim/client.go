@@ -291,9 +291,15 @@ func tierKey(k string) int {
 	return -1
 }
 
-// finishRow sorts ranks and checks dp against rank_matches.
+// finishRow sorts ranks and checks dp against rank_matches: the same ranks,
+// each once, with dp's value the rank's device count.
 func finishRow(r *Row, dp map[int32]int64) error {
 	slices.SortFunc(r.Ranks, func(x, y RankRow) int { return int(x.Rank) - int(y.Rank) })
+	for i := 1; i < len(r.Ranks); i++ {
+		if r.Ranks[i].Rank == r.Ranks[i-1].Rank {
+			return fmt.Errorf("sim: instance %s: rank %d twice in rank_matches", r.Instance, r.Ranks[i].Rank)
+		}
+	}
 	if len(dp) != len(r.Ranks) {
 		return fmt.Errorf("sim: instance %s: dp has %d ranks, rank_matches %d", r.Instance, len(dp), len(r.Ranks))
 	}
