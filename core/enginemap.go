@@ -1,12 +1,14 @@
 package core
 
+import "iter"
+
 // engineMap is a subscription context's map from an engine block hash to
 // where the standard chain filed that block (subCtx.engine). The plain
 // hash, the next block's parent, is the key itself in the unsalted
 // namespace, where nearly every block is: such an entry keeps the key and
 // the count only, 16 bytes beside the map's 8-byte key; an entry of a
-// salted namespace keeps all three, in a map of its own, which is looked up
-// only while it holds any. One map of key, plain and count slots took 32
+// salted namespace keeps all three, in a map of its own (a lookup in an
+// empty map returns before hashing). One map of key, plain and count slots took 32
 // bytes a slot with the map's key: about a fifth more memory per block of a
 // default-profile engine (TestEngineMapSlot, BENCHMARKS.md). The count stays
 // in the slot: an offloading engine counts each hash once per tier, so a
@@ -30,16 +32,11 @@ type engineRef struct {
 }
 
 func (e *engineMap) get(h uint64) (engineRef, bool) {
-	if len(e.plain) > 0 {
-		if s, ok := e.plain[h]; ok {
-			return engineRef{key: s.key, plain: s.key, n: s.n}, true
-		}
+	if s, ok := e.plain[h]; ok {
+		return engineRef{key: s.key, plain: s.key, n: s.n}, true
 	}
-	if len(e.salted) > 0 {
-		r, ok := e.salted[h]
-		return r, ok
-	}
-	return engineRef{}, false
+	r, ok := e.salted[h]
+	return r, ok
 }
 
 func (e *engineMap) put(h uint64, r engineRef) {
@@ -48,41 +45,35 @@ func (e *engineMap) put(h uint64, r engineRef) {
 			e.plain = make(map[uint64]engineSlot)
 		}
 		e.plain[h] = engineSlot{key: r.key, n: r.n}
-		if len(e.salted) > 0 {
-			delete(e.salted, h)
-		}
+		delete(e.salted, h)
 		return
 	}
 	if e.salted == nil {
 		e.salted = make(map[uint64]engineRef)
 	}
 	e.salted[h] = r
-	if len(e.plain) > 0 {
-		delete(e.plain, h)
-	}
+	delete(e.plain, h)
 }
 
 func (e *engineMap) del(h uint64) {
-	if len(e.plain) > 0 {
-		delete(e.plain, h)
-	}
-	if len(e.salted) > 0 {
-		delete(e.salted, h)
-	}
+	delete(e.plain, h)
+	delete(e.salted, h)
 }
 
 func (e *engineMap) len() int { return len(e.plain) + len(e.salted) }
 
-// each calls f for every entry until it returns false.
-func (e *engineMap) each(f func(h uint64, r engineRef) bool) {
-	for h, s := range e.plain {
-		if !f(h, engineRef{key: s.key, plain: s.key, n: s.n}) {
-			return
+// all iterates over every entry.
+func (e *engineMap) all() iter.Seq2[uint64, engineRef] {
+	return func(yield func(uint64, engineRef) bool) {
+		for h, s := range e.plain {
+			if !yield(h, engineRef{key: s.key, plain: s.key, n: s.n}) {
+				return
+			}
 		}
-	}
-	for h, r := range e.salted {
-		if !f(h, r) {
-			return
+		for h, r := range e.salted {
+			if !yield(h, r) {
+				return
+			}
 		}
 	}
 }

@@ -66,14 +66,13 @@ func TestEngineMapAgreesWithMap(t *testing.T) {
 		}
 	}
 	n := 0
-	e.each(func(h uint64, r engineRef) bool {
+	for h, r := range e.all() {
 		if ref[h] != r {
-			t.Fatalf("each: %d = %+v, want %+v", h, r, ref[h])
+			t.Fatalf("all: %d = %+v, want %+v", h, r, ref[h])
 		}
 		n++
-		return true
-	})
+	}
 	if n != len(ref) {
-		t.Fatalf("each visited %d, want %d", n, len(ref))
+		t.Fatalf("all visited %d, want %d", n, len(ref))
 	}
 }

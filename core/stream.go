@@ -178,12 +178,13 @@ func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
 		}
 	}
 	e := EngineEntry{Context: sc.ctx.key}
-	sc.engine.each(func(hash uint64, ref engineRef) bool {
+	for hash, ref := range sc.engine.all() {
 		e.Hash, e.Key, e.Plain, e.Count = hash, ref.key, ref.plain, ref.n
-		err = v.Engine(&e)
-		return err == nil
-	})
-	return err
+		if err := v.Engine(&e); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // StreamRestorer applies one dumped section to the matching subscription of
