@@ -60,7 +60,7 @@ func (m *fleetModel) clear() {
 // Half the removals take a pair stored lately and half the stores a pair
 // removed lately, so that batches close to each other in a stream touch the
 // same blocks: one applied twice or out of order leaves a wrong block.
-func (m *fleetModel) batch(rng *rand.Rand, pool int) []byte {
+func (m *fleetModel) batch(rng *rand.Rand, pool int, sglang bool) []byte {
 	var events []any
 	for range 1 + rng.IntN(4) {
 		switch r := rng.IntN(100); {
@@ -68,7 +68,7 @@ func (m *fleetModel) batch(rng *rand.Rand, pool int) []byte {
 			m.clear()
 			events = append(events, bench.EngineCleared{})
 		case r < 35 && len(m.list) > 0:
-			gpu, cpu := bench.EngineRemoved{Medium: "GPU"}, bench.EngineRemoved{Medium: "CPU"}
+			gpu, cpu := bench.EngineRemoved{Medium: "GPU"}, bench.EngineRemoved{Medium: hostMedium(sglang)}
 			for range 1 + rng.IntN(min(4, len(m.list))) {
 				i := rng.IntN(len(m.list))
 				if rng.IntN(2) == 0 {
@@ -90,7 +90,7 @@ func (m *fleetModel) batch(rng *rand.Rand, pool int) []byte {
 			cpu := rng.IntN(4) == 0
 			ev := bench.EngineStored{BlockSize: testBS, Medium: "GPU"}
 			if cpu {
-				ev.Medium = "CPU"
+				ev.Medium = hostMedium(sglang)
 			}
 			for range 1 + rng.IntN(8) {
 				p := fleetPair{hash: 1 + uint64(rng.IntN(pool)), cpu: cpu}
@@ -107,7 +107,18 @@ func (m *fleetModel) batch(rng *rand.Rand, pool int) []byte {
 			}
 		}
 	}
+	if sglang {
+		return bench.AppendSGLangBatch(nil, bench.EraMap, 1.7e9, 0, events...)
+	}
 	return bench.AppendVLLMBatch(nil, bench.EraMap, 1.7e9, 0, events...)
+}
+
+// hostMedium is the name each engine gives its host-memory tier.
+func hostMedium(sglang bool) string {
+	if sglang {
+		return "CPU_PINNED"
+	}
+	return "CPU"
 }
 
 func containsHash(hs []uint64, h uint64) bool {
@@ -119,8 +130,8 @@ func containsHash(hs []uint64, h uint64) bool {
 	return false
 }
 
-// TestZMQFleetAgreesWithModel: many publishers at once, each its own
-// registration on the shared poller, publish random stores, removals and
+// TestZMQFleetAgreesWithModel: many publishers at once (vLLM and SGLang
+// engines), each its own registration on the shared poller, publish random stores, removals and
 // clears over one block pool from concurrent goroutines, a few batches lost
 // on the way for replays to bring back, while registrations are replaced
 // mid-stream, one every few milliseconds, by new ones that replay their
@@ -146,9 +157,16 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 	if err := zctx.SetMaxSockets(2*streams + 64); err != nil {
 		t.Fatal(err)
 	}
+	// Every third stream is an SGLang engine (its dialect, hash profile,
+	// host medium and 3-frame replay replies), the others vLLM.
+	sglang := func(i int) bool { return i%3 == 2 }
 	pubs := make([]*bench.Publisher, streams)
 	for i := range pubs {
-		pubs[i] = newPublisher(t, bench.PublisherOptions{Context: zctx})
+		opts := bench.PublisherOptions{Context: zctx}
+		if sglang(i) {
+			opts.ReplyFrames = 3
+		}
+		pubs[i] = newPublisher(t, opts)
 	}
 	t.Cleanup(func() {
 		for _, p := range pubs {
@@ -157,14 +175,30 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 		_ = zctx.Term()
 	})
 	h := newHarness(t, fastOpts(t))
-	prof := vllmProfile(t)
+	vllm, sgl := vllmProfile(t), sglangProfile(t)
+	// A context has one hash profile: the SGLang engines serve a model
+	// of their own.
+	model := func(i int) string {
+		if sglang(i) {
+			return testModel + "-sglang"
+		}
+		return testModel
+	}
+	reg := func(i int, name string) core.ServiceKey {
+		if sglang(i) {
+			r := registration(name, core.PublisherSGLang, pubs[i], sgl)
+			r.ModelName = model(i)
+			return h.register(r)
+		}
+		return h.register(registration(name, core.PublisherVLLM, pubs[i], vllm))
+	}
 	inst := make([]string, streams) // the registration currently on each publisher
 	keys := make([]core.ServiceKey, streams)
 	for i := range pubs {
 		inst[i] = fmt.Sprintf("s%03d", i)
-		keys[i] = h.register(registration(inst[i], core.PublisherVLLM, pubs[i], prof))
+		keys[i] = reg(i, inst[i])
 	}
-	primeAll(t, h, keys, pubs)
+	primeAll(t, h, keys, pubs, sglang)
 
 	models := make([]*fleetModel, streams)
 	for i := range models {
@@ -190,7 +224,7 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 					if r < rounds-1 && rng.IntN(25) == 0 {
 						publish = pubs[i].PublishHidden
 					}
-					if _, err := publish(models[i].batch(rng, pool)); err != nil {
+					if _, err := publish(models[i].batch(rng, pool, sglang(i))); err != nil {
 						errs <- fmt.Errorf("publish %d: %w", i, err)
 						return
 					}
@@ -204,7 +238,11 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 	// While batches keep coming, replace registrations one after another:
 	// the old one's blocks must go with it; the new one replays the ring
 	// from 0 while live batches arrive, and then follows the stream.
-	var old []string
+	type gone struct {
+		inst string
+		i    int // its publisher
+	}
+	var old []gone
 	for n := 0; ; n++ {
 		select {
 		case <-published:
@@ -213,9 +251,9 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 			if _, err := h.g.Unregister(keys[j]); err != nil {
 				t.Fatal(err)
 			}
-			old = append(old, inst[j])
+			old = append(old, gone{inst[j], j})
 			inst[j] = fmt.Sprintf("s%03d-%d", j, n)
-			keys[j] = h.register(registration(inst[j], core.PublisherVLLM, pubs[j], prof))
+			keys[j] = reg(j, inst[j])
 			continue
 		}
 		break
@@ -261,7 +299,7 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 			if cpu {
 				want.Media[core.MediumHost] = testBS
 			}
-			got := h.tierRow(inst[i], x)
+			got := h.tierRow(model(i), inst[i], x)
 			if !reflect.DeepEqual(got, want) {
 				if bad++; bad <= 10 {
 					t.Errorf("%s block %d: %+v, want %+v (model: GPU %v, CPU %v)", inst[i], x, got, want, gpu, cpu)
@@ -271,9 +309,9 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 	}
 	for _, o := range old {
 		for x := uint64(1); x <= uint64(pool); x++ {
-			if h.holds(o, x) {
+			if got := h.tierRow(model(o.i), o.inst, x); got.LongestMatched != 0 {
 				if bad++; bad <= 10 {
-					t.Errorf("replaced registration %s still holds block %d", o, x)
+					t.Errorf("replaced registration %s still holds block %d: %+v", o.inst, x, got)
 				}
 			}
 		}
@@ -286,27 +324,32 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 // primeAll primes every listener at once (see harness.prime): empty batches
 // to each publisher whose listener has not yet applied one and ended its
 // first replay.
-func primeAll(t *testing.T, h *harness, keys []core.ServiceKey, pubs []*bench.Publisher) {
+func primeAll(t *testing.T, h *harness, keys []core.ServiceKey, pubs []*bench.Publisher, sglang func(int) bool) {
 	t.Helper()
-	empty := emptyVLLM()
+	empty, emptySGLang := emptyVLLM(), bench.AppendSGLangBatch(nil, bench.EraMap, 1.7e9, 0)
 	waitFor(t, "every listener primed", func() bool {
 		all := true
 		for i, k := range keys {
 			if !primed(h.status(k)) {
 				all = false
-				publish(t, pubs[i], empty)
+				if sglang(i) {
+					publish(t, pubs[i], emptySGLang)
+				} else {
+					publish(t, pubs[i], empty)
+				}
 			}
 		}
 		return all
 	})
 }
 
-// tierRow is inst's row for the one block with prefix key hsh, with the
-// per-medium prefixes and without the ranks (zero row with inst's ID when inst does not hold it).
-func (h *harness) tierRow(inst string, hsh uint64) core.InstanceResult {
+// tierRow is inst's row for the one block of model with prefix key hsh, with
+// the per-medium prefixes and without the ranks (zero row with inst's ID when
+// inst does not hold it).
+func (h *harness) tierRow(model, inst string, hsh uint64) core.InstanceResult {
 	h.t.Helper()
 	var res core.QueryResult
-	req := core.QueryRequest{Model: testModel, BlockSize: testBS, Hashes: []uint64{hsh}, ByHash: true, Instance: inst, PerMedium: true}
+	req := core.QueryRequest{Model: model, BlockSize: testBS, Hashes: []uint64{hsh}, ByHash: true, Instance: inst, PerMedium: true}
 	if err := h.ix.Query(&req, &res); err != nil {
 		h.t.Fatal(err)
 	}
