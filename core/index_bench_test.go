@@ -318,3 +318,67 @@ func BenchmarkClearOwner(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "context-blocks")
 }
+
+// holdingCounter is a StreamVisitor that counts holdings.
+type holdingCounter struct{ n int }
+
+func (c *holdingCounter) Stream(*StreamInfo) error    { return nil }
+func (c *holdingCounter) Holding(*Holding) error      { c.n++; return nil }
+func (c *holdingCounter) Engine(*EngineEntry) error   { return nil }
+func (c *holdingCounter) EndStream(*StreamInfo) error { return nil }
+
+// BenchmarkDumpWalk compares the two walks of a section (dumpByKeys): every
+// block of the context, or the lookups of the owners' key sets, for one
+// context of n blocks (CONDUCTOR_BENCH_CONTEXT_BLOCKS, default 1M) held by 1,
+// 2 and 256 engines, each its own share; time per holding of the whole dump,
+// which visits no JSON (a counting visitor).
+func BenchmarkDumpWalk(b *testing.B) {
+	n := 1 << 20
+	if v := os.Getenv("CONDUCTOR_BENCH_CONTEXT_BLOCKS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, k := range []int{1, 2, 256} {
+		ix := New(Options{ContextSizeHint: n})
+		const per = 1024
+		st := stored("GPU", seq(per)...)
+		h := uint64(0)
+		for e := range k {
+			s := mustRegister(b, ix, engineReg(b, fmt.Sprintf("e%d", e), 0, cborProfile(b)))
+			for i := 0; i < n/k; i += per {
+				hs := st.Events[0].Hashes[:min(per, n/k-i)]
+				for j := range hs {
+					h++
+					hs[j] = h * 0x9E3779B97F4A7C15
+				}
+				st.Events[0].Hashes = hs
+				s.Apply(st)
+				st.Events[0].Hashes = st.Events[0].Hashes[:per]
+			}
+		}
+		for _, walk := range []struct {
+			name string
+			w    int
+		}{{"range", dumpWalkRange}, {"keys", dumpWalkKeys}} {
+			b.Run(fmt.Sprintf("streams=%d/walk=%s", k, walk.name), func(b *testing.B) {
+				defer func(w int) { dumpWalk = w }(dumpWalk)
+				dumpWalk = walk.w
+				var c holdingCounter
+				b.ResetTimer()
+				for range b.N {
+					c.n = 0
+					if err := ix.DumpStreams(nil, &c); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.StopTimer()
+				if c.n != n/k*k {
+					b.Fatalf("%d holdings, want %d", c.n, n/k*k)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(c.n), "ns/holding")
+			})
+		}
+	}
+}

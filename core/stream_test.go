@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -497,4 +498,107 @@ func TestRestoreStreamDefersClear(t *testing.T) {
 	if b.TierBlocks() != want.TierBlocks() {
 		t.Fatalf("after the restart: holdings %v, want only the new incarnation's %v", b.TierBlocks(), want.TierBlocks())
 	}
+}
+
+// TestDumpWalksAgree: a section dumped by looking up its owners' key sets
+// holds exactly the holdings of a walk of every block of the context, for
+// owners of every kind sharing one context: engines whose ranks share
+// blocks, in two tiers, with removes and a clear (a new owner generation
+// in blocks that still carry the old one's words until reused), a
+// Mooncake pool, RFC stream owners, and an xxh3 engine that re-hashes.
+// The dump of the default choice restores into an index that agrees with
+// the source.
+func TestDumpWalksAgree(t *testing.T) {
+	src := New(Options{})
+	prof := cborProfile(t)
+	rng := rand.New(rand.NewSource(5))
+	var engines []*Subscription
+	for i := range 4 {
+		engines = append(engines, mustRegister(t, src, engineReg(t, fmt.Sprintf("e%d", i), int32(i%2), prof)))
+	}
+	for round := range 200 {
+		s := engines[rng.Intn(len(engines))]
+		hs := make([]uint64, 1+rng.Intn(6))
+		for j := range hs {
+			hs[j] = 1 + uint64(rng.Intn(300)) // shared among the engines
+		}
+		switch r := rng.Intn(10); {
+		case r < 6:
+			s.Apply(stored("GPU", hs...))
+		case r < 8:
+			s.Apply(stored("CPU", hs...))
+		default:
+			s.Apply(removed("GPU", hs...))
+		}
+		if round == 120 {
+			engines[1].Apply(cleared())
+		}
+	}
+	pool := mustRegister(t, src, poolReg("pool"))
+	pool.Apply(poolStored("mooncake", "node-1", seq(40)...))
+	// Standard streams serve a context of their own (one hash profile
+	// per context), two registrations sharing it.
+	for i, inst := range []string{"std", "std2"} {
+		r := stdReg(inst, "", "")
+		r.ModelName = "m2"
+		std := mustRegister(t, src, r)
+		std.Apply(rfcEv(EventStored, 1, "worker-0", "GPU", 0, 1, 2, 3))
+		std.Apply(rfcEv(EventStored, 2, "worker-1", "disk", 0, uint64(2+i), 3))
+	}
+	sim := newEngineSim(3, 4)
+	x := mustRegister(t, src, xxh3Reg("x"))
+	for i := range uint64(60) {
+		x.Apply(sim.next(i + 1))
+	}
+
+	dumped := func(walk int) collector {
+		t.Helper()
+		defer func(w int) { dumpWalk = w }(dumpWalk)
+		dumpWalk = walk
+		var c collector
+		if err := src.DumpStreams(nil, &c); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	walked, looked := dumped(dumpWalkRange), dumped(dumpWalkKeys)
+	if len(walked.holds) != 8 || len(looked.holds) != 8 {
+		t.Fatalf("%d and %d sections, want 8", len(walked.holds), len(looked.holds))
+	}
+	for i := range walked.holds {
+		w, l := sortedHoldings(walked.holds[i]), sortedHoldings(looked.holds[i])
+		if len(w) == 0 {
+			t.Fatalf("section %v holds nothing", walked.streams[i].Reg.Key())
+		}
+		if !reflect.DeepEqual(w, l) {
+			t.Fatalf("section %v: walk %d holdings, key sets %d:\n%v\n%v", walked.streams[i].Reg.Key(), len(w), len(l), w, l)
+		}
+	}
+
+	auto := dumped(dumpWalkAuto)
+	dst := New(Options{})
+	for _, s := range auto.streams {
+		mustRegister(t, dst, s.Reg)
+	}
+	auto.restore(t, dst)
+	if g, w := dst.TierBlocks(), src.TierBlocks(); g != w {
+		t.Fatalf("restored holdings %v want %v", g, w)
+	}
+	if g, w := answers(t, dst, sim), answers(t, src, sim); !reflect.DeepEqual(g, w) {
+		t.Fatalf("restored answers differ:\n%v\n%v", g, w)
+	}
+}
+
+// sortedHoldings returns hs as comparable strings in order.
+func sortedHoldings(hs []Holding) []string {
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		st := ""
+		if h.Stream != nil {
+			st = fmt.Sprintf("%+v", *h.Stream)
+		}
+		out[i] = fmt.Sprintf("%v %s %d %v %d %d %d %s", h.Context, h.Name, h.Rank, h.Shared, h.Tier, h.Key, h.Copies, st)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,36 +27,44 @@ import (
 // keeps an engine-hash map entry per block), in chains of 64 blocks of 16
 // tokens, 1 in 8 chains offloaded to CPU as well.
 func buildDumpIndex(tb testing.TB, n int) (*core.Index, *Server) {
+	return buildWorkersIndex(tb, n, 1)
+}
+
+// buildWorkersIndex is buildDumpIndex with workers 1..w of the one model (one
+// context), each holding n/w blocks of its own.
+func buildWorkersIndex(tb testing.TB, n, w int) (*core.Index, *Server) {
 	ix := core.New(core.Options{Logger: quietLogger(), ContextSizeHint: n})
 	d, err := newDynamo(ix, newCoreRegistrar(ix), Options{Logger: quietLogger()})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if err := d.Register(Worker{InstanceID: 1, Endpoint: "tcp://127.0.0.1:1", ModelName: "m", BlockSize: 16}); err != nil {
-		tb.Fatal(err)
-	}
-	sub, _ := ix.Lookup(core.ServiceKey{InstanceID: "1", TenantID: "default"})
 	const chain = 64
 	b := &core.Batch{}
 	tok := int32(0)
 	var h uint64
-	for done := 0; done < n; done += chain {
-		b.Reset()
-		ev := b.NextEvent()
-		ev.Kind, ev.BlockSize, ev.HasTokens = core.EventStored, 16, true
-		k := min(chain, n-done)
-		for i := 0; i < k*16; i++ {
-			ev.Tokens = append(ev.Tokens, tok)
-			tok++
+	for id := 1; id <= w; id++ {
+		if err := d.Register(Worker{InstanceID: uint64(id), Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", id), ModelName: "m", BlockSize: 16}); err != nil {
+			tb.Fatal(err)
 		}
-		for i := 0; i < k; i++ {
-			h++
-			ev.Hashes = append(ev.Hashes, h*0x9E3779B97F4A7C15)
-		}
-		sub.Apply(b)
-		if done/chain%8 == 0 {
-			ev.Medium = []byte("CPU")
+		sub, _ := ix.Lookup(core.ServiceKey{InstanceID: strconv.Itoa(id), TenantID: "default"})
+		for done := 0; done < n/w; done += chain {
+			b.Reset()
+			ev := b.NextEvent()
+			ev.Kind, ev.BlockSize, ev.HasTokens = core.EventStored, 16, true
+			k := min(chain, n/w-done)
+			for i := 0; i < k*16; i++ {
+				ev.Tokens = append(ev.Tokens, tok)
+				tok++
+			}
+			for i := 0; i < k; i++ {
+				h++
+				ev.Hashes = append(ev.Hashes, h*0x9E3779B97F4A7C15)
+			}
 			sub.Apply(b)
+			if done/chain%8 == 0 {
+				ev.Medium = []byte("CPU")
+				sub.Apply(b)
+			}
 		}
 	}
 	return ix, d
@@ -238,6 +247,28 @@ func BenchmarkSnapshotFile(b *testing.B) {
 					b.Fatalf("restored %v, source %v", rix.TierBlocks(), holdings)
 				}
 				runtime.KeepAlive(rix)
+			}
+		})
+	}
+}
+
+// BenchmarkDumpStreams measures the main-form dump (the snapshot's, and
+// GET /dump's) of one context of 1M blocks held by 1, 2, 16 and 256
+// workers, each its own share of the blocks: time per block of the context.
+// One iteration per case; run with -benchtime=1x.
+func BenchmarkDumpStreams(b *testing.B) {
+	const n = 1 << 20
+	for _, k := range []int{1, 2, 16, 256} {
+		b.Run(fmt.Sprintf("streams=%d", k), func(b *testing.B) {
+			ix, _ := buildWorkersIndex(b, n, k)
+			b.ResetTimer()
+			for it := 0; it < b.N; it++ {
+				w := bufio.NewWriterSize(&countWriter{}, 64<<10)
+				start := time.Now()
+				if err := dump.Write(ix, w); err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(n), "ns/block")
 			}
 		})
 	}
