@@ -140,7 +140,7 @@ func BenchmarkApplyMutexMap(b *testing.B) {
 	b.ReportMetric(float64(b.N*per)/b.Elapsed().Seconds(), "blocks/s")
 }
 
-func benchIndex(b *testing.B, p hash.Profile, instances, hitBlocks int, tokens []int32) *Index {
+func benchIndex(b testing.TB, p hash.Profile, instances, hitBlocks int, tokens []int32) *Index {
 	ix := New(Options{})
 	var keys []uint64
 	var err error

@@ -362,6 +362,9 @@ func growCursors(cur []cursor, n int) []cursor {
 	return cur
 }
 
+// walkAhead is the most blocks walk looks up ahead of the block it is at.
+const walkAhead = 16
+
 // walk advances every cursor over the prompt's blocks and returns the block
 // index where the walk ended (for cursors still running).
 func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryRequest, chain *hash.Chain, ns namespace) int32 {
@@ -370,19 +373,39 @@ func walk(c *context, m *ctxMeta, lo int, cur []cursor, nBlocks int, req *QueryR
 	owners := m.owners
 	perMedium := req.PerMedium
 	var prev *holdings // the last block's owner set that moved the cursors
+	// Blocks are looked up a window ahead of the walk: the lookups do not
+	// depend on each other, so their cache misses overlap (a block of a
+	// large index is a random bucket and a random entry). The window
+	// doubles from 1 to walkAhead as the walk goes on, so a walk that ends
+	// early hashed and looked up at most as many blocks past its end as it
+	// walked.
+	var (
+		keys      [walkAhead]uint64
+		ahead     [walkAhead]blockVal
+		base, got int
+		win       = 1
+	)
 	var i int
 	for i = 0; i < nBlocks && active > 0; i++ {
-		var key uint64
-		if req.ByHash {
-			key = req.Hashes[i]
-		} else {
-			key = chain.At(i)
+		if i == base+got {
+			base, got = i, min(win, nBlocks-i)
+			for j := range got {
+				if req.ByHash {
+					keys[j] = req.Hashes[i+j]
+				} else {
+					keys[j] = chain.At(i + j)
+				}
+				if ns.tag != 0 {
+					keys[j] = ns.key(keys[j])
+				}
+			}
+			for j := range got {
+				ahead[j], _ = c.blocks.Load(keys[j])
+			}
+			win = min(2*win, walkAhead)
 		}
-		if ns.tag != 0 {
-			key = ns.key(key)
-		}
-		v, ok := c.blocks.Load(key)
-		if !ok || v.h == nil {
+		v := ahead[i-base]
+		if v.h == nil {
 			break
 		}
 		// A block held by exactly the words of the block before moves no

@@ -159,3 +159,31 @@ func TestQueryRunsOfSameHolders(t *testing.T) {
 		want(t, ix, nil)
 	})
 }
+
+// TestWalkHashesLittlePastItsEnd: the walk looks blocks up a window ahead
+// (walkAhead), hashing them first, and the window grows with the walk, so a
+// prompt whose first k blocks are held hashes at most min(k, walkAhead-1)
+// blocks past block k, the first one missing; a full hit hashes the prompt
+// once. The answers are the exact prefixes either way.
+func TestWalkHashesLittlePastItsEnd(t *testing.T) {
+	const n = 200
+	tokens := make([]int32, n*testBS)
+	for i := range tokens {
+		tokens[i] = int32(i*31 + 7)
+	}
+	prof := cborProfile(t)
+	for _, k := range []int{0, 1, 2, 3, 4, 6, 7, 8, 14, 15, 16, 30, 31, 47, 100, n} {
+		ix := benchIndex(t, prof, 2, k, tokens)
+		var res QueryResult
+		if err := ix.Query(&QueryRequest{Model: "m", BlockSize: testBS, Tokens: tokens}, &res); err != nil {
+			t.Fatal(err)
+		}
+		if k > 0 && (len(res.Instances) != 2 || res.Instances[0].Device != int64(k*testBS) || res.Instances[1].Device != int64(k*testBS)) {
+			t.Fatalf("k=%d: %+v, want 2 rows of %d tokens", k, res.Instances, k*testBS)
+		}
+		want := min(n, k+1+min(k, walkAhead-1))
+		if got := res.chain.Computed(); got > want || got < min(n, k+1) {
+			t.Fatalf("k=%d: %d blocks hashed, want %d..%d", k, got, min(n, k+1), want)
+		}
+	}
+}
