@@ -49,11 +49,14 @@ type Chain struct {
 	// Digest memo (SHA-256 profiles only). memo survives Reset; mOn says it
 	// applies to the current prompt; mKey is the rolling key of block next-1
 	// (the tag before block 0); the counts are flushed to memo by FlushMemoStats.
-	memo                  *Memo
-	mOn                   bool
-	mKey                  xxh3.Uint128
-	mAhead                xxh3.Uint128 // key of block next, when mHasAhead
-	mHasAhead             bool
+	memo *Memo
+	mOn  bool
+	mKey xxh3.Uint128
+	// mAhead holds the keys of blocks [mAt, mAt+mN), computed ahead of
+	// their lookups and their buckets prefetched (memoAhead): block mAt+j's
+	// at (mHead+j) mod memoAheadBlocks.
+	mAhead                [memoAheadBlocks]xxh3.Uint128
+	mAt, mN, mHead        int
 	mHits, mMiss, mEvicts uint32
 
 	// Recent-prompt level (memoprompt.go), when memo has one: rOn says it
@@ -349,14 +352,16 @@ func memoServes(p *Profile) bool {
 
 // memoGet advances the rolling memo key over the next block's tokens and, on a
 // hit, sets c.parent to the memoised digest. Either way it then computes the
-// following block's key and prefetches its bucket (memoAhead), so the probe's
-// memory latency overlaps this block's SHA-256 on a miss, or the next key's
-// computation on a hit.
+// keys of the blocks after it, up to memoAheadBlocks of them, and prefetches
+// their buckets (memoAhead), so the probes' memory latency overlaps this
+// block's SHA-256 on a miss, and each other on a run of hits.
 func (c *Chain) memoGet(tok []int32) bool {
-	if c.mHasAhead {
-		c.mKey, c.mHasAhead = c.mAhead, false
+	if i := c.next - 1; c.mN > 0 && c.mAt == i {
+		c.mKey = c.mAhead[c.mHead]
+		c.mAt, c.mN, c.mHead = i+1, c.mN-1, (c.mHead+1)&(memoAheadBlocks-1)
 	} else {
 		c.mKey = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, tok)
+		c.mN = 0
 	}
 	ok := c.memo.get(c.mKey, &c.parent)
 	if ok {
@@ -366,15 +371,30 @@ func (c *Chain) memoGet(tok []int32) bool {
 	return ok
 }
 
-// memoAhead computes the key of block next (the one after the block being
-// looked up) and prefetches its bucket.
+// memoAheadBlocks is how many blocks past the one being looked up have their
+// memo keys computed and their buckets prefetched: a hit costs about 30 ns
+// and a bucket from memory about 100, so a run of hits waits on memory unless
+// several probes are in flight. A power of two (mAhead is a ring).
+const memoAheadBlocks = 8
+
+// memoAhead extends the keys computed ahead to the memoAheadBlocks blocks
+// after block next-1 (the one just looked up) and prefetches their buckets.
+// A key is rolled from the one before it, so it costs a hash of the block's
+// tokens, not a SHA-256.
 func (c *Chain) memoAhead() {
-	i := c.next
-	if i >= c.blocks {
-		return
+	if c.mN == 0 {
+		c.mAt = c.next
 	}
-	c.mAhead, c.mHasAhead = memoRoll(c.buf[:cap(c.buf)], c.memo, c.mKey, c.memoTokens(i)), true
-	prefetch(&c.memo.bucket(c.mAhead)[0])
+	k := c.mKey
+	if c.mN > 0 {
+		k = c.mAhead[(c.mHead+c.mN-1)&(memoAheadBlocks-1)]
+	}
+	for j := c.mAt + c.mN; c.mN < memoAheadBlocks && j < c.blocks; j++ {
+		k = memoRoll(c.buf[:cap(c.buf)], c.memo, k, c.memoTokens(j))
+		c.mAhead[(c.mHead+c.mN)&(memoAheadBlocks-1)] = k
+		c.mN++
+		prefetch(&c.memo.bucket(k)[0])
+	}
 }
 
 // memoTokens returns the tokens block i's memo key covers: its span (the

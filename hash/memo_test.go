@@ -108,13 +108,19 @@ func randomMemoCases(t testing.TB, rng *rand.Rand, n int) []memoCase {
 	profiles := append(memoProfiles(t),
 		mustResolve(t, Spec{"vllm_v1", "xxhash_cbor", "0", "low64_be"}),
 		mustResolve(t, Spec{"vllm_v1", "xxhash", "0", "low64_be"}))
-	bases := make([][]int32, 5)
+	bases := make([][]int32, 8)
 	for i := range bases {
 		bases[i] = make([]int32, 200)
 		for j := range bases[i] {
 			bases[i][j] = int32(rng.IntN(70000))
 		}
-		if i > 0 { // bases share leading runs of different lengths
+		switch {
+		case i >= 3: // the first base with one token changed: a memo key
+			// that left out any block's tokens would serve the first
+			// base's digest for it
+			copy(bases[i], bases[0])
+			bases[i][rng.IntN(len(bases[i]))] = int32(rng.IntN(70000))
+		case i > 0: // bases share leading runs of different lengths
 			copy(bases[i], bases[0][:rng.IntN(100)])
 		}
 	}
@@ -465,5 +471,47 @@ func TestMemoSlotLayout(t *testing.T) {
 	memoFill(&s, 1, 2, 3, 4, 5, 6, 8)
 	if s.seq.Load() != 8 || s.k[0].Load() != 1 || s.k[1].Load() != 2 || s.d[0].Load() != 3 || s.d[3].Load() != 6 {
 		t.Fatalf("memoFill stored %+v", &s)
+	}
+}
+
+// TestMemoAheadKeys: after each block of a walk, the keys computed ahead
+// (memoAhead) are those of the next min(memoAheadBlocks, blocks left)
+// blocks, each the rolling key over every block's tokens up to it, computed
+// here one block at a time from the prompt's tag.
+func TestMemoAheadKeys(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	tokens := make([]int32, 301)
+	for i := range tokens {
+		tokens[i] = int32(rng.IntN(70000))
+	}
+	for _, p := range memoProfiles(t) {
+		for _, bs := range []int{1, 3, 16} {
+			var c Chain
+			c.SetMemo(NewMemo(1 << 20))
+			if err := c.Reset(&p, tokens, bs, nil, nil); err != nil {
+				t.Fatal(err)
+			}
+			want := make([]xxh3.Uint128, c.Blocks())
+			k := c.mKey // the tag
+			buf := make([]byte, 0, 16+4*(bs+2))
+			for j := range want {
+				k = memoRoll(buf[:cap(buf)], c.memo, k, c.memoTokens(j))
+				want[j] = k
+			}
+			for i := range c.Blocks() {
+				c.At(i)
+				if c.mKey != want[i] {
+					t.Fatalf("%v bs=%d block %d: key %x, want %x", p.Spec, bs, i, c.mKey, want[i])
+				}
+				if n := min(memoAheadBlocks, c.Blocks()-i-1); c.mN != n || n > 0 && c.mAt != i+1 {
+					t.Fatalf("%v bs=%d after block %d: %d keys ahead from block %d, want %d from %d", p.Spec, bs, i, c.mN, c.mAt, n, i+1)
+				}
+				for j := range c.mN {
+					if got := c.mAhead[(c.mHead+j)&(memoAheadBlocks-1)]; got != want[c.mAt+j] {
+						t.Fatalf("%v bs=%d after block %d: key ahead of block %d %x, want %x", p.Spec, bs, i, c.mAt+j, got, want[c.mAt+j])
+					}
+				}
+			}
+		}
 	}
 }

@@ -257,7 +257,7 @@ func (c *Chain) promptLookup() {
 	c.rE, c.rN = pc.lookup(k0, c.tokens, full, c.bs, extra)
 	if c.rN == 0 {
 		c.rE = nil
-		c.mAhead, c.mHasAhead = k0, true // memoGet of block 0 reuses it
+		c.mAhead[0], c.mAt, c.mN, c.mHead = k0, 0, 1, 0 // memoGet of block 0 reuses it
 	}
 }
 
