@@ -267,6 +267,20 @@ func BenchmarkMemoryPerHolding(b *testing.B) {
 	}
 }
 
+// benchContextBlocks is the context size of the benchmarks that take one:
+// $CONDUCTOR_BENCH_CONTEXT_BLOCKS, default 1M.
+func benchContextBlocks(b *testing.B) int {
+	v := os.Getenv("CONDUCTOR_BENCH_CONTEXT_BLOCKS")
+	if v == "" {
+		return 1 << 20
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
 // BenchmarkClearOwner measures one engine reset (AllBlocksCleared) of a
 // subscription holding 1k blocks in a context that other owners fill with
 // CONDUCTOR_BENCH_CONTEXT_BLOCKS blocks (default 1M; the figure in
@@ -274,13 +288,7 @@ func BenchmarkMemoryPerHolding(b *testing.B) {
 // (timer stopped) and clears them (timed): the clear visits the owner's own
 // key set, so its cost does not grow with the context.
 func BenchmarkClearOwner(b *testing.B) {
-	n := 1 << 20
-	if v := os.Getenv("CONDUCTOR_BENCH_CONTEXT_BLOCKS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := benchContextBlocks(b)
 	ix := New(Options{ContextSizeHint: n + 4096})
 	big := mustRegister(b, ix, engineReg(b, "big", 0, cborProfile(b)))
 	const per = 1024
@@ -327,19 +335,14 @@ func (c *holdingCounter) Holding(*Holding) error      { c.n++; return nil }
 func (c *holdingCounter) Engine(*EngineEntry) error   { return nil }
 func (c *holdingCounter) EndStream(*StreamInfo) error { return nil }
 
-// BenchmarkDumpWalk compares the two walks of a section (dumpByKeys): every
-// block of the context, or the lookups of the owners' key sets, for one
-// context of n blocks (CONDUCTOR_BENCH_CONTEXT_BLOCKS, default 1M) held by 1,
-// 2 and 256 engines, each its own share; time per holding of the whole dump,
-// which visits no JSON (a counting visitor).
+// BenchmarkDumpWalk compares the two ways of writing a section
+// (dumpSection.byKeys), a walk of every block of the context or lookups of
+// the owners' key sets, for one context of n blocks
+// (CONDUCTOR_BENCH_CONTEXT_BLOCKS, default 1M) held by 1, 2 and 256
+// engines, each its own share: time per holding of the whole dump, with no
+// JSON (a counting visitor).
 func BenchmarkDumpWalk(b *testing.B) {
-	n := 1 << 20
-	if v := os.Getenv("CONDUCTOR_BENCH_CONTEXT_BLOCKS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil {
-			b.Fatal(err)
-		}
-	}
+	n := benchContextBlocks(b)
 	for _, k := range []int{1, 2, 256} {
 		ix := New(Options{ContextSizeHint: n})
 		const per = 1024

@@ -22,7 +22,7 @@ import (
 //
 // Cost: a section costs the blocks of its own owners in each context the
 // subscription touched, looked up through their key sets, or one walk of the
-// context when that visits fewer (dumpByKeys); so a dump of S subscriptions
+// context when that visits fewer (dumpSection.byKeys); so a dump of S subscriptions
 // sharing a context costs about one walk of it, not S. The stream's ingest
 // waits while its section is written (the events queue in the transport
 // meanwhile).
@@ -159,11 +159,12 @@ func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
 		dims[r.id()] = d
 	}
 	if len(mine) > 0 {
+		d := dumpSection{sc: sc, mine: mine, refs: refs, dims: dims, v: v, h: Holding{Context: sc.ctx.key}}
 		var err error
-		if dumpByKeys(sc, mine) {
-			err = dumpKeys(sc, mine, refs, dims, v)
+		if d.byKeys() {
+			err = d.keys()
 		} else {
-			err = dumpRange(sc, mine, refs, dims, v)
+			err = d.walk()
 		}
 		if err != nil {
 			return err
@@ -179,8 +180,29 @@ func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
 	return nil
 }
 
-// dumpWalk forces one walk of dumpCtx in tests: dumpWalkAuto picks by
-// dumpByKeys.
+// dumpSection writes the holdings of one subscription's owners in one
+// context: mine are the owners by id, refs their current generations (a word
+// of an older one is not theirs), dims the stream dimensions of stream
+// owners.
+type dumpSection struct {
+	sc   *subCtx
+	mine map[uint32]ownerKey
+	refs map[uint32]ownerRef
+	dims map[uint32]*StreamDims
+	v    StreamVisitor
+	h    Holding
+}
+
+// holding hands the visitor word w of owner id in block key.
+func (d *dumpSection) holding(id uint32, key, w uint64) error {
+	ok := d.mine[id]
+	d.h.Shared, d.h.Name, d.h.Rank, d.h.Stream = ok.shared, ok.name, ok.rank, d.dims[id]
+	d.h.Tier, d.h.Key, d.h.Copies = wordTier(w), key, wordCopies(w)
+	return d.v.Holding(&d.h)
+}
+
+// dumpWalk forces one way of writing a section in tests: dumpWalkAuto picks
+// by dumpSection.byKeys.
 var dumpWalk = dumpWalkAuto
 
 const (
@@ -189,22 +211,21 @@ const (
 	dumpWalkKeys
 )
 
-// dumpChunk is how many keys dumpKeys looks up before visiting them: the
-// lookups do not depend on each other, so their cache misses overlap.
+// dumpChunk is how many keys dumpSection.keys looks up before visiting them:
+// the lookups do not depend on each other, so their cache misses overlap.
 const dumpChunk = 64
 
-// dumpByKeys reports whether the section of the owners mine in sc looks up
-// the keys of their key sets instead of walking every block of the context:
-// whichever visits fewer. A looked-up key costs about what a walked block
-// does (a random bucket and a random entry either way; the lookups overlap
-// dumpChunk at a time): for one engine holding a whole context of 10M
-// blocks, 133 ns per holding by its keys against 129 by the walk
-// (BenchmarkDumpWalk, CONDUCTOR_BENCH_CONTEXT_BLOCKS=10000000). In a context
-// that many streams share, a walk per section costs the streams times the
-// blocks, and each stream's applies wait while its section is written: 256
-// engines sharing those 10M blocks, 300 s for a dump by walks against 1.1 s
-// by keys.
-func dumpByKeys(sc *subCtx, mine map[uint32]ownerKey) bool {
+// byKeys reports whether the section looks up the keys of its owners' key
+// sets instead of walking every block of the context: whichever visits
+// fewer. A looked-up key costs about what a walked block does (a random
+// bucket and a random entry either way; the lookups overlap dumpChunk at a
+// time): for one engine holding a whole context of 10M blocks, 133 ns per
+// holding by its keys against 129 by the walk (BenchmarkDumpWalk,
+// CONDUCTOR_BENCH_CONTEXT_BLOCKS=10000000). In a context that many streams
+// share, a walk per section costs the streams times the blocks, and each
+// stream's applies wait while its section is written: 256 engines sharing
+// those 10M blocks, 300 s for a dump by walks against 1.1 s by keys.
+func (d *dumpSection) byKeys() bool {
 	switch dumpWalk {
 	case dumpWalkRange:
 		return false
@@ -212,44 +233,35 @@ func dumpByKeys(sc *subCtx, mine map[uint32]ownerKey) bool {
 		return true
 	}
 	own := 0
-	for id := range mine {
-		if ks := sc.keys[id]; ks != nil {
+	for id := range d.mine {
+		if ks := d.sc.keys[id]; ks != nil {
 			own += ks.Len()
 		}
 	}
-	return own < sc.ctx.blocks.Size()
+	return own < d.sc.ctx.blocks.Size()
 }
 
-// dumpRange visits the holdings of the owners mine in every block of the
-// context.
-func dumpRange(sc *subCtx, mine map[uint32]ownerKey, refs map[uint32]ownerRef, dims map[uint32]*StreamDims, v StreamVisitor) error {
+// walk visits the owners' holdings in every block of the context.
+func (d *dumpSection) walk() error {
 	var err error
-	h := Holding{Context: sc.ctx.key}
-	sc.ctx.blocks.Range(func(key uint64, b blockVal) bool {
+	d.sc.ctx.blocks.Range(func(key uint64, b blockVal) bool {
 		b.forEach(func(w uint64) {
-			if err != nil {
-				return
-			}
 			id := wordOwner(w)
-			ok, found := mine[id]
-			if !found || refs[id] != makeRef(id, wordGen(w)) {
-				return
+			if ref, mine := d.refs[id]; err == nil && mine && ref == makeRef(id, wordGen(w)) {
+				err = d.holding(id, key, w)
 			}
-			h.Shared, h.Name, h.Rank, h.Stream = ok.shared, ok.name, ok.rank, dims[id]
-			h.Tier, h.Key, h.Copies = wordTier(w), key, wordCopies(w)
-			err = v.Holding(&h)
 		})
 		return err == nil
 	})
 	return err
 }
 
-// dumpKeys visits the holdings of the owners mine, owner by owner in id
-// order, in the blocks of each one's key set (which holds exactly the keys
-// of the blocks carrying one of its words).
-func dumpKeys(sc *subCtx, mine map[uint32]ownerKey, refs map[uint32]ownerRef, dims map[uint32]*StreamDims, v StreamVisitor) error {
-	ids := make([]uint32, 0, len(mine))
-	for id := range mine {
+// keys visits the owners' holdings owner by owner, in id order, in the
+// blocks of each one's key set (which holds exactly the keys of the blocks
+// carrying one of its words).
+func (d *dumpSection) keys() error {
+	ids := make([]uint32, 0, len(d.mine))
+	for id := range d.mine {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
@@ -259,25 +271,21 @@ func dumpKeys(sc *subCtx, mine map[uint32]ownerKey, refs map[uint32]ownerRef, di
 		n    int
 		err  error
 	)
-	h := Holding{Context: sc.ctx.key}
 	for _, id := range ids {
-		ks := sc.keys[id]
+		ks := d.sc.keys[id]
 		if ks == nil {
 			continue
 		}
-		ok, ref := mine[id], refs[id]
+		ref := d.refs[id]
 		visit := func() {
 			for i := range n {
-				vals[i], _ = sc.ctx.blocks.Load(keys[i])
+				vals[i], _ = d.sc.ctx.blocks.Load(keys[i])
 			}
 			for i := 0; i < n && err == nil; i++ {
 				vals[i].forEach(func(w uint64) {
-					if err != nil || makeRef(wordOwner(w), wordGen(w)) != ref {
-						return
+					if err == nil && makeRef(wordOwner(w), wordGen(w)) == ref {
+						err = d.holding(id, keys[i], w)
 					}
-					h.Shared, h.Name, h.Rank, h.Stream = ok.shared, ok.name, ok.rank, dims[id]
-					h.Tier, h.Key, h.Copies = wordTier(w), keys[i], wordCopies(w)
-					err = v.Holding(&h)
 				})
 			}
 			n = 0

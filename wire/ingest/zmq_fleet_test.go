@@ -342,22 +342,3 @@ func primeAll(t *testing.T, h *harness, keys []core.ServiceKey, pubs []*bench.Pu
 		return all
 	})
 }
-
-// tierRow is inst's row for the one block of model with prefix key hsh, with
-// the per-medium prefixes and without the ranks (zero row with inst's ID when
-// inst does not hold it).
-func (h *harness) tierRow(model, inst string, hsh uint64) core.InstanceResult {
-	h.t.Helper()
-	var res core.QueryResult
-	req := core.QueryRequest{Model: model, BlockSize: testBS, Hashes: []uint64{hsh}, ByHash: true, Instance: inst, PerMedium: true}
-	if err := h.ix.Query(&req, &res); err != nil {
-		h.t.Fatal(err)
-	}
-	for _, r := range res.Instances {
-		if r.ID == inst {
-			r.Ranks = nil
-			return r
-		}
-	}
-	return core.InstanceResult{ID: inst}
-}

@@ -193,12 +193,26 @@ func (h *harness) row(inst string, toks []int32) core.InstanceResult {
 // holds reports whether inst holds the block with prefix key hsh in any tier.
 func (h *harness) holds(inst string, hsh uint64) bool {
 	h.t.Helper()
+	return h.tierRow(testModel, inst, hsh).LongestMatched == testBS
+}
+
+// tierRow is inst's row for the one block of model with prefix key hsh, with
+// the per-medium prefixes and without the ranks (zero row with inst's ID when
+// inst does not hold it).
+func (h *harness) tierRow(model, inst string, hsh uint64) core.InstanceResult {
+	h.t.Helper()
 	var res core.QueryResult
-	req := core.QueryRequest{Model: testModel, BlockSize: testBS, Hashes: []uint64{hsh}, ByHash: true, Instance: inst}
+	req := core.QueryRequest{Model: model, BlockSize: testBS, Hashes: []uint64{hsh}, ByHash: true, Instance: inst, PerMedium: true}
 	if err := h.ix.Query(&req, &res); err != nil {
 		h.t.Fatal(err)
 	}
-	return len(res.Instances) == 1 && res.Instances[0].LongestMatched == testBS
+	for _, r := range res.Instances {
+		if r.ID == inst {
+			r.Ranks = nil
+			return r
+		}
+	}
+	return core.InstanceResult{ID: inst}
 }
 
 // waitBurstHeld waits until inst holds the blocks first..first+n-1 (one per
