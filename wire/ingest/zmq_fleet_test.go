@@ -174,7 +174,12 @@ func TestZMQFleetAgreesWithModel(t *testing.T) {
 		}
 		_ = zctx.Term()
 	})
-	h := newHarness(t, fastOpts(t))
+	// Replays get time to answer on a loaded machine: 256 publishers serve
+	// their rings from one process, and a replay that times out clears its
+	// stream (gap policy clear), which this test counts as a failure.
+	opts := fastOpts(t)
+	opts.ReplayTimeout, opts.ReplayTotalTimeout = 10*time.Second, 30*time.Second
+	h := newHarness(t, opts)
 	vllm, sgl := vllmProfile(t), sglangProfile(t)
 	// A context has one hash profile: the SGLang engines serve a model
 	// of their own.
