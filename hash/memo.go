@@ -11,6 +11,8 @@ import (
 
 // DefaultMemoBytes is the memory bound of a Memo when the caller has no better
 // figure: 64 MiB, about one million block digests (16 M prompt tokens at B = 16).
+// conductor runs without a memo unless --hash-memo-bytes asks for one: behind a
+// large index a probe costs about what the SHA-256 it saves does.
 const DefaultMemoBytes = 64 << 20
 
 // Memo geometry: a slot is one 64-byte cache line; a bucket is memoWays slots.

@@ -98,6 +98,7 @@ type settings struct {
 	dynamo          dynamoSettings // dynamo.go
 	memoryLimit     string         // gcpolicy.go
 	gogc            string
+	gcHeapFloor     string
 	gc              gcPolicy
 	queryPriority   bool
 	ingestNice      int          // schedpolicy.go
@@ -168,8 +169,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 		"comma-separated endpoint patterns a registration may name (tcp://HOST|CIDR|*.suffix:PORT|N-M|*, ipc://GLOB, inproc://GLOB)")
 	fs.BoolVar(&s.allowSource, "allow-source-endpoints", false,
 		"let registrations use libzmq's source-address form tcp://SOURCE;HOST:PORT, which makes conductor bind SOURCE (default: the config file's allow_source_endpoints, else off)")
-	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", hash.DefaultMemoBytes,
-		"memory for the block-digest memo of vllm_v1/sglang queries (0 = off)")
+	fs.IntVar(&s.hashMemoBytes, "hash-memo-bytes", 0,
+		"memory for the block-digest memo of vllm_v1/sglang queries, e.g. 67108864 (64 MiB, about 1M digests); it pays only where the same prompts come back soon (docs/performance.md) (default 0 = off)")
 	fs.IntVar(&s.hashPromptBytes, "hash-memo-prompt-bytes", hash.DefaultMemoPromptBytes,
 		"memory for the memo's recent prompts: repeated prompts are served by a token compare (0 = off; needs the memo)")
 	fs.StringVar(&s.pprofAddr, "pprof-addr", "", "serve net/http/pprof on this loopback host:port (default off)")
@@ -180,6 +181,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
 	addSchedFlags(fs, &s.ingestNice)
 	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit) (default $GOGC, else 100)")
+	fs.StringVar(&s.gcHeapFloor, "gc-heap-floor", DefaultGCHeapFloor, "heap size the GC counts as live from the start, so that no cycle runs until the heap is about twice it; adds no resident memory (0 = none; docs/performance.md)")
 	return fs
 }
 
@@ -229,6 +231,9 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	if s.hashPromptBytes < 0 {
 		return fmt.Errorf("--hash-memo-prompt-bytes=%d: want >= 0 (0 = off)", s.hashPromptBytes)
 	}
+	if set["hash-memo-prompt-bytes"] && s.hashPromptBytes > 0 && s.hashMemoBytes == 0 {
+		return fmt.Errorf("--hash-memo-prompt-bytes=%d needs the memo: set --hash-memo-bytes too (e.g. 67108864; it is off by default)", s.hashPromptBytes)
+	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return fmt.Errorf("--log-format=%q: want text or json", s.logFormat)
 	}
@@ -247,7 +252,7 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	if s.kube.mode != "" && s.nats.consume {
 		return errors.New("--discover-kubernetes and --nats-consume: a replica's registrations come from the stream")
 	}
-	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc)
+	gc, err := resolveGCPolicy(s.memoryLimit, s.gogc, s.gcHeapFloor)
 	if err != nil {
 		return err
 	}

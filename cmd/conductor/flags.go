@@ -46,7 +46,7 @@ var flagGroups = []struct {
 		"nats-filter-model", "nats-max-lag", "nats-max-stale", "nats-snapshot-interval", "nats-snapshot-keep", "nats-snapshot-bucket",
 		"nats-no-snapshot-load"}},
 	{"Kubernetes engine discovery", []string{"discover-kubernetes", "discover-namespaces", "discover-selector"}},
-	{"Tuning", []string{"hash-memo-bytes", "hash-memo-prompt-bytes", "sha256-backend", "context-size-hint", "memory-limit", "gogc",
+	{"Tuning", []string{"hash-memo-bytes", "hash-memo-prompt-bytes", "sha256-backend", "context-size-hint", "memory-limit", "gogc", "gc-heap-floor",
 		"query-priority", "ingest-nice"}},
 }
 

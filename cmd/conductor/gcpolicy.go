@@ -23,21 +23,44 @@ import (
 // query throughput, so size it with headroom above the index's live heap
 // (about 60 B per held block).
 
+//
+// --gc-heap-floor keeps the collector from running its cycles while the heap
+// is small: a heap that starts near empty and grows to the index's size would
+// otherwise be collected at every doubling (4, 8, 16, ... MiB), each cycle
+// marking everything live. The floor is one allocation of that size, never
+// written, that the collector counts as live: the heap goal stays at least
+// (1 + GOGC/100) times the floor. Its pages are never touched, so it adds no
+// resident memory (TestGCHeapFloor), but it counts toward --memory-limit like
+// any heap.
+
+// DefaultGCHeapFloor is --gc-heap-floor's default, 64 MiB.
+const DefaultGCHeapFloor = "64MiB"
+
 // gcPolicy is the resolved policy: what to set and where it came from.
 type gcPolicy struct {
 	limit    int64 // bytes; < 0: leave the runtime's (GOMEMLIMIT or none)
 	limitSrc string
 	gogc     int // percent; -1 = off; gogcUnset: leave the runtime's (GOGC or 100)
 	gogcSrc  string
+	floor    int64 // bytes of the heap floor; 0 = none
 }
+
+// gcFloor holds the heap floor's allocation for the life of the process (an
+// apply replaces it).
+var gcFloor []byte
 
 const gogcUnset = math.MinInt
 
-// resolveGCPolicy reads --memory-limit and --gogc. Flags left empty leave the
-// runtime's own defaults, which already honour GOMEMLIMIT and GOGC from the
-// environment.
-func resolveGCPolicy(memoryLimit, gogc string) (gcPolicy, error) {
+// resolveGCPolicy reads --memory-limit, --gogc and --gc-heap-floor. The
+// first two left empty leave the runtime's own defaults, which already
+// honour GOMEMLIMIT and GOGC from the environment.
+func resolveGCPolicy(memoryLimit, gogc, floor string) (gcPolicy, error) {
 	p := gcPolicy{limit: -1, gogc: gogcUnset}
+	n, err := parseSize(floor)
+	if err != nil {
+		return p, fmt.Errorf("--gc-heap-floor=%q: %w", floor, err)
+	}
+	p.floor = n
 	if memoryLimit != "" {
 		n, err := parseSize(memoryLimit)
 		if err != nil {
@@ -74,10 +97,14 @@ func (p gcPolicy) apply(log *slog.Logger) {
 	if p.gogc != gogcUnset {
 		debug.SetGCPercent(p.gogc)
 	}
+	gcFloor = nil
+	if p.floor > 0 {
+		gcFloor = make([]byte, p.floor)
+	}
 	limit := debug.SetMemoryLimit(-1) // reads without changing
 	gogc := debug.SetGCPercent(-1)
 	debug.SetGCPercent(gogc)
-	attrs := []any{"gogc", gogc}
+	attrs := []any{"gogc", gogc, "heap_floor_bytes", len(gcFloor)}
 	if limit == math.MaxInt64 {
 		attrs = append(attrs, "memory_limit", "none")
 	} else {

@@ -4,7 +4,11 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"os"
+	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -30,21 +34,22 @@ func TestParseSize(t *testing.T) {
 }
 
 func TestResolveGCPolicy(t *testing.T) {
-	p, err := resolveGCPolicy("", "")
-	if err != nil || p.limit != -1 || p.gogc != gogcUnset {
+	p, err := resolveGCPolicy("", "", "0")
+	if err != nil || p.limit != -1 || p.gogc != gogcUnset || p.floor != 0 {
 		t.Fatalf("empty flags: %+v, %v (want the runtime's defaults left alone)", p, err)
 	}
-	p, err = resolveGCPolicy("2GiB", "50")
-	if err != nil || p.limit != 2<<30 || p.gogc != 50 {
-		t.Fatalf("2GiB/50: %+v, %v", p, err)
+	p, err = resolveGCPolicy("2GiB", "50", DefaultGCHeapFloor)
+	if err != nil || p.limit != 2<<30 || p.gogc != 50 || p.floor != 64<<20 {
+		t.Fatalf("2GiB/50/default floor: %+v, %v", p, err)
 	}
-	p, err = resolveGCPolicy("1GiB", "off")
-	if err != nil || p.gogc != -1 {
-		t.Fatalf("1GiB/off: %+v, %v", p, err)
+	p, err = resolveGCPolicy("1GiB", "off", "1GiB")
+	if err != nil || p.gogc != -1 || p.floor != 1<<30 {
+		t.Fatalf("1GiB/off/1GiB: %+v, %v", p, err)
 	}
-	for _, c := range [][2]string{{"", "off"}, {"0", "off"}, {"", "0"}, {"", "-5"}, {"", "x"}, {"lots", ""}} {
-		if p, err := resolveGCPolicy(c[0], c[1]); err == nil {
-			t.Errorf("--memory-limit=%q --gogc=%q: %+v, want an error", c[0], c[1], p)
+	for _, c := range [][3]string{{"", "off", "0"}, {"0", "off", "0"}, {"", "0", "0"}, {"", "-5", "0"}, {"", "x", "0"}, {"lots", "", "0"},
+		{"", "", ""}, {"", "", "-1"}, {"", "", "64 megs"}} {
+		if p, err := resolveGCPolicy(c[0], c[1], c[2]); err == nil {
+			t.Errorf("--memory-limit=%q --gogc=%q --gc-heap-floor=%q: %+v, want an error", c[0], c[1], c[2], p)
 		}
 	}
 	if _, err := parseFlags([]string{"--gogc", "off"}, io.Discard); err == nil || !strings.Contains(err.Error(), "--memory-limit") {
@@ -58,7 +63,7 @@ func TestGCPolicyApply(t *testing.T) {
 	debug.SetGCPercent(oldGC)
 	t.Cleanup(func() { debug.SetMemoryLimit(oldLimit); debug.SetGCPercent(oldGC) })
 	log := slog.New(slog.DiscardHandler)
-	p, err := resolveGCPolicy("3GiB", "75")
+	p, err := resolveGCPolicy("3GiB", "75", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,9 +74,62 @@ func TestGCPolicyApply(t *testing.T) {
 	if g := debug.SetGCPercent(75); g != 75 {
 		t.Fatalf("GC percent %d, want 75", g)
 	}
-	p, _ = resolveGCPolicy("0", "")
+	p, _ = resolveGCPolicy("0", "", "0")
 	p.apply(log)
 	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
 		t.Fatalf("--memory-limit=0: limit %d, want none", l)
 	}
+}
+
+// TestGCHeapFloor: a floor keeps the heap goal at least (1 + GOGC/100) times
+// its size after a collection, without adding resident memory; a floor of 0
+// drops it.
+func TestGCHeapFloor(t *testing.T) {
+	oldGC := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(oldGC); gcFloor = nil })
+	log := slog.New(slog.DiscardHandler)
+	goal := func() uint64 {
+		runtime.GC()
+		s := []metrics.Sample{{Name: "/gc/heap/goal:bytes"}}
+		metrics.Read(s)
+		return s[0].Value.Uint64()
+	}
+	const floor = 512 << 20
+	rss0 := residentBytes(t)
+	p, err := resolveGCPolicy("", "", "512MiB")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.apply(log)
+	if g := goal(); g < 2*floor {
+		t.Fatalf("heap goal %d with a %d-byte floor at GOGC=100, want at least %d", g, floor, 2*floor)
+	}
+	if rss0 >= 0 {
+		if grew := residentBytes(t) - rss0; grew > 64<<20 {
+			t.Fatalf("resident memory grew by %d bytes with the floor, want it untouched", grew)
+		}
+	}
+	p, _ = resolveGCPolicy("", "", "0")
+	p.apply(log)
+	if g := goal(); g >= floor {
+		t.Fatalf("heap goal %d after the floor was dropped, want under %d", g, floor)
+	}
+}
+
+// residentBytes is the process's VmRSS, or -1 where /proc has none.
+func residentBytes(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	return -1
 }

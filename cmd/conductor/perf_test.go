@@ -50,13 +50,7 @@ func TestPprofAndMemoMetrics(t *testing.T) {
 		t.Fatal("pprof is served on the API listener")
 	}
 
-	code, _, body := httpDo(t, "POST", p.url("/register"), "application/json", []byte(fmt.Sprintf(
-		`{"endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"e","block_size":16,"dp_rank":0,`+
-			`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
-		pub.Endpoint())))
-	if code != 200 {
-		t.Fatalf("register: %d %s", code, body)
-	}
+	registerSHA256CBOR(t, p, pub.Endpoint())
 	_, _, page := httpDo(t, "GET", p.url("/metrics"), "", nil)
 	if got := metricValue(t, page, "conductor_hash_memo_bytes"); got != 1<<20 {
 		t.Fatalf("memo bytes %d", got)
@@ -108,5 +102,44 @@ func TestPprofAndMemoMetrics(t *testing.T) {
 	}
 	if got := metricValue(t, page, "conductor_hash_memo_prompt_bytes"); got < 8*(4*16+56) || got > 262144 {
 		t.Fatalf("prompt bytes %d", got)
+	}
+}
+
+// TestMemoOffByDefault: with no memo flag a repeated vllm_v1 query hashes
+// its blocks every time: the memo holds no table and no prompts, and counts
+// no hit or miss.
+func TestMemoOffByDefault(t *testing.T) {
+	pub, err := bench.NewPublisher(bench.PublisherOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	p := startConductor(t, "")
+	registerSHA256CBOR(t, p, pub.Endpoint())
+	q := []byte(`{"model":"m","block_size":16,"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`)
+	for i := 0; i < 3; i++ {
+		if code, _, body := httpDo(t, "POST", p.url("/query"), "application/json", q); code != 200 {
+			t.Fatalf("query: %d %s", code, body)
+		}
+	}
+	_, _, page := httpDo(t, "GET", p.url("/metrics"), "", nil)
+	for _, name := range []string{"conductor_hash_memo_bytes", "conductor_hash_memo_prompt_limit_bytes",
+		"conductor_hash_memo_hits_total", "conductor_hash_memo_misses_total"} {
+		if got := metricValue(t, page, name); got != 0 {
+			t.Errorf("%s = %d with the defaults, want 0 (memo off)", name, got)
+		}
+	}
+}
+
+// registerSHA256CBOR registers instance "e" of model "m" at endpoint under
+// vllm_v1/sha256_cbor (B = 16), the profile the memo serves.
+func registerSHA256CBOR(t *testing.T, p *proc, endpoint string) {
+	t.Helper()
+	code, _, body := httpDo(t, "POST", p.url("/register"), "application/json", []byte(fmt.Sprintf(
+		`{"endpoint":%q,"type":"vLLM","modelname":"m","instance_id":"e","block_size":16,"dp_rank":0,`+
+			`"hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`,
+		endpoint)))
+	if code != 200 {
+		t.Fatalf("register: %d %s", code, body)
 	}
 }
