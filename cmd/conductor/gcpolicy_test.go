@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
@@ -83,8 +84,20 @@ func TestGCPolicyApply(t *testing.T) {
 
 // TestGCHeapFloor: a floor keeps the heap goal at least (1 + GOGC/100) times
 // its size after a collection, without adding resident memory; a floor of 0
-// drops it.
+// drops it. It runs in a fresh test process, as conductor applies its policy
+// at start: there the floor's pages come fresh from the OS, where in a
+// process whose heap already freed that much the allocator would clear reused
+// pages, making them resident.
 func TestGCHeapFloor(t *testing.T) {
+	if os.Getenv(gcFloorChildEnv) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestGCHeapFloor$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), gcFloorChildEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestGCHeapFloor") {
+			t.Fatalf("in a fresh process: %v\n%s", err, out)
+		}
+		return
+	}
 	oldGC := debug.SetGCPercent(100)
 	t.Cleanup(func() { debug.SetGCPercent(oldGC); gcFloor = nil })
 	log := slog.New(slog.DiscardHandler)
@@ -115,6 +128,9 @@ func TestGCHeapFloor(t *testing.T) {
 		t.Fatalf("heap goal %d after the floor was dropped, want under %d", g, floor)
 	}
 }
+
+// gcFloorChildEnv marks TestGCHeapFloor's fresh process.
+const gcFloorChildEnv = "CONDUCTOR_TEST_GC_FLOOR_CHILD"
 
 // residentBytes is the process's VmRSS, or -1 where /proc has none.
 func residentBytes(t *testing.T) int64 {
