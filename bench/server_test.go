@@ -388,8 +388,9 @@ func loadFixture(tb testing.TB, s *serverProc) []int32 {
 // BenchmarkServerCPU measures /query the user's way: conductor as a child
 // process, 4 keep-alive connections from this process, b.N requests per case,
 // the same prompt repeated (so with the memo on every block after the first
-// request is a memo hit). memo=on is the default memo (digest table and
-// recent prompts: the repeated prompt is served from a stored copy),
+// request is a memo hit). memo=on is a 64 MiB memo (hash.DefaultMemoBytes:
+// digest table and recent prompts: the repeated prompt is served from a
+// stored copy),
 // memo=table the digest table alone (--hash-memo-prompt-bytes 0; a binary
 // older than that flag runs memo=on as the table alone). It reports the
 // server's CPU per request from /proc next to req/s and p99. Run:

@@ -196,7 +196,7 @@ func tracePath() string {
 }
 
 // BenchmarkServerTrace replays the conversation trace against conductor as a
-// child process with the memo off and on (64 MiB default), reporting the
+// child process with the memo off and on (64 MiB, hash.DefaultMemoBytes), reporting the
 // server's CPU per query and the memo's hit ratio (hits = SHA-256 block
 // computations saved). The replay runs once whatever b.N is; run with
 // -benchtime 1x. $CONDUCTOR_TRACE_LIMIT caps the requests replayed;

@@ -181,7 +181,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
 	addSchedFlags(fs, &s.ingestNice)
 	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit) (default $GOGC, else 100)")
-	fs.StringVar(&s.gcHeapFloor, "gc-heap-floor", DefaultGCHeapFloor, "heap size the GC counts as live from the start, so that no cycle runs until the heap is about twice it; adds no resident memory (0 = none; docs/performance.md)")
+	fs.StringVar(&s.gcHeapFloor, "gc-heap-floor", DefaultGCHeapFloor, "heap size the GC counts as live from the start, so that no cycle runs until the heap is (1 + GOGC/100) times it; adds no resident memory but counts toward --memory-limit (0 = none, at most 4GiB; docs/performance.md)")
 	return fs
 }
 
@@ -232,7 +232,7 @@ func (s *settings) check(fs *flag.FlagSet) error {
 		return fmt.Errorf("--hash-memo-prompt-bytes=%d: want >= 0 (0 = off)", s.hashPromptBytes)
 	}
 	if set["hash-memo-prompt-bytes"] && s.hashPromptBytes > 0 && s.hashMemoBytes == 0 {
-		return fmt.Errorf("--hash-memo-prompt-bytes=%d needs the memo: set --hash-memo-bytes too (e.g. 67108864; it is off by default)", s.hashPromptBytes)
+		return fmt.Errorf("--hash-memo-prompt-bytes=%d needs the memo: --hash-memo-bytes > 0 (e.g. 67108864; the memo is off by default)", s.hashPromptBytes)
 	}
 	if s.logFormat != "text" && s.logFormat != "json" {
 		return fmt.Errorf("--log-format=%q: want text or json", s.logFormat)

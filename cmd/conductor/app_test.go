@@ -223,7 +223,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"extra args", []string{"serve"}, 2, "unexpected arguments"},
 		{"negative memo", []string{"--hash-memo-bytes", "-1"}, 2, "want >= 0"},
 		{"negative prompt memo", []string{"--hash-memo-prompt-bytes", "-1"}, 2, "--hash-memo-prompt-bytes=-1: want >= 0"},
-		{"prompt memo without the memo", []string{"--hash-memo-prompt-bytes", "1048576"}, 2, "--hash-memo-prompt-bytes=1048576 needs the memo: set --hash-memo-bytes too"},
+		{"prompt memo without the memo", []string{"--hash-memo-prompt-bytes", "1048576"}, 2, "--hash-memo-prompt-bytes=1048576 needs the memo: --hash-memo-bytes > 0"},
 		{"pprof beyond loopback", []string{"--pprof-addr", "0.0.0.0:0"}, 2, "must be a loopback host:port"},
 		{"pprof without port", []string{"--pprof-addr", "127.0.0.1"}, 2, "must be a loopback host:port"},
 		{"version", []string{"--version"}, 0, "conductor "},

@@ -22,7 +22,6 @@ import (
 // continuously (capped at about half the CPU by the runtime), which costs ingest and
 // query throughput, so size it with headroom above the index's live heap
 // (about 60 B per held block).
-
 //
 // --gc-heap-floor keeps the collector from running its cycles while the heap
 // is small: a heap that starts near empty and grows to the index's size would
@@ -31,10 +30,15 @@ import (
 // written, that the collector counts as live: the heap goal stays at least
 // (1 + GOGC/100) times the floor. Its pages are never touched, so it adds no
 // resident memory (TestGCHeapFloor), but it counts toward --memory-limit like
-// any heap.
+// any heap, so it must be below the limit, and it is at most maxGCHeapFloor.
 
 // DefaultGCHeapFloor is --gc-heap-floor's default, 64 MiB.
 const DefaultGCHeapFloor = "64MiB"
+
+// maxGCHeapFloor bounds --gc-heap-floor: past a few GiB of heap, cycles are
+// rare anyway, and a floor larger than the address space the runtime can
+// reserve would stop the process at start.
+const maxGCHeapFloor = 4 << 30
 
 // gcPolicy is the resolved policy: what to set and where it came from.
 type gcPolicy struct {
@@ -60,6 +64,9 @@ func resolveGCPolicy(memoryLimit, gogc, floor string) (gcPolicy, error) {
 	if err != nil {
 		return p, fmt.Errorf("--gc-heap-floor=%q: %w", floor, err)
 	}
+	if n > maxGCHeapFloor {
+		return p, fmt.Errorf("--gc-heap-floor=%q: want at most 4GiB", floor)
+	}
 	p.floor = n
 	if memoryLimit != "" {
 		n, err := parseSize(memoryLimit)
@@ -81,6 +88,9 @@ func resolveGCPolicy(memoryLimit, gogc, floor string) (gcPolicy, error) {
 	}
 	if p.gogc == -1 && p.limit <= 0 {
 		return p, fmt.Errorf("--gogc=off needs --memory-limit (the heap would grow without bound)")
+	}
+	if p.floor > 0 && p.limit > 0 && p.floor >= p.limit {
+		return p, fmt.Errorf("--gc-heap-floor=%q must be below --memory-limit=%q (the floor counts as heap)", floor, memoryLimit)
 	}
 	return p, nil
 }
@@ -105,6 +115,10 @@ func (p gcPolicy) apply(log *slog.Logger) {
 	gogc := debug.SetGCPercent(-1)
 	debug.SetGCPercent(gogc)
 	attrs := []any{"gogc", gogc, "heap_floor_bytes", len(gcFloor)}
+	if len(gcFloor) > 0 && int64(len(gcFloor)) >= limit {
+		log.Warn("the GC heap floor is not below the memory limit: the GC will run continuously; lower --gc-heap-floor or raise the limit",
+			"heap_floor_bytes", len(gcFloor), "memory_limit_bytes", limit)
+	}
 	if limit == math.MaxInt64 {
 		attrs = append(attrs, "memory_limit", "none")
 	} else {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"log/slog"
 	"math"
@@ -43,12 +44,12 @@ func TestResolveGCPolicy(t *testing.T) {
 	if err != nil || p.limit != 2<<30 || p.gogc != 50 || p.floor != 64<<20 {
 		t.Fatalf("2GiB/50/default floor: %+v, %v", p, err)
 	}
-	p, err = resolveGCPolicy("1GiB", "off", "1GiB")
+	p, err = resolveGCPolicy("2GiB", "off", "1GiB")
 	if err != nil || p.gogc != -1 || p.floor != 1<<30 {
-		t.Fatalf("1GiB/off/1GiB: %+v, %v", p, err)
+		t.Fatalf("2GiB/off/1GiB: %+v, %v", p, err)
 	}
 	for _, c := range [][3]string{{"", "off", "0"}, {"0", "off", "0"}, {"", "0", "0"}, {"", "-5", "0"}, {"", "x", "0"}, {"lots", "", "0"},
-		{"", "", ""}, {"", "", "-1"}, {"", "", "64 megs"}} {
+		{"", "", ""}, {"", "", "-1"}, {"", "", "64 megs"}, {"", "", "5GiB"}, {"1GiB", "", "1GiB"}, {"1GiB", "off", "2GiB"}} {
 		if p, err := resolveGCPolicy(c[0], c[1], c[2]); err == nil {
 			t.Errorf("--memory-limit=%q --gogc=%q --gc-heap-floor=%q: %+v, want an error", c[0], c[1], c[2], p)
 		}
@@ -80,6 +81,17 @@ func TestGCPolicyApply(t *testing.T) {
 	if l := debug.SetMemoryLimit(-1); l != math.MaxInt64 {
 		t.Fatalf("--memory-limit=0: limit %d, want none", l)
 	}
+	// A floor at or above a limit from the environment (GOMEMLIMIT, which the
+	// flags cannot check) is applied and warned about.
+	t.Cleanup(func() { gcFloor = nil })
+	debug.SetMemoryLimit(48 << 20)
+	var buf bytes.Buffer
+	p, _ = resolveGCPolicy("", "", "64MiB")
+	p.apply(slog.New(slog.NewTextHandler(&buf, nil)))
+	debug.SetMemoryLimit(math.MaxInt64)
+	if !strings.Contains(buf.String(), "not below the memory limit") || len(gcFloor) != 64<<20 {
+		t.Fatalf("floor above GOMEMLIMIT: floor %d bytes, log:\n%s", len(gcFloor), buf.String())
+	}
 }
 
 // TestGCHeapFloor: a floor keeps the heap goal at least (1 + GOGC/100) times
@@ -91,15 +103,22 @@ func TestGCPolicyApply(t *testing.T) {
 func TestGCHeapFloor(t *testing.T) {
 	if os.Getenv(gcFloorChildEnv) == "" {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestGCHeapFloor$", "-test.count=1", "-test.v")
-		cmd.Env = append(os.Environ(), gcFloorChildEnv+"=1")
+		// The child's GC settings are the test's own, not the caller's.
+		var env []string
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, "GOMEMLIMIT=") && !strings.HasPrefix(kv, "GOGC=") {
+				env = append(env, kv)
+			}
+		}
+		cmd.Env = append(env, gcFloorChildEnv+"=1")
 		out, err := cmd.CombinedOutput()
 		if err != nil || !strings.Contains(string(out), "--- PASS: TestGCHeapFloor") {
 			t.Fatalf("in a fresh process: %v\n%s", err, out)
 		}
 		return
 	}
-	oldGC := debug.SetGCPercent(100)
-	t.Cleanup(func() { debug.SetGCPercent(oldGC); gcFloor = nil })
+	oldGC, oldLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
+	t.Cleanup(func() { debug.SetGCPercent(oldGC); debug.SetMemoryLimit(oldLimit); gcFloor = nil })
 	log := slog.New(slog.DiscardHandler)
 	goal := func() uint64 {
 		runtime.GC()
