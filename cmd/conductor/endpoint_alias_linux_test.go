@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -29,20 +27,15 @@ const netnsEnv = "CONDUCTOR_TEST_NETNS"
 // namespace cannot be created (no CAP_SYS_ADMIN: not root).
 func runInNetns(t *testing.T, name string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), netnsEnv+"=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) || errors.Is(err, syscall.ENOSPC) {
-			t.Skipf("cannot create a network namespace for this test (it needs root or CAP_SYS_ADMIN): %v", err)
+	out, startErr, err := rerunTest(name, append(os.Environ(), netnsEnv+"=1"), &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET})
+	if startErr != nil {
+		if errors.Is(startErr, syscall.EPERM) || errors.Is(startErr, syscall.EINVAL) || errors.Is(startErr, syscall.ENOSPC) {
+			t.Skipf("cannot create a network namespace for this test (it needs root or CAP_SYS_ADMIN): %v", startErr)
 		}
-		t.Fatal(err)
+		t.Fatal(startErr)
 	}
-	err := cmd.Wait()
-	t.Logf("in a network namespace of its own:\n%s", out.String())
-	if err != nil || !strings.Contains(out.String(), "--- PASS: "+name) {
+	t.Logf("in a network namespace of its own:\n%s", out)
+	if err != nil {
 		t.Fatalf("%s in its network namespace: %v", name, err)
 	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -10,9 +11,11 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/seed-c7a81618/conductor/bench"
 )
 
 func TestParseSize(t *testing.T) {
@@ -102,7 +105,6 @@ func TestGCPolicyApply(t *testing.T) {
 // pages, making them resident.
 func TestGCHeapFloor(t *testing.T) {
 	if os.Getenv(gcFloorChildEnv) == "" {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestGCHeapFloor$", "-test.count=1", "-test.v")
 		// The child's GC settings are the test's own, not the caller's.
 		var env []string
 		for _, kv := range os.Environ() {
@@ -110,10 +112,9 @@ func TestGCHeapFloor(t *testing.T) {
 				env = append(env, kv)
 			}
 		}
-		cmd.Env = append(env, gcFloorChildEnv+"=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil || !strings.Contains(string(out), "--- PASS: TestGCHeapFloor") {
-			t.Fatalf("in a fresh process: %v\n%s", err, out)
+		out, startErr, err := rerunTest(t.Name(), append(env, gcFloorChildEnv+"=1"), nil)
+		if startErr != nil || err != nil {
+			t.Fatalf("in a fresh process: %v %v\n%s", startErr, err, out)
 		}
 		return
 	}
@@ -127,7 +128,7 @@ func TestGCHeapFloor(t *testing.T) {
 		return s[0].Value.Uint64()
 	}
 	const floor = 512 << 20
-	rss0 := residentBytes(t)
+	rss0, rssErr := bench.ProcRSS(os.Getpid())
 	p, err := resolveGCPolicy("", "", "512MiB")
 	if err != nil {
 		t.Fatal(err)
@@ -136,8 +137,12 @@ func TestGCHeapFloor(t *testing.T) {
 	if g := goal(); g < 2*floor {
 		t.Fatalf("heap goal %d with a %d-byte floor at GOGC=100, want at least %d", g, floor, 2*floor)
 	}
-	if rss0 >= 0 {
-		if grew := residentBytes(t) - rss0; grew > 64<<20 {
+	if rssErr == nil { // where /proc has it
+		rss, err := bench.ProcRSS(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grew := rss - rss0; grew > 64<<20 {
 			t.Fatalf("resident memory grew by %d bytes with the floor, want it untouched", grew)
 		}
 	}
@@ -151,20 +156,20 @@ func TestGCHeapFloor(t *testing.T) {
 // gcFloorChildEnv marks TestGCHeapFloor's fresh process.
 const gcFloorChildEnv = "CONDUCTOR_TEST_GC_FLOOR_CHILD"
 
-// residentBytes is the process's VmRSS, or -1 where /proc has none.
-func residentBytes(t *testing.T) int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return -1
+// rerunTest runs test name of this binary again in a child process with env
+// and attr (nil: none) and returns its output. startErr is the child's start
+// failure; err is its failure, or the lack of a PASS line for name.
+func rerunTest(name string, env []string, attr *syscall.SysProcAttr) (out string, startErr, err error) {
+	cmd := exec.Command(os.Args[0], "-test.run", "^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env, cmd.SysProcAttr = env, attr
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if startErr = cmd.Start(); startErr != nil {
+		return "", startErr, nil
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
+	err = cmd.Wait()
+	if err == nil && !strings.Contains(b.String(), "--- PASS: "+name) {
+		err = fmt.Errorf("%s: no PASS line", name)
 	}
-	return -1
+	return b.String(), nil, err
 }
