@@ -108,15 +108,21 @@ var cborIntTab = [4]uint32{
 // path's last 64-byte store may reach that far.
 const cborIntSlack = 64
 
-// useIntsAVX512 selects the AVX-512 path of putCBORInts (8 tokens per step,
-// about 8x fewer instructions than the scalar loop) where the CPU has it;
-// tests turn it off to check the scalar loop alone.
-var useIntsAVX512 = haveIntsAVX512
+// useIntsAVX512 selects the AVX-512 paths of putCBORInts and putPickleInts (8
+// tokens per step, about 8x fewer instructions than the scalar loop) where the
+// CPU has them, and useIntsAVX the AVX paths (4 tokens per step, about 4x
+// fewer) for what the AVX-512 paths leave; tests turn them off to check the
+// other paths alone.
+var (
+	useIntsAVX512 = haveIntsAVX512
+	useIntsAVX    = haveIntsAVX
+)
 
 // putCBORInts encodes tokens as CBOR ints into out, which needs cborIntSlack
 // bytes of slack past the 5*len(tokens) worst case, and returns the bytes used.
 // On CPUs with AVX512F/BW/VBMI2 whole groups of 8 tokens go through cborInts8,
-// which does per lane what the scalar loop below does per token. The scalar
+// which does per lane what the scalar loop below does per token, and on the
+// other CPUs with AVX groups of 4 go through cborInts4. The scalar
 // loop is branch-free per token: the width class is the sum of three compares, the
 // head and big-endian argument are assembled in a register from the class's
 // table entry and written with one 8-byte store (bytes past the token's width
@@ -131,6 +137,12 @@ func putCBORInts(out []byte, tokens []int32) int {
 		m := len(tokens) &^ 7
 		_ = out[5*m+cborIntSlack-1] // its 64-byte stores stay inside out
 		p = cborInts8(out, tokens[:m])
+		tokens = tokens[m:]
+	}
+	if useIntsAVX && len(tokens) >= 4 {
+		m := len(tokens) &^ 3
+		_ = out[p+5*m+16-1] // its 16-byte stores stay inside out
+		p += cborInts4(out[p:], tokens[:m], &cborPairTab)
 		tokens = tokens[m:]
 	}
 	for _, t := range tokens {

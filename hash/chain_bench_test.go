@@ -319,8 +319,10 @@ func BenchmarkMemoSlot(b *testing.B) {
 
 // BenchmarkEncodeTokens: the token-array encoders alone over 32768 tokens, on
 // the mixed-width benchTokens (unpredictable widths) and on a run of 3-byte ids
-// (a predictable width). Reports ns per token.
+// (a predictable width), by path (scalar, avx, avx512: those this CPU has).
+// Reports ns per token.
 func BenchmarkEncodeTokens(b *testing.B) {
+	defer func(v512, v bool) { useIntsAVX512, useIntsAVX = v512, v }(useIntsAVX512, useIntsAVX)
 	mixed := benchTokens(32768)
 	same := make([]int32, len(mixed))
 	for i := range same {
@@ -335,15 +337,25 @@ func BenchmarkEncodeTokens(b *testing.B) {
 			name string
 			put  func([]byte, []int32) int
 		}{{"cbor", putCBORInts}, {"pickle", putPickleInts}} {
-			b.Run(enc.name+"/"+tc.name, func(b *testing.B) {
-				b.ReportAllocs()
-				cpu0 := processCPU()
-				for b.Loop() {
-					enc.put(out, tc.tokens)
+			for _, p := range []struct {
+				name        string
+				have        bool
+				avx512, avx bool
+			}{{"scalar", true, false, false}, {"avx", haveIntsAVX, false, true}, {"avx512", haveIntsAVX512, true, true}} {
+				if !p.have {
+					continue
 				}
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(tc.tokens)), "ns/token")
-				b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(len(tc.tokens)), "cpu-ns/token")
-			})
+				b.Run(enc.name+"/"+tc.name+"/"+p.name, func(b *testing.B) {
+					useIntsAVX512, useIntsAVX = p.avx512, p.avx
+					b.ReportAllocs()
+					cpu0 := processCPU()
+					for b.Loop() {
+						enc.put(out, tc.tokens)
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(len(tc.tokens)), "ns/token")
+					b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N)/float64(len(tc.tokens)), "cpu-ns/token")
+				})
+			}
 		}
 	}
 }

@@ -40,7 +40,8 @@
 // own scratch and hashed in one call) through a switch on a small enum captured
 // per chain (no interface call per block); see Backend for how the default is
 // picked. The CBOR and pickle token encoders are branch-free, with AVX-512 paths
-// (8 tokens per step) where the CPU has AVX512F/BW/VBMI2.
+// (8 tokens per step) where the CPU has AVX512F/BW/VBMI2 and AVX paths (4 per
+// step) on the other x86-64 CPUs with AVX.
 //
 // # Digest memo
 //

@@ -89,17 +89,26 @@ func TestPutPickleInts(t *testing.T) {
 	forEachIntsPath(t, func(t *testing.T) { testPutInts(t, putPickleInts, refPickleInts, 4) })
 }
 
-// forEachIntsPath runs f on the scalar encoders and, where the CPU has
-// AVX-512 VBMI2, on the vector ones.
+// forEachIntsPath runs f on the scalar encoders, the AVX ones (4 tokens per
+// step) and the AVX-512 ones (8 per step, the AVX ones for the rest), each
+// where the CPU has it.
 func forEachIntsPath(t *testing.T, f func(t *testing.T)) {
-	defer func(v bool) { useIntsAVX512 = v }(useIntsAVX512)
-	for _, vec := range []bool{false, true} {
-		if vec && !haveIntsAVX512 {
-			t.Log("no AVX-512 VBMI2 here: scalar path only")
+	defer func(v512, v bool) { useIntsAVX512, useIntsAVX = v512, v }(useIntsAVX512, useIntsAVX)
+	for _, p := range []struct {
+		name        string
+		have        bool
+		avx512, avx bool
+	}{
+		{"scalar", true, false, false},
+		{"avx", haveIntsAVX, false, true},
+		{"avx512", haveIntsAVX512 && haveIntsAVX, true, true},
+	} {
+		if !p.have {
+			t.Logf("this CPU lacks the %s path", p.name)
 			continue
 		}
-		useIntsAVX512 = vec
-		t.Run(map[bool]string{false: "scalar", true: "avx512"}[vec], f)
+		useIntsAVX512, useIntsAVX = p.avx512, p.avx
+		t.Run(p.name, f)
 	}
 }
 
@@ -126,6 +135,25 @@ func testPutInts(t *testing.T, put func([]byte, []int32) int, ref func([]byte, [
 		n := put(out[:5+cborIntSlack], tok)
 		if want := ref(nil, tok); !bytes.Equal(out[:n], want) {
 			t.Fatalf("token %d: got % x, want % x", v, out[:n], want)
+		}
+	}
+	// Every assignment of the width classes (both signs, each class's edges)
+	// to a group of four tokens: every row of the 4-token paths' pair tables,
+	// in either pair of a group, after any output offset.
+	classes := []int32{0, 23, 24, 0xff, 0x100, 0xffff, 0x10000, math.MaxInt32,
+		-1, -24, -25, -0x100, -0x101, -0x10000, -0x10001, math.MinInt32}
+	var five [5]int32
+	for i := range 1 << 16 {
+		for j := range 4 {
+			five[j+1] = classes[i>>(4*j)&15]
+		}
+		five[0] = classes[i&15]
+		// Four tokens alone, and five: a group, then the scalar loop after it.
+		for _, tok := range [][]int32{five[1:], five[:]} {
+			n := put(out[:5*len(tok)+cborIntSlack], tok)
+			if want := ref(nil, tok); !bytes.Equal(out[:n], want) {
+				t.Fatalf("tokens %v: got % x, want % x", tok, out[:n], want)
+			}
 		}
 	}
 	// Eight near-equal tokens per value: every value through the vector path too.

@@ -139,7 +139,8 @@ func appendPickleTokens(dst []byte, tokens []int32) []byte {
 // putPickleInts encodes tokens as BININT1 (0..255) / BININT2 (256..65535) / BININT
 // (anything else, signed 4 bytes) into out, which needs cborIntSlack bytes of
 // slack past the 5*len(tokens) worst case, and returns the bytes used. Groups of
-// 8 tokens take the AVX-512 path where the CPU has it (pickleInts8). Branch-free like
+// 8 tokens take the AVX-512 path where the CPU has it (pickleInts8), groups of 4
+// the AVX path on the other CPUs with AVX (pickleInts4). Branch-free like
 // putCBORInts: the width class is a sum of two compares, and every class is one
 // 8-byte store of opcode + little-endian int (the int's high bytes are zero for
 // the narrow classes); bytes past the cursor are overwritten by the next token
@@ -151,6 +152,12 @@ func putPickleInts(out []byte, tokens []int32) int {
 		m := len(tokens) &^ 7
 		_ = out[5*m+cborIntSlack-1] // its 64-byte stores stay inside out
 		p = pickleInts8(out, tokens[:m])
+		tokens = tokens[m:]
+	}
+	if useIntsAVX && len(tokens) >= 4 {
+		m := len(tokens) &^ 3
+		_ = out[p+5*m+16-1] // its 16-byte stores stay inside out
+		p += pickleInts4(out[p:], tokens[:m], &picklePairTab)
 		tokens = tokens[m:]
 	}
 	for _, t := range tokens {
