@@ -139,7 +139,7 @@ func testPutInts(t *testing.T, put func([]byte, []int32) int, ref func([]byte, [
 	}
 	// Every assignment of the width classes (both signs, each class's edges)
 	// to a group of four tokens: every row of the 4-token paths' pair tables,
-	// in either pair of a group, after any output offset.
+	// in either pair of a group.
 	classes := []int32{0, 23, 24, 0xff, 0x100, 0xffff, 0x10000, math.MaxInt32,
 		-1, -24, -25, -0x100, -0x101, -0x10000, -0x10001, math.MinInt32}
 	var five [5]int32
