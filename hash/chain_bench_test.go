@@ -322,7 +322,7 @@ func BenchmarkMemoSlot(b *testing.B) {
 // (a predictable width), by path (scalar, avx, avx512: those this CPU has).
 // Reports ns per token.
 func BenchmarkEncodeTokens(b *testing.B) {
-	defer func(v512, v bool) { useIntsAVX512, useIntsAVX = v512, v }(useIntsAVX512, useIntsAVX)
+	defer restoreIntsPaths()()
 	mixed := benchTokens(32768)
 	same := make([]int32, len(mixed))
 	for i := range same {
@@ -337,11 +337,7 @@ func BenchmarkEncodeTokens(b *testing.B) {
 			name string
 			put  func([]byte, []int32) int
 		}{{"cbor", putCBORInts}, {"pickle", putPickleInts}} {
-			for _, p := range []struct {
-				name        string
-				have        bool
-				avx512, avx bool
-			}{{"scalar", true, false, false}, {"avx", haveIntsAVX, false, true}, {"avx512", haveIntsAVX512, true, true}} {
+			for _, p := range intsPaths {
 				if !p.have {
 					continue
 				}

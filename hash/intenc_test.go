@@ -93,16 +93,8 @@ func TestPutPickleInts(t *testing.T) {
 // step) and the AVX-512 ones (8 per step, the AVX ones for the rest), each
 // where the CPU has it.
 func forEachIntsPath(t *testing.T, f func(t *testing.T)) {
-	defer func(v512, v bool) { useIntsAVX512, useIntsAVX = v512, v }(useIntsAVX512, useIntsAVX)
-	for _, p := range []struct {
-		name        string
-		have        bool
-		avx512, avx bool
-	}{
-		{"scalar", true, false, false},
-		{"avx", haveIntsAVX, false, true},
-		{"avx512", haveIntsAVX512 && haveIntsAVX, true, true},
-	} {
+	defer restoreIntsPaths()()
+	for _, p := range intsPaths {
 		if !p.have {
 			t.Logf("this CPU lacks the %s path", p.name)
 			continue
@@ -110,6 +102,24 @@ func forEachIntsPath(t *testing.T, f func(t *testing.T)) {
 		useIntsAVX512, useIntsAVX = p.avx512, p.avx
 		t.Run(p.name, f)
 	}
+}
+
+// intsPaths are the token encoders' paths, by the switches that select them.
+var intsPaths = []struct {
+	name        string
+	have        bool // this CPU has it
+	avx512, avx bool
+}{
+	{"scalar", true, false, false},
+	{"avx", haveIntsAVX, false, true},
+	{"avx512", haveIntsAVX512 && haveIntsAVX, true, true},
+}
+
+// restoreIntsPaths returns a function that sets the path switches back to
+// what they are now.
+func restoreIntsPaths() func() {
+	v512, v := useIntsAVX512, useIntsAVX
+	return func() { useIntsAVX512, useIntsAVX = v512, v }
 }
 
 // testPutInts checks put against ref: random token mixes into a dirty
