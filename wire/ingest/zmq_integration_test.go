@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -288,6 +289,99 @@ func TestZMQReplayRingPastHeldMessage(t *testing.T) {
 	h.waitStaleHeld("vllm-a", 3, 4, 12)
 	if st := h.status(k); st.StaleClears != 1 || st.ReplaysFailed != 1 {
 		t.Fatalf("status: %+v", st)
+	}
+}
+
+// TestZMQReplayHealsTailDropWithEmptyQueue: a live message that arrives while
+// a replay runs and does not fit the receive queue, with nothing queued after
+// it, is recovered by a replay once the replay ends: nothing later has to come
+// to show its gap (an idle engine may send nothing more).
+func TestZMQReplayHealsTailDropWithEmptyQueue(t *testing.T) {
+	opts := fastOpts(t)
+	opts.ReceiveQueueBytes = 4 << 10
+	h := newHarness(t, opts)
+	pub := newPublisher(t, bench.PublisherOptions{ReplayDelay: 300 * time.Millisecond})
+	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
+	h.prime(k, pub, emptyVLLM())
+	asked := len(pub.ReplayRequests())
+	publishHidden(t, pub, storeOne(1))
+	publish(t, pub, storeOne(2)) // shows the gap: a replay, answered 300 ms later
+	waitFor(t, "the gap's replay request", func() bool { return len(pub.ReplayRequests()) > asked })
+	publish(t, pub, bigBatch(3, 8<<10)) // above the 4 KiB queue: dropped while the replay runs
+	waitFor(t, "blocks 1, 2 and 3", func() bool {
+		return h.holds("vllm-a", 1) && h.holds("vllm-a", 2) && h.holds("vllm-a", 3)
+	})
+	if st := h.status(k); st.QueueDrops != 1 || st.StaleClears != 0 || st.Restarts != 0 {
+		t.Fatalf("status: %+v", st)
+	}
+}
+
+// TestZMQReplayRingPastFirstMessage: the publisher restarted while the
+// listener was more than a ring behind, so the replay that follows the
+// restart (no baseline: the stream was cleared) finds a ring that starts after
+// the live message that showed the restart. That message is placed first and
+// the live ones after it follow; applying the ring's newer batches first
+// would drop them as duplicates.
+func TestZMQReplayRingPastFirstMessage(t *testing.T) {
+	h := newHarness(t, fastOpts(t))
+	pub := newPublisher(t, bench.PublisherOptions{Ring: 4})
+	k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
+	h.prime(k, pub, emptyVLLM())
+	for range 5 {
+		publish(t, pub, emptyVLLM())
+	}
+	waitFor(t, "the empty batches", func() bool { return h.status(k).LastSeq == pub.NextSeq()-1 })
+	for x := uint64(200); x < 208; x++ { // the old incarnation's; the ring keeps the last four
+		publishHidden(t, pub, storeOne(x))
+	}
+	for s := uint64(1); s <= 3; s++ { // the new incarnation's, live only
+		if err := pub.SendRaw(nil, binary.BigEndian.AppendUint64(nil, s), storeOne(100+s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "blocks 101..103", func() bool {
+		return h.holds("vllm-a", 101) && h.holds("vllm-a", 102) && h.holds("vllm-a", 103)
+	})
+	st := h.status(k)
+	if st.Restarts != 1 || st.Duplicates != 0 || st.StaleClears != 0 || st.LastSeq != 3 {
+		t.Fatalf("status: %+v", st)
+	}
+	for x := uint64(204); x < 208; x++ {
+		if h.holds("vllm-a", x) {
+			t.Fatalf("block %d of the ring past the live message was applied", x)
+		}
+	}
+}
+
+// TestZMQReplayOversizeBaseline: the message applied last (the baseline a
+// replay starts from) was above MaxMessageBytes, and the publisher has a
+// topic. Its replayed copy, a 3-frame reply without the topic, is not the
+// same size in all, but it is the same message: the stream is not taken for
+// a restart (which would clear block 1, no longer in the ring), and the gap
+// after it is healed.
+func TestZMQReplayOversizeBaseline(t *testing.T) {
+	for _, frames := range []int{3, 4} {
+		t.Run(fmt.Sprintf("%d-frame", frames), func(t *testing.T) {
+			opts := fastOpts(t)
+			opts.MaxMessageBytes = 256 << 10
+			h := newHarness(t, opts)
+			pub := newPublisher(t, bench.PublisherOptions{Topic: []byte("kv-events"), Ring: 4, ReplyFrames: frames})
+			k := h.register(registration("vllm-a", core.PublisherVLLM, pub, vllmProfile(t)))
+			h.prime(k, pub, emptyVLLM())
+			publish(t, pub, storeOne(1))
+			for range 4 { // block 1's batch leaves the ring
+				publish(t, pub, emptyVLLM())
+			}
+			publish(t, pub, bigBatch(7, 512<<10)) // refused: the baseline
+			waitFor(t, "the oversize batch", func() bool { return h.status(k).Oversize == 1 })
+			publishHidden(t, pub, storeOne(2))
+			publish(t, pub, storeOne(3)) // shows the gap: replayed from the oversize batch
+			waitFor(t, "blocks 2 and 3", func() bool { return h.holds("vllm-a", 2) && h.holds("vllm-a", 3) })
+			st := h.status(k)
+			if !h.holds("vllm-a", 1) || st.Restarts != 0 || st.StaleClears != 0 || st.ReplaysSucceeded < 2 {
+				t.Fatalf("holds(1)=%v status: %+v", h.holds("vllm-a", 1), st)
+			}
+		})
 	}
 }
 

@@ -531,22 +531,12 @@ func (l *listener) step() {
 				return
 			}
 		}
-		if rx.pendingHead == len(rx.pending) {
-			rx.pending, rx.pendingHead = rx.pending[:0], 0
-			if rx.tailDrop {
-				// Messages were dropped after the last one kept: no later
-				// message may come to show the gap, so heal it now
-				// (TestZMQReplayHealsDroppedBatches, buffer-1).
-				rx.tailDrop = false
-				if l.canReplay() {
-					l.replay(0, false)
-				} else {
-					l.stale("the receive queue dropped messages and there is no replay endpoint")
-				}
-				return
-			}
+		if rx.pendingHead < len(rx.pending) || !l.healTailDrop() {
+			l.pollCmds()
 		}
-		l.pollCmds()
+		return
+	}
+	if l.healTailDrop() {
 		return
 	}
 	if rx.resub {
@@ -597,6 +587,27 @@ func (l *listener) step() {
 	if rx.poll.ready(pollSub) {
 		l.drainSub()
 	}
+}
+
+// healTailDrop runs once the receive queue is empty: if live messages were
+// dropped after the last one it kept (or while it held none), no later
+// message may come to show the gap, so it is healed now, by a replay from the
+// last applied sequence or, without a replay endpoint, by marking the stream
+// stale (TestZMQReplayHealsDroppedBatches, buffer-1;
+// TestZMQReplayHealsTailDropWithEmptyQueue). It reports whether it did.
+func (l *listener) healTailDrop() bool {
+	rx := &l.rx
+	rx.pending, rx.pendingHead = rx.pending[:0], 0
+	if !rx.tailDrop {
+		return false
+	}
+	rx.tailDrop = false
+	if l.canReplay() {
+		l.replay(0, false)
+	} else {
+		l.stale("the receive queue dropped messages and there is no replay endpoint")
+	}
+	return true
 }
 
 // idle runs when PollInterval passed without a message.
@@ -670,10 +681,10 @@ func (l *listener) drainSub() (empty bool) {
 	epoch := rx.epoch
 	for i := 0; i < drainMax; i++ {
 		frames, err := l.recv(rx.subSoc)
-		refused := 0
+		var refused refusal
 		switch {
 		case errors.Is(err, ErrMessageTooBig):
-			refused = rx.reader.size
+			refused = rx.reader.refusal()
 		case isEAGAIN(err):
 			rx.check &^= 1 << pollSub // EAGAIN processed its commands, as a check does
 			return true
@@ -698,10 +709,10 @@ func (l *listener) drainSub() (empty bool) {
 const testBigLive = 64 << 10
 
 // handleLive processes one live message (see the protocol on listener).
-// refused > 0: the message was above MaxMessageBytes (refused bytes), and
+// refused.size > 0: the message was above MaxMessageBytes, and
 // its payload was not read; it takes its place in the stream all the same,
 // and consume drops it.
-func (l *listener) handleLive(frames [][]byte, refused int) {
+func (l *listener) handleLive(frames [][]byte, refused refusal) {
 	rx := &l.rx
 	_, s, payload, err := wire.ParseLive(frames)
 	if err != nil {
@@ -768,11 +779,11 @@ func (l *listener) handleLive(frames [][]byte, refused int) {
 }
 
 // consume decodes and applies the message at sequence s; one above
-// MaxMessageBytes (refused > 0: refused bytes, payload not read) is dropped
+// MaxMessageBytes (refused.size > 0: payload not read) is dropped
 // and counted instead.
-func (l *listener) consume(s uint64, payload []byte, refused int) {
+func (l *listener) consume(s uint64, payload []byte, refused refusal) {
 	rx := &l.rx
-	var sum uint64
+	var sum msgSum
 	if l.canReplay() {
 		sum = l.payloadSum(payload, refused)
 	}
@@ -783,8 +794,8 @@ func (l *listener) consume(s uint64, payload []byte, refused int) {
 		l.m.lastSeq.Store(s)
 		l.hasSeq.Store(true)
 	}()
-	if refused > 0 {
-		l.oversize(s, refused)
+	if refused.size > 0 {
+		l.oversize(s, refused.size)
 		return
 	}
 	if err := rx.dec.Decode(l.dialect, payload, &rx.batch); err != nil {
@@ -807,18 +818,21 @@ func (l *listener) consume(s uint64, payload []byte, refused int) {
 }
 
 // payloadSum fingerprints a payload so a replayed message can be compared with the
-// one applied under the same sequence. maphash is process-local, which suffices.
-// A refused message (refused > 0 bytes, payload not read) is fingerprinted by
-// its size.
-func (l *listener) payloadSum(p []byte, refused int) uint64 {
-	if refused > 0 {
-		return maphash.Comparable(l.rx.seed, refused) ^ refusedSum
+// one applied under the same sequence (msgSum). maphash is process-local, which
+// suffices. A refused message (payload not read) has only its payload's length.
+func (l *listener) payloadSum(p []byte, refused refusal) msgSum {
+	if refused.size > 0 {
+		return msgSum{n: refused.payload}
 	}
-	return maphash.Bytes(l.rx.seed, p)
+	return msgSum{n: len(p), hash: maphash.Bytes(l.rx.seed, p), hashed: true}
 }
 
-// refusedSum keeps a refused message's fingerprint apart from a payload's.
-const refusedSum = 0x9e3779b97f4a7c15
+// refusal describes a message above MaxMessageBytes, read without its payload
+// (frameReader.refusal); the zero value is a message read whole.
+type refusal struct {
+	size    int // every frame's bytes: what the limit counts
+	payload int // the payload frame's bytes
+}
 
 // oversize counts and logs (at most once per errLogEvery) a message dropped
 // for exceeding MaxMessageBytes at sequence s.

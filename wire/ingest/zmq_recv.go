@@ -117,8 +117,8 @@ type frameReader struct {
 	// before they are copied (so the buffer never grows for them). 0: no limit.
 	max int
 	// size is the total of the kept frames of the last message read, refused
-	// or not.
-	size int
+	// or not, and last the size of its last kept frame (a message's payload).
+	size, last int
 	// elided has bit i set when frame i of the last message read was
 	// refused with ErrMessageTooBig and was larger than smallFrame: it is not
 	// copied, and read returns elidedFrame in its place.
@@ -191,6 +191,10 @@ func (r *frameReader) read(s *zsocket) ([][]byte, error) {
 		total += int(r.lens[i])
 	}
 	r.size, r.elided = total, 0
+	r.last = 0
+	if kept > 0 {
+		r.last = int(r.lens[kept-1])
+	}
 	if r.max > 0 && total > r.max {
 		return r.refuse(rc, kept), ErrMessageTooBig
 	}
@@ -211,6 +215,9 @@ func (r *frameReader) read(s *zsocket) ([][]byte, error) {
 	}
 	return r.frames, nil
 }
+
+// refusal describes the last message read, refused with ErrMessageTooBig.
+func (r *frameReader) refusal() refusal { return refusal{size: r.size, payload: r.last} }
 
 // refuse returns the frames of a message above max: those of at most
 // smallFrame bytes copied into r.small, elidedFrame for the others. rc is

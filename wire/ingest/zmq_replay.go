@@ -159,9 +159,9 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 		}
 		for {
 			frames, err := l.recv(rx.dealer)
-			refused := 0
+			var refused refusal
 			if errors.Is(err, ErrMessageTooBig) {
-				refused, err = rx.reader.size, nil // placed, then dropped by consume
+				refused, err = rx.reader.refusal(), nil // placed, then dropped by consume
 			}
 			if err != nil {
 				if isEAGAIN(err) {
@@ -194,7 +194,7 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 				verify = false
 				if seq == from {
 					started = true
-					if l.payloadSum(payload, refused) != rx.seq.lastSum {
+					if !l.payloadSum(payload, refused).same(rx.seq.lastSum) {
 						l.resetDealer() // the rest of this reply is the wrong incarnation's
 						return replayRestart, false
 					}
@@ -202,8 +202,19 @@ func (l *listener) replayRound(until uint64, bounded bool, epoch uint64, deadlin
 				}
 				// The ring no longer holds the baseline: nothing to compare.
 			}
-			switch rx.seq.replayed(seq) {
+			switch v := rx.seq.replayed(seq); v {
 			case seqFirst, seqNext:
+				if v == seqFirst && bounded && seq > until {
+					// No baseline, and the ring starts after the live
+					// message the caller holds: applying it first would
+					// make that message, and the live ones between it and
+					// seq, duplicates. Nothing before the held message can
+					// be recovered, which without a baseline is no gap: the
+					// caller places its message as the first, and the live
+					// ones follow (TestZMQReplayRingPastFirstMessage).
+					l.resetDealer()
+					return l.replayEnded(until, bounded, *staleSeen), false
+				}
 				l.consume(seq, payload, refused)
 				applied = true
 			case seqDuplicate:
@@ -269,10 +280,10 @@ func (l *listener) bufferLive() error {
 	rx := &l.rx
 	for i := 0; i < drainMax; i++ {
 		frames, err := l.recv(rx.subSoc)
-		refused := 0
+		var refused refusal
 		switch {
 		case errors.Is(err, ErrMessageTooBig):
-			refused = rx.reader.size // queued without its payload
+			refused = rx.reader.refusal() // queued without its payload
 		case isEAGAIN(err):
 			return nil
 		case err != nil:
@@ -312,11 +323,11 @@ func (l *listener) queueDrop(n int) {
 }
 
 // pendingMsg is a live message in the receive queue: its own copy of the
-// frames, and refused > 0 for one above MaxMessageBytes (kept without its
-// payload, see handleLive).
+// frames, and for one above MaxMessageBytes (kept without its payload, see
+// handleLive) its refusal.
 type pendingMsg struct {
 	frames  [][]byte
-	refused int
+	refused refusal
 }
 
 // popPending takes the oldest queued message and releases its bytes.

@@ -23,7 +23,7 @@ package ingest
 type seqTracker struct {
 	has     bool
 	last    uint64
-	lastSum uint64 // payload checksum of the message consumed at last (see payloadSum)
+	lastSum msgSum // fingerprint of the message consumed at last (see payloadSum)
 
 	hasLive  bool
 	liveLast uint64
@@ -40,8 +40,28 @@ type seqTracker struct {
 const sumRing = 256
 
 type seqSum struct {
-	seq, sum uint64
-	ok       bool
+	seq uint64
+	sum msgSum
+	ok  bool
+}
+
+// msgSum fingerprints a consumed message (listener.payloadSum) so that a copy
+// of it under the same sequence, live or replayed, can be told from another
+// incarnation's message: its payload's length and a hash of the payload. A
+// message refused for its size was read without its payload and has only
+// the length (hashed false). The two copies of one message may differ in
+// that respect: the limit counts every frame, and a live message carries its
+// topic where a 3-frame replay reply does not. So a copy without a hash is
+// the same message as any copy of its length.
+type msgSum struct {
+	hash   uint64
+	n      int
+	hashed bool
+}
+
+// same reports whether a and b may fingerprint the same message.
+func (a msgSum) same(b msgSum) bool {
+	return a.n == b.n && (a.hash == b.hash || !a.hashed || !b.hashed)
 }
 
 // seqVerdict is what the receive loop must do with a sequence.
@@ -118,22 +138,22 @@ func (t *seqTracker) place(s uint64) seqVerdict {
 	return seqDuplicate
 }
 
-// consumed records that s (with payload checksum sum) was applied or dropped.
-func (t *seqTracker) consumed(s, sum uint64) {
+// consumed records that s (with fingerprint sum) was applied or dropped.
+func (t *seqTracker) consumed(s uint64, sum msgSum) {
 	t.has, t.last, t.lastSum = true, s, sum
 	t.recent[s%sumRing] = seqSum{seq: s, sum: sum, ok: true}
 }
 
 // conflicts reports whether s was consumed with a payload other than the one
-// whose checksum is sum (unknown sequences never conflict).
-func (t *seqTracker) conflicts(s, sum uint64) bool {
+// fingerprinted by sum (unknown sequences never conflict).
+func (t *seqTracker) conflicts(s uint64, sum msgSum) bool {
 	r := t.recent[s%sumRing]
-	return r.ok && r.seq == s && r.sum != sum
+	return r.ok && r.seq == s && !r.sum.same(sum)
 }
 
 // rebase forgets the baseline (after a stale or restart clear): the next consumed
 // sequence starts a new one. liveLast is kept.
 func (t *seqTracker) rebase() {
-	t.has, t.last, t.lastSum = false, 0, 0
+	t.has, t.last, t.lastSum = false, 0, msgSum{}
 	t.recent = [sumRing]seqSum{}
 }

@@ -103,7 +103,7 @@ func TestSeqTracker(t *testing.T) {
 					tr.rebase()
 				}
 				if s.consume {
-					tr.consumed(s.seq, 0)
+					tr.consumed(s.seq, msgSum{})
 				}
 			}
 		})
@@ -114,28 +114,59 @@ func TestSeqTracker(t *testing.T) {
 // payload) from a new incarnation's message under an already-consumed
 // sequence, and forgets everything on rebase.
 func TestSeqTrackerConflicts(t *testing.T) {
+	sum := func(h uint64) msgSum { return msgSum{n: 100, hash: h, hashed: true} }
 	var tr seqTracker
 	tr.threshold = 10000
 	for s := uint64(0); s < 300; s++ {
-		tr.consumed(s, s*7+1)
+		tr.consumed(s, sum(s*7+1))
 	}
 	cases := []struct {
-		seq, sum uint64
-		want     bool
+		seq  uint64
+		sum  msgSum
+		want bool
 	}{
-		{299, 299*7 + 1, false}, // same payload: duplicate
-		{299, 5, true},          // other payload under a consumed sequence
-		{100, 5, true},          // still within the ring
-		{40, 5, false},          // fell out of the ring (overwritten by 296): unknown
-		{400, 5, false},         // never consumed
+		{299, sum(299*7 + 1), false}, // same payload: duplicate
+		{299, sum(5), true},          // other payload under a consumed sequence
+		{100, sum(5), true},          // still within the ring
+		{40, sum(5), false},          // fell out of the ring (overwritten by 296): unknown
+		{400, sum(5), false},         // never consumed
+		{299, msgSum{n: 100}, false}, // refused copy of the same length: cannot differ
+		{299, msgSum{n: 99}, true},   // refused copy of another length
 	}
 	for _, c := range cases {
 		if got := tr.conflicts(c.seq, c.sum); got != c.want {
-			t.Errorf("conflicts(%d, %d) = %v, want %v", c.seq, c.sum, got, c.want)
+			t.Errorf("conflicts(%d, %+v) = %v, want %v", c.seq, c.sum, got, c.want)
 		}
 	}
 	tr.rebase()
-	if tr.conflicts(299, 5) {
+	if tr.conflicts(299, sum(5)) {
 		t.Error("rebase must forget checksums")
+	}
+}
+
+// TestMsgSumSame: two fingerprints of one sequence match when their payload
+// lengths agree and, where both copies were read whole, their hashes do; a
+// copy refused for its size (read without its payload, no hash) matches any
+// copy of its length, whichever side was refused.
+func TestMsgSumSame(t *testing.T) {
+	whole := func(n int, h uint64) msgSum { return msgSum{n: n, hash: h, hashed: true} }
+	refused := func(n int) msgSum { return msgSum{n: n} }
+	cases := []struct {
+		a, b msgSum
+		want bool
+	}{
+		{whole(10, 1), whole(10, 1), true},
+		{whole(10, 1), whole(10, 2), false},
+		{whole(10, 1), whole(11, 1), false},
+		{refused(10), refused(10), true},
+		{refused(10), refused(11), false},
+		{refused(10), whole(10, 7), true},
+		{whole(10, 7), refused(10), true},
+		{whole(11, 7), refused(10), false},
+	}
+	for _, c := range cases {
+		if got := c.a.same(c.b); got != c.want {
+			t.Errorf("%+v.same(%+v) = %v, want %v", c.a, c.b, got, c.want)
+		}
 	}
 }

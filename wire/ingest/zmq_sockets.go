@@ -305,6 +305,7 @@ func (l *listener) dropPending() {
 	rx.pending, rx.pendingHead = rx.pending[:0], 0
 	l.g.releaseQueue(rx.pendingBytes)
 	rx.pendingBytes = 0
+	rx.tailDrop = false // a resume or reconnection replays from the baseline anyway
 }
 
 func (l *listener) closeAll() {
