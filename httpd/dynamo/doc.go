@@ -24,6 +24,14 @@
 // is its decimal text. tenant_id and additional_salt / additionalsalt are
 // accepted and ignored, as Dynamo does.
 //
+// A Dynamo client parses every instance id of a /query answer as a u64, so
+// /query and /query_by_hash write only the rows whose id is the canonical
+// decimal text of one (dynamoInstanceID), in scores, frequencies and
+// instances alike. A Mooncake holder of the shared context with such an id
+// ("42") is kept: it holds the blocks, and the two APIs query one context by
+// design; one with any other id ("mc-node", "07") is left out, as it would
+// fail the whole response, and is seen through the Mooncake API only.
+//
 // # Routes
 //
 // /health, /metrics, /reopen_logs, /register, /unregister, /workers,

@@ -189,13 +189,26 @@ func (d *Server) handleQuery(ctx *fasthttp.RequestCtx, st *server.State, byHash 
 // the host tier (conductor's cpu_local boundary), disk = through disk and
 // external/shared tiers (conductor's final boundary), longest_matched = the
 // largest of the three (= disk).
+//
+// Only rows whose instance id is a Dynamo instance id (dynamoInstanceID) are
+// written, in all three fields alike: frequencies count the kept rows' ranks
+// only.
 func appendDynamoScores(e *server.Encoder, res *core.QueryResult, bs int64) {
 	rows := res.Instances
+	kept := 0 // rows a Dynamo client can parse
+	for i := range rows {
+		if dynamoInstanceID(rows[i].ID) {
+			kept++
+		}
+	}
 	e.MapHeader(3)
 	e.Str("scores")
-	e.MapHeader(len(rows))
+	e.MapHeader(kept)
 	maxBlocks := int64(0)
 	for i := range rows {
+		if !dynamoInstanceID(rows[i].ID) {
+			continue
+		}
 		e.Str(rows[i].ID)
 		e.MapHeader(len(rows[i].Ranks))
 		for _, r := range rows[i].Ranks {
@@ -211,6 +224,9 @@ func appendDynamoScores(e *server.Encoder, res *core.QueryResult, bs int64) {
 	for b := int64(0); b < maxBlocks; b++ {
 		n := int64(0)
 		for i := range rows {
+			if !dynamoInstanceID(rows[i].ID) {
+				continue
+			}
 			for _, r := range rows[i].Ranks {
 				if r.Device/bs > b {
 					n++
@@ -220,9 +236,12 @@ func appendDynamoScores(e *server.Encoder, res *core.QueryResult, bs int64) {
 		e.Int(n)
 	}
 	e.Str("instances")
-	e.MapHeader(len(rows))
+	e.MapHeader(kept)
 	for i := range rows {
 		row := &rows[i]
+		if !dynamoInstanceID(row.ID) {
+			continue
+		}
 		e.Str(row.ID)
 		e.MapHeader(5)
 		e.Str("longest_matched")
@@ -240,4 +259,37 @@ func appendDynamoScores(e *server.Encoder, res *core.QueryResult, bs int64) {
 		e.Str("disk")
 		e.Int(row.Disk)
 	}
+}
+
+// dynamoInstanceID reports whether id, an instance id of the index, is one a
+// Dynamo client can read back: the canonical decimal text of a u64 (no sign,
+// no leading zero, at most 2^64-1), which is exactly what /register writes
+// for a Dynamo worker (strconv.FormatUint).
+//
+// A Dynamo answer can hold other ids because a Mooncake-API registration of
+// the same model, tenant "default" and block size feeds the indexer's context
+// (doc.go, "Indexers and contexts"). Dynamo keys scores and instances by
+// worker id and a client parses every key as a u64, so one id like "mc-node"
+// would fail the whole response: such rows are left out. A non-canonical
+// numeric id ("07", "+7") is left out too, since a lenient parser would fold
+// it onto "7", another holder's key. A Mooncake holder whose id is canonical
+// is kept: it is a real holder of the shared context, which the design means
+// both APIs to query, and a router that does not know the id can ignore it
+// without failing. TestDynamoQueryForeignInstanceIDs, TestDynamoInstanceID.
+//
+// It does not allocate (strconv.ParseUint allocates its error).
+func dynamoInstanceID(id string) bool {
+	const maxU64 = "18446744073709551615"
+	switch {
+	case id == "" || len(id) > len(maxU64):
+		return false
+	case id[0] == '0':
+		return id == "0"
+	}
+	for i := 0; i < len(id); i++ {
+		if id[i] < '0' || id[i] > '9' {
+			return false
+		}
+	}
+	return len(id) < len(maxU64) || id <= maxU64
 }
