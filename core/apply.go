@@ -36,10 +36,15 @@ type subCtx struct {
 	// (xxh3 profile only), so removes and parent links from engines that hash
 	// differently resolve to the standard chain.
 	engine engineMap
+	// bind is the partition's binding the blocks here were filed under;
+	// derived are the owners (by id) that filed, while it was unbound, a
+	// block under a key other than the publisher's hash. rebind.go.
+	bind    *binding
+	derived map[uint32]bool
 }
 
 func (s *Subscription) newSubCtx(c *context) *subCtx {
-	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef), keys: make(map[uint32]*keySet)}
+	return &subCtx{ctx: c, owners: make(map[ownerKey]ownerRef), keys: make(map[uint32]*keySet), bind: c.bind.Load()}
 }
 
 // ctxState returns the subscription's state for context k (in the
@@ -71,6 +76,7 @@ func (s *Subscription) ctxState(k *ContextKey) *subCtx {
 		return sc
 	}
 	c.refs++
+	c.addEarly(s)
 	ix.mu.Unlock()
 	sc = s.newSubCtx(c)
 	s.state[c] = sc
@@ -95,6 +101,7 @@ func (sc *subCtx) ownerDims(k ownerKey, dims *streamDims, limit int) (ownerRef, 
 			if ok.stream != 0 && sc.keys[ref.id()].Len() == 0 {
 				delete(sc.owners, ok)
 				delete(sc.keys, ref.id())
+				delete(sc.derived, ref.id())
 				sc.ctx.releaseOwner(ok)
 				sc.streamOwners--
 			}
@@ -179,13 +186,26 @@ func (s *Subscription) engineEventOK(sc *subCtx, ev *Event) (DropReason, bool) {
 	if !ev.FullAttention() {
 		return DropNotFullAttention, false
 	}
-	if ev.LoraName != nil {
-		if string(ev.LoraName) != sc.ctx.key.LoraName {
+	lora := sc.ctx.key.LoraName
+	switch {
+	case ev.LoraName != nil:
+		if string(ev.LoraName) != lora {
 			return DropWrongLora, false
 		}
-	} else if ev.HasLoraID && sc.ctx.key.LoraName == "" {
-		// A numeric LoRA id without a name cannot be checked against the
-		// registration: filing it under the base model would fabricate hits.
+	case ev.HasLoraID:
+		if lora == "" {
+			// A numeric LoRA id without a name cannot be checked against the
+			// registration: filing it under the base model would fabricate hits.
+			return DropWrongLora, false
+		}
+		// A bare id on an adapter's registration: a vLLM release before
+		// lora_name, which sent the id for LoRA requests only.
+	case lora != "" && s.reg.Type == PublisherVLLM && ev.Kind == EventStored:
+		// vLLM's BlockStored names the adapter of every LoRA request: no
+		// name and no id is a base-model block, computed without the
+		// registration's adapter (TestEngineBaseBlocksOnLoraRegistration).
+		// BlockRemoved names no adapter, and SGLang events none at all:
+		// theirs are the registration's.
 		return DropWrongLora, false
 	}
 	return 0, true
@@ -228,7 +248,7 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		return
 	}
 	if why, ok := s.engineEventOK(sc, ev); !ok {
-		s.drop(st, why, "lora_name", clip(ev.LoraName), "group_idx", ev.GroupIdx)
+		s.drop(st, why, "lora_name", clip(ev.LoraName), "registered_lora_name", sc.ctx.key.LoraName, "group_idx", ev.GroupIdx)
 		return
 	}
 	if ev.HasLoraID && ev.LoraName != nil {
@@ -244,7 +264,6 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		okey.rank = rank
 	}
 	if ev.Kind == EventStored {
-		id := sc.owner(okey)
 		st.Stored++
 		s.ix.counters.Stored.Add(1)
 		if ev.BlockSize != 0 && ev.BlockSize != sc.ctx.key.BlockSize && !partialPageOK(sc.ctx, ev) {
@@ -264,7 +283,9 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 			}
 			return
 		}
-		s.addBlocks(sc, keys, id, p.Tier, 1, st)
+		// The owner only now: a dropped event must not make one, which
+		// would show its rank as a row of zeros (TestDroppedStoreMakesNoRow).
+		s.addBlocks(sc, keys, sc.owner(okey), p.Tier, 1, st)
 		return
 	}
 	st.Removed++

@@ -101,6 +101,9 @@ type context struct {
 	slots     []slot
 	refs      int  // subscriptions referencing this context (Index.mu)
 	reclaimed bool // removed from the index (Index.mu)
+	// early are the subscriptions that took their reference while the
+	// partition was unbound, until it is bound (Index.mu; rebind.go).
+	early []*Subscription
 }
 
 type ownerKey struct {

@@ -80,6 +80,12 @@
 //     several (TestPartitionedQueryMatchesSeparateIndexes, mergeNaive). With
 //     one partition it allocates nothing more (TestQueryAllocs,
 //     TestPartitionedQueryAllocs for two).
+//   - Once a pool-only partition is bound to another profile than the xxh3
+//     default it ran under, no block is left under a key that profile does
+//     not compute (a salt namespace, a re-hash of token_ids): those are
+//     cleared, counted and logged; blocks filed under the published hashes
+//     stay (rebind.go; TestPoolBindingSaltNamespace,
+//     TestPoolBindingRehashedTokens, TestPoolBindingConcurrentApply).
 //   - A partition is unlinked once no subscription references it and it
 //     holds no block, the context's key with its last partition
 //     (TestPartitionReclaim, TestPartitionSplitConcurrent).

@@ -13,7 +13,7 @@ type DropReason uint8
 const (
 	DropUnknownMedium    DropReason = iota // medium not in the media map
 	DropUnknownContext                     // event names a (tenant, model, lora, block_size) nobody registered
-	DropWrongLora                          // engine event for another LoRA, or a bare numeric lora_id
+	DropWrongLora                          // engine event for another LoRA (vLLM base model on an adapter's registration too), or a bare lora_id on the base's
 	DropNotFullAttention                   // hybrid-model group != 0, sliding window, non-full-attention spec
 	DropBlockSize                          // stored event with a finer block size than the context's
 	DropUnknownParent                      // parent hash never seen from this publisher (chain not locatable)

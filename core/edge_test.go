@@ -175,3 +175,27 @@ func TestPublisherRanksAreBounded(t *testing.T) {
 		t.Fatalf("rank rejects %d", n)
 	}
 }
+
+// TestDroppedStoreMakesNoRow: a stored event dropped before it files a block
+// (here for a finer block size) makes no owner, so its batch's dp rank does
+// not appear as a row of zeros; a kept one does.
+func TestDroppedStoreMakesNoRow(t *testing.T) {
+	ix := New(Options{})
+	s := mustRegister(t, ix, engineReg(t, "a", 0, cborProfile(t)))
+	s.Apply(stored("GPU", 1)) // rank 0 holds block 1
+	fine := stored("GPU", 2)
+	fine.Events[0].BlockSize = testBS / 2
+	fine.DPRank, fine.HasDPRank = 1, true
+	if st := s.Apply(fine); st.Dropped != 1 {
+		t.Fatalf("apply: %+v", st)
+	}
+	if r := row(queryHashes(t, ix, "a", 1), "a"); len(r.Ranks) != 1 || r.Ranks[0].Rank != 0 || r.Device != testBS {
+		t.Fatalf("after a dropped store on rank 1: %+v", r)
+	}
+	kept := stored("GPU", 4)
+	kept.DPRank, kept.HasDPRank = 3, true
+	s.Apply(kept)
+	if r := row(queryHashes(t, ix, "a", 1), "a"); len(r.Ranks) != 2 || r.Ranks[1].Rank != 3 || r.Ranks[1].Device != 0 {
+		t.Fatalf("after a kept store on rank 3: %+v", r)
+	}
+}

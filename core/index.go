@@ -251,6 +251,11 @@ type Counters struct {
 	// EvictedBlocks counts (owner, block) pairs evicted because their
 	// subscription was over its block bound (Options.MaxBlocksPerRegistration).
 	EvictedBlocks padU64
+	// RebindClears counts subscription contexts whose blocks filed under
+	// keys of the xxh3 default were cleared when their pool-only partition
+	// was bound to another profile (rebind.go; the blocks count in
+	// ClearedBlocks).
+	RebindClears padU64
 }
 
 // Index is the whole prefix index: the registry of subscriptions and the

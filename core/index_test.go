@@ -306,6 +306,85 @@ func TestEngineAdmissionRules(t *testing.T) {
 	}
 }
 
+// TestEngineBaseBlocksOnLoraRegistration (engines.md "LoRA and cache_salt":
+// one registration indexes one adapter): on a vLLM registration of adapter x
+// under the default profile, a BlockStored with no lora_name and no lora_id
+// is a base-model block and is dropped as wrong_lora, so a query for x finds
+// nothing; x's own blocks, a legacy bare lora_id and the adapter-less
+// BlockRemoved still apply. An SGLang registration of x files its events,
+// which never name an adapter, under x.
+func TestEngineBaseBlocksOnLoraRegistration(t *testing.T) {
+	tokens := seqTokens(1, 2*testBS)
+	withTokens := func(b *Batch) *Batch {
+		b.Events[0].Tokens, b.Events[0].HasTokens = tokens, true
+		return b
+	}
+	device := func(ix *Index, inst string) int64 {
+		t.Helper()
+		res := &QueryResult{}
+		if err := ix.Query(&QueryRequest{Model: "m", LoraName: "x", BlockSize: testBS, Tokens: tokens}, res); err != nil {
+			t.Fatal(err)
+		}
+		if r := row(res, inst); r != nil {
+			return r.Device
+		}
+		return 0
+	}
+	ix := New(Options{Logger: quietLogger()})
+	r := engineReg(t, "a", 0, hash.Profile{})
+	r.ProfileExplicit, r.LoraName = false, "x"
+	s := mustRegister(t, ix, r)
+
+	if st := s.Apply(withTokens(stored("GPU", 0xA1, 0xA2))); st.Dropped != 1 || st.Blocks != 0 {
+		t.Fatalf("base-model block on adapter x's registration: %+v, want one drop", st)
+	}
+	if n := ix.Counters().DroppedBy[DropWrongLora].Load(); n != 1 {
+		t.Fatalf("wrong_lora drops %d, want 1", n)
+	}
+	if d := device(ix, "a"); d != 0 {
+		t.Fatalf("query for x after a base-model block: device %d, want 0", d)
+	}
+
+	legacy := withTokens(stored("GPU", 0xB1))
+	legacy.Events[0].Tokens = tokens[:testBS]
+	legacy.Events[0].HasLoraID, legacy.Events[0].LoraID = true, 7
+	if st := s.Apply(legacy); st.Dropped != 0 || st.Blocks != 1 {
+		t.Fatalf("bare lora_id on x's registration: %+v, want one block", st)
+	}
+	if d := device(ix, "a"); d != testBS {
+		t.Fatalf("after the lora_id block: device %d, want %d", d, testBS)
+	}
+
+	named := withTokens(stored("GPU", 0xC1, 0xC2))
+	named.Events[0].LoraName = []byte("x")
+	if st := s.Apply(named); st.Dropped != 0 || st.Blocks != 2 {
+		t.Fatalf("x's block: %+v, want two blocks", st)
+	}
+	if d := device(ix, "a"); d != 2*testBS {
+		t.Fatalf("after x's blocks: device %d, want %d", d, 2*testBS)
+	}
+	// BlockRemoved carries no lora_name: it is x's.
+	if st := s.Apply(removed("GPU", 0xC2)); st.Dropped != 0 || st.Blocks != 1 {
+		t.Fatalf("remove on x's registration: %+v, want one block", st)
+	}
+	if d := device(ix, "a"); d != testBS {
+		t.Fatalf("after removing x's second block: device %d, want %d", d, testBS)
+	}
+
+	sg := engineReg(t, "g", 0, hash.Profile{})
+	sg.Type, sg.ProfileExplicit, sg.LoraName = PublisherSGLang, false, "x"
+	g := mustRegister(t, ix, sg)
+	if st := g.Apply(withTokens(stored("GPU", 0xD1, 0xD2))); st.Dropped != 0 || st.Blocks != 2 {
+		t.Fatalf("SGLang block on x's registration: %+v, want two blocks", st)
+	}
+	if d := device(ix, "g"); d != 2*testBS {
+		t.Fatalf("SGLang instance: device %d, want %d", d, 2*testBS)
+	}
+	if n := ix.Counters().DroppedBy[DropWrongLora].Load(); n != 1 {
+		t.Fatalf("wrong_lora drops %d, want 1", n)
+	}
+}
+
 func TestUnregisterRemovesExactlyItsContributions(t *testing.T) {
 	ix := New(Options{})
 	p := cborProfile(t)

@@ -2,9 +2,13 @@ package core
 
 import (
 	"encoding/binary"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/seed-c7a81618/conductor/hash"
 )
 
 // plainChain is the seed's hashing standard written out from its prose
@@ -170,5 +174,32 @@ func TestNamespaceEngineParentIsPlain(t *testing.T) {
 	s.Apply(removed("GPU", 0xE3))
 	if got := nsQuery(t, ix, "", []byte("w8a8"), tokens, nil, "e"); got != 2*testBS {
 		t.Fatalf("after remove: %d want %d", got, 2*testBS)
+	}
+}
+
+// TestSaltNeedsXXH3Profile: a registration's additionalsalt names a namespace
+// of the xxh3 profile; with an explicit engine profile (which has none: the
+// engine hashes a request's cache_salt into its own chain) it is refused as
+// a field error on additionalsalt rather than accepted and ignored. The xxh3
+// default, an explicit xxh3 profile and a pool without a profile keep it.
+func TestSaltNeedsXXH3Profile(t *testing.T) {
+	ix := New(Options{})
+	r := engineReg(t, "cbor", 0, cborProfile(t))
+	r.AdditionalSalt = "w8a8"
+	_, _, err := ix.Register(r)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "additionalsalt" || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "cache_salt") {
+		t.Fatalf("engine profile with a salt: %v", err)
+	}
+	if len(ix.Services()) != 0 {
+		t.Fatal("the refused registration was kept")
+	}
+	ok := []Registration{engineReg(t, "plain", 0, hash.Profile{}), engineReg(t, "xxh3", 0, hash.DefaultProfile()), poolReg("pool")}
+	ok[0].ProfileExplicit = false
+	for i := range ok {
+		ok[i].AdditionalSalt = "w8a8"
+		if _, _, err := ix.Register(ok[i]); err != nil {
+			t.Errorf("%s: %v", ok[i].InstanceID, err)
+		}
 	}
 }

@@ -32,6 +32,9 @@ import (
 //     key, and two partitions never share a profile.
 //   - A pool registration without a profile joins the partition its own
 //     identity bound, else the first partition, else starts a pool-only one.
+//     A pool-only partition runs under the xxh3 default until bound; the
+//     binding clears the blocks filed under keys the new profile does not
+//     compute (rebind.go).
 //   - A query walks every partition with its own profile's chain and merges
 //     the rows (mergeRows in query.go).
 //   - An event naming another context in its envelope goes to the partition
@@ -43,11 +46,13 @@ import (
 
 // acquireContextLocked returns the partition of reg's context that reg
 // joins, creating it when needed, and takes a reference on it. bind is false
-// for a pool registration that named no profile. Caller holds ix.mu.
-func (ix *Index) acquireContextLocked(reg *Registration, bind bool) (*context, error) {
+// for a pool registration that named no profile. When reg binds a pool-only
+// partition, early are the subscriptions that hold state in it from before:
+// the caller brings them up to the binding once it has released ix.mu
+// (rebindEarly). Caller holds ix.mu.
+func (ix *Index) acquireContextLocked(reg *Registration, bind bool) (c *context, early []*Subscription, err error) {
 	k := reg.ContextKey()
 	head := ix.lookupContext(k)
-	var c *context
 	switch {
 	case head == nil:
 		b := &binding{profile: reg.Profile, bound: bind}
@@ -57,21 +62,20 @@ func (ix *Index) acquireContextLocked(reg *Registration, bind bool) (*context, e
 		c = newContext(k, b, ix.opts.ContextSizeHint)
 		ix.contexts.Store(k, c)
 	case bind:
-		var err error
-		if c, err = ix.bindPartitionLocked(head, reg); err != nil {
-			return nil, err
+		if c, early, err = ix.bindPartitionLocked(head, reg); err != nil {
+			return nil, nil, err
 		}
 	default:
 		c = ix.poolPartition(head, reg.Owner)
 	}
 	c.refs++
-	return c, nil
+	return c, early, nil
 }
 
 // bindPartitionLocked applies the binding rule for an engine or
 // explicit-profile registration to the key whose first partition is head.
-// Caller holds ix.mu.
-func (ix *Index) bindPartitionLocked(head *context, reg *Registration) (*context, error) {
+// early is as in acquireContextLocked. Caller holds ix.mu.
+func (ix *Index) bindPartitionLocked(head *context, reg *Registration) (*context, []*Subscription, error) {
 	var mine, tail *context
 	for c := head; c != nil; c = c.next.Load() {
 		tail = c
@@ -79,24 +83,28 @@ func (ix *Index) bindPartitionLocked(head *context, reg *Registration) (*context
 		switch {
 		case !b.bound:
 			// A pool-only partition is its key's only one: it adopts the
-			// first engine or explicit profile.
+			// first engine or explicit profile. Its blocks were filed under
+			// the xxh3 default: those under keys the new profile does not
+			// compute go (rebind.go).
 			c.bind.Store(&binding{profile: reg.Profile, bound: true, owner: reg.Owner})
-			return c, nil
+			early := c.early
+			c.early = nil
+			return c, early, nil
 		case b.profile == reg.Profile:
-			return c, nil
+			return c, nil, nil
 		case mine == nil && ix.sameIdentity(b.owner, reg.Owner):
 			mine = c
 		}
 	}
 	if mine != nil {
 		k, sp := &head.key, mine.bind.Load().profile.Spec
-		return nil, fmt.Errorf("register %s: context %s/%s/%q/%d is bound to hash profile %s/%s/%s/%s by the same identity (one identity's registrations of a context must agree on the profile): %w",
+		return nil, nil, fmt.Errorf("register %s: context %s/%s/%q/%d is bound to hash profile %s/%s/%s/%s by the same identity (one identity's registrations of a context must agree on the profile): %w",
 			reg.Key(), k.TenantID, k.ModelName, k.LoraName, k.BlockSize,
 			sp.Strategy, sp.Algorithm, sp.PythonHashSeed, sp.IndexProjection, ErrConflict)
 	}
 	c := newContext(head.key, &binding{profile: reg.Profile, bound: true, owner: reg.Owner}, ix.opts.ContextSizeHint)
 	tail.next.Store(c)
-	return c, nil
+	return c, nil, nil
 }
 
 // poolPartition is the partition a pool registration without a profile

@@ -211,6 +211,12 @@ func (r *Registration) Validate() error {
 		return fmt.Errorf("register: tenant_id is empty: %w", ErrInvalid)
 	case r.GapPolicy >= numGapPolicies:
 		return &FieldError{Field: "gap_policy", Err: fmt.Errorf("register: gap_policy %d: %w", r.GapPolicy, ErrInvalid)}
+	case r.AdditionalSalt != "" && r.ProfileExplicit && r.Profile.Strategy != hash.StrategyXXH3:
+		// saltNamespace has no namespace for it: accepted, it would change
+		// nothing, and a query's cache_salt would not find what it names.
+		return &FieldError{Field: "additionalsalt", Err: fmt.Errorf(
+			"register: additionalsalt %q: salt namespaces exist under the xxh3 hash profile only; under %s the engine hashes each request's cache_salt into its own chain: omit additionalsalt: %w",
+			r.AdditionalSalt, r.Profile.Spec.Describe(), ErrInvalid)}
 	}
 	return nil
 }
@@ -235,7 +241,10 @@ func sameConfig(a, b *Registration) bool {
 // change. A profile that differs only from other identities' partitions gets
 // a partition of its own.
 func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err error) {
-	sub, created, err = ix.register(r)
+	sub, created, early, err := ix.register(r)
+	if len(early) > 0 {
+		ix.rebindEarly(sub.home, early)
+	}
 	if o := ix.opts.Observer; created && o != nil {
 		// Outside ix.mu: an observer may list Services meanwhile.
 		o.Registered(&sub.reg)
@@ -243,10 +252,12 @@ func (ix *Index) Register(r Registration) (sub *Subscription, created bool, err 
 	return sub, created, err
 }
 
-func (ix *Index) register(r Registration) (sub *Subscription, created bool, err error) {
+// register is Register under ix.mu; early are the subscriptions of the
+// pool-only partition r bound (rebindEarly).
+func (ix *Index) register(r Registration) (sub *Subscription, created bool, early []*Subscription, err error) {
 	r.Normalize()
 	if err := r.Validate(); err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	key := r.Key()
 	keys := endpoint.Keys(r.Endpoint) // outside the lock: it reads this host's interfaces
@@ -254,25 +265,25 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 	defer ix.mu.Unlock()
 	if old, ok := ix.subs[key]; ok {
 		if old.unregistering {
-			return nil, false, fmt.Errorf("register %s: service is being unregistered: %w", key, ErrConflict)
+			return nil, false, nil, fmt.Errorf("register %s: service is being unregistered: %w", key, ErrConflict)
 		}
 		if sameConfig(&old.reg, &r) {
-			return old, false, nil
+			return old, false, nil, nil
 		}
-		return nil, false, &ConflictError{Holder: key, Msg: fmt.Sprintf("register %s: conflicting registration for service key", key)}
+		return nil, false, nil, &ConflictError{Holder: key, Msg: fmt.Sprintf("register %s: conflicting registration for service key", key)}
 	}
 	for _, k := range keys {
 		if other, ok := ix.endpoints[k]; ok {
-			return nil, false, ix.endpointConflictLocked(key, &r, other, k)
+			return nil, false, nil, ix.endpointConflictLocked(key, &r, other, k)
 		}
 	}
 	if len(ix.subs) >= ix.opts.MaxRegistrations {
-		return nil, false, fmt.Errorf("register %s: %d registrations: %w", key, len(ix.subs), ErrLimit)
+		return nil, false, nil, fmt.Errorf("register %s: %d registrations: %w", key, len(ix.subs), ErrLimit)
 	}
 	bind := !r.Type.pool() || r.ProfileExplicit
-	c, err := ix.acquireContextLocked(&r, bind)
+	c, early, err := ix.acquireContextLocked(&r, bind)
 	if err != nil {
-		return nil, false, err
+		return nil, false, nil, err
 	}
 	ix.nextSub++
 	sub = &Subscription{ix: ix, id: ix.nextSub, reg: r, home: c, closing: make(chan struct{})}
@@ -285,6 +296,7 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 	}
 	sub.state = make(map[*context]*subCtx)
 	sub.state[c] = sub.newSubCtx(c)
+	c.addEarly(sub)
 	ix.subs[key] = sub
 	sub.endpointKeys = keys
 	for _, k := range keys {
@@ -293,7 +305,7 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, err 
 	if !r.Type.pool() {
 		c.addRegSlot(slot{r.InstanceID, r.DPRank}, 1)
 	}
-	return sub, true, nil
+	return sub, true, early, nil
 }
 
 // endpointConflictLocked is the refusal of r (key) whose endpoint shares
@@ -385,6 +397,7 @@ func (ix *Index) unregister(k ServiceKey) (Registration, error) {
 		sub.home.addRegSlot(slot{sub.reg.InstanceID, sub.reg.DPRank}, -1)
 	}
 	for c := range sub.state {
+		c.dropEarly(sub)
 		ix.releaseContextLocked(c)
 	}
 	return sub.reg, nil

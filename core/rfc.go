@@ -403,6 +403,7 @@ func (s *Subscription) applyRFCEvent(sc *subCtx, ev *Event, rank int32, st *Appl
 	if sc == nil {
 		return
 	}
+	s.rebind(sc)
 	pool := s.reg.Type.pool()
 	salt := s.rfcSalt(ev)
 	tag := streamTag(salt, ev.BackendID, ev.Medium)
@@ -465,6 +466,9 @@ func (s *Subscription) applyRFCEvent(sc *subCtx, ev *Event, rank int32, st *Appl
 	if !ok {
 		s.drop(st, DropStreamLimit, "why", "stream owners at the limit", "backend_id", clip(ev.BackendID))
 		return
+	}
+	if !sc.bind.bound && !slices.Equal(keys, ev.Hashes) {
+		sc.markDerived(id.id())
 	}
 	s.addBlocks(sc, keys, id, p.Tier, 1, st)
 }

@@ -136,6 +136,9 @@ func (s *Subscription) dump(v StreamVisitor) error {
 }
 
 func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
+	// A binding since the last event: its clear first, so that no key the
+	// partition's profile does not compute is dumped.
+	s.rebind(sc)
 	mine := make(map[uint32]ownerKey, len(sc.owners))
 	refs := make(map[uint32]ownerRef, len(sc.owners))
 	var dims map[uint32]*StreamDims
@@ -373,10 +376,16 @@ func (r *StreamRestorer) Holdings(h *Holding, keys []uint64) int {
 		dims = &streamDims{salt: h.Stream.Salt, backend: h.Stream.BackendID, medium: strings.ToLower(h.Stream.Medium)}
 		k.stream = streamTag([]byte(dims.salt), []byte(dims.backend), []byte(dims.medium))
 	}
+	s.rebind(sc)
 	id, ok := sc.ownerDims(k, dims, s.ix.opts.MaxStreamsPerSubscription)
 	if !ok {
 		r.Skipped += len(keys)
 		return 0
+	}
+	if !sc.bind.bound && dims != nil && dims.salt != "" {
+		// A salted stream's keys in a pool-only partition are in the salt
+		// namespace of the xxh3 default.
+		sc.markDerived(id.id())
 	}
 	n := h.Copies
 	if n == 0 {
@@ -397,6 +406,19 @@ func (r *StreamRestorer) Engine(e *EngineEntry) bool {
 	if sc == nil || e.Count == 0 {
 		r.Skipped++
 		return false
+	}
+	s.rebind(sc)
+	if !sc.bind.bound {
+		// A mapping in a pool-only partition: the section's owners holding
+		// its key (restored before its engine entries) filed it under a
+		// re-hash of token_ids.
+		if v, ok := sc.ctx.blocks.Load(e.Key); ok {
+			v.forEach(func(w uint64) {
+				if id := wordOwner(w); sc.keys[id] != nil {
+					sc.markDerived(id)
+				}
+			})
+		}
 	}
 	ref, _ := sc.engine.get(e.Hash)
 	ref.key, ref.plain = e.Key, e.Plain

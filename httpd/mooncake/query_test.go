@@ -473,10 +473,15 @@ func TestSeedExamples(t *testing.T) {
 	// registration's additionalsalt w8a8 salts them like the query's cache_salt)
 	// so that the seed's response example comes out exactly: rank 0 holds
 	// block 0 on GPU; rank 1 holds blocks 0-1 in CPU memory.
+	// The events name the adapter, as vLLM's do for a LoRA request.
 	tokens := seqTokens(256, 100)
 	engine := []uint64{0xe0, 0xe1}
-	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 0), storeBatch("GPU", 128, engine[:1], tokens[:128]))
-	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 1), storeBatch("CPU", 128, engine, tokens))
+	lora := func(b *core.Batch) *core.Batch {
+		b.Events[0].LoraName = []byte("sql-adapter")
+		return b
+	}
+	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 0), lora(storeBatch("GPU", 128, engine[:1], tokens[:128])))
+	apply(t, env.reg.sub(t, "vllm-prefill-node1", "default", 1), lora(storeBatch("CPU", 128, engine, tokens)))
 
 	q := strings.Replace(strings.Replace(query, `"block_size": 64`, `"block_size": 128`, 1),
 		"[101, 15, 100, 55, 89]", jsonEnc(tokens), 1)

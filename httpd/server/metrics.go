@@ -108,6 +108,7 @@ func WriteIndexMetrics(w io.Writer, ix *core.Index) {
 		{`conductor_index_blocks_stored_total`, c.BlocksStored.Load()},
 		{`conductor_index_blocks_removed_total`, c.BlocksRemoved.Load()},
 		{`conductor_index_blocks_cleared_total`, c.ClearedBlocks.Load()},
+		{`conductor_index_rebind_clears_total`, c.RebindClears.Load()},
 		{`conductor_index_events_dropped_total`, c.Dropped.Load()},
 		{`conductor_index_unknown_media_total`, c.UnknownMedia.Load()},
 		{`conductor_index_partial_blocks_total`, c.PartialBlocks.Load()},
