@@ -591,3 +591,26 @@ func TestRPCInternalError(t *testing.T) {
 	env.gateReg.Registrar = unregisterFailing{env.reg}
 	checkRet(t, rpcCall(t, env.r, "Unregister", `{"instance_id":"x"}`), RetInternalError, "internal", "")
 }
+
+// TestRPCRegisterMooncakeWithoutInstanceID: the Python API requires
+// instance_id for vLLM and SGLang publishers only. A Mooncake store master
+// registered without one is named by its endpoint, which unregister then
+// takes; the engine types without one are refused as missing instance_id.
+func TestRPCRegisterMooncakeWithoutInstanceID(t *testing.T) {
+	env := newRPCEnv(t, Options{})
+	r := env.r
+	for _, typ := range []string{"vLLM", "SGLang"} {
+		checkRet(t, rpcCall(t, r, "Register", jsonEnc(with(pyReg(), "instance_id", drop, "publisher_type", typ))),
+			RetInvalidParams, "missing", "instance_id")
+	}
+	const ep = "tcp://127.0.0.1:7001"
+	checkRet(t, rpcCall(t, r, "Register", jsonEnc(with(pyReg(), "instance_id", drop, "publisher_type", "Mooncake", "endpoint", ep))), RetOK, "", "")
+	svcs := env.ix.Services()
+	if len(svcs) != 1 || svcs[0].InstanceID != ep || svcs[0].Type != core.PublisherMooncake {
+		t.Fatalf("services %+v", svcs)
+	}
+	checkRet(t, rpcCall(t, r, "Unregister", jsonEnc(obj{"instance_id", ep})), RetOK, "", "")
+	if n := len(env.ix.Services()); n != 0 {
+		t.Fatalf("%d services after unregister", n)
+	}
+}

@@ -257,10 +257,18 @@ func (f *regFields) identity(reg *core.Registration, opts DecodeOptions) (typeNa
 	if reg.ModelName, err = f.required(rModel); err != nil {
 		return "", err
 	}
-	if !f.slots[rInstance].set && opts.DefaultInstanceID != "" {
+	switch {
+	case !f.slots[rInstance].set && opts.DefaultInstanceID != "":
 		reg.InstanceID = opts.DefaultInstanceID
-	} else if reg.InstanceID, err = f.required(rInstance); err != nil {
-		return "", err
+	case !f.slots[rInstance].set && f.rpc && typeName == "Mooncake":
+		// The Python API requires instance_id for vLLM and SGLang only: a
+		// store master is named by its endpoint, which no other
+		// registration may hold (it is what unregister takes).
+		reg.InstanceID = reg.Endpoint
+	default:
+		if reg.InstanceID, err = f.required(rInstance); err != nil {
+			return "", err
+		}
 	}
 	if !f.slots[rBlockSize].set {
 		return "", NewError(ErrMissing, "block_size", "block_size is required")
