@@ -80,3 +80,45 @@ func (e *engineMap) all() iter.Seq2[uint64, engineRef] {
 
 // reset empties the map and releases its memory.
 func (e *engineMap) reset() { *e = engineMap{} }
+
+// engineSlack is how far a context's engine map may outgrow twice the blocks
+// its subscription holds there before pruneEngine walks it.
+const engineSlack = 4096
+
+// pruneEngine drops sc's engine map entries whose block none of sc's owners
+// holds any more, once the map holds more than twice as many entries as sc
+// has held blocks (plus engineSlack). A block bound or a gap expiry drops
+// blocks without the engine's removes, so without it the map of a
+// publisher that never removes would grow past the bound that limits its
+// blocks (TestEngineMapBoundedByBlockBound). The entry of a dropped block is
+// only a parent for its children, which no prefix walk of this owner
+// reaches without it. Caller holds s.mu.
+func (sc *subCtx) pruneEngine() {
+	held := 0
+	for _, set := range sc.keys {
+		held += set.Len()
+	}
+	if sc.engine.len() <= 2*held+engineSlack {
+		return
+	}
+	for h, r := range sc.engine.all() {
+		if !sc.holds(r.key) {
+			sc.engine.del(h)
+		}
+	}
+}
+
+// holds reports whether one of sc's owners holds block k in some tier.
+func (sc *subCtx) holds(k uint64) bool {
+	v, ok := sc.ctx.blocks.Load(k)
+	if !ok {
+		return false
+	}
+	mine := false
+	v.forEach(func(w uint64) {
+		if !mine && sc.keys[wordOwner(w)] != nil {
+			mine = true
+		}
+	})
+	return mine
+}

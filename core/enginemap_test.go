@@ -4,6 +4,8 @@ import (
 	"math/rand"
 	"testing"
 	"unsafe"
+
+	"github.com/seed-c7a81618/conductor/hash"
 )
 
 // TestEngineMapSlot: an unsalted entry takes a 16-byte slot beside its
@@ -74,5 +76,36 @@ func TestEngineMapAgreesWithMap(t *testing.T) {
 	}
 	if n != len(ref) {
 		t.Fatalf("all visited %d, want %d", n, len(ref))
+	}
+}
+
+// TestEngineMapBoundedByBlockBound: a default-profile engine that never
+// removes blocks, under a block bound, has its oldest blocks evicted, and
+// its engine map (engine hash → standard key) is pruned with them instead
+// of growing with every block it ever stored; the entries of held blocks
+// stay, so a remove of the newest block still reaches it.
+func TestEngineMapBoundedByBlockBound(t *testing.T) {
+	const bound, n = 100, 3 * engineSlack
+	ix := New(Options{MaxBlocksPerRegistration: bound, Logger: quietLogger()})
+	r := engineReg(t, "a", 0, hash.Profile{})
+	r.ProfileExplicit = false
+	s := mustRegister(t, ix, r)
+	for i := 0; i < n; i++ {
+		b := stored("GPU", uint64(1000+i))
+		b.Events[0].Tokens, b.Events[0].HasTokens = seqTokens(i*testBS, testBS), true
+		if st := s.Apply(b); st.Dropped != 0 {
+			t.Fatalf("block %d: %+v", i, st)
+		}
+	}
+	sc := s.state[s.home]
+	if held := s.HeldBlocks(); held > bound {
+		t.Fatalf("held %d blocks, bound %d", held, bound)
+	}
+	if got, most := sc.engine.len(), 2*bound+engineSlack; got > most {
+		t.Fatalf("engine map holds %d entries after %d stores, want at most %d", got, n, most)
+	}
+	held := s.HeldBlocks()
+	if st := s.Apply(removed("GPU", uint64(1000+n-1))); st.Blocks != 1 || s.HeldBlocks() != held-1 {
+		t.Fatalf("remove of the newest block: %+v, held %d -> %d", st, held, s.HeldBlocks())
 	}
 }

@@ -293,6 +293,7 @@ func (s *Subscription) expireOldest() int {
 			n += s.dropKeys(sc, oid, set, s.keyScratch)
 			keys += len(s.keyScratch)
 		}
+		sc.pruneEngine()
 	}
 	s.ix.counters.ExpiredBlocks.Add(uint64(n))
 	s.ix.opts.Logger.Info("gap expiry: dropped the blocks held at the gap and not announced again",
@@ -339,6 +340,7 @@ func (s *Subscription) evictOver(bound int) int {
 			share := (excess*set.Len() + total - 1) / total // ⌈excess × share⌉
 			keys += set.evict(share, func(k uint64) bool { return sc.ctx.dropOwnerKey(oid, k, &s.ix.holdings) })
 		}
+		sc.pruneEngine()
 	}
 	s.heldKeys -= keys
 	s.ix.counters.EvictedBlocks.Add(uint64(keys))
