@@ -331,6 +331,7 @@ func TestZMQReplayRingPastFirstMessage(t *testing.T) {
 		publish(t, pub, emptyVLLM())
 	}
 	waitFor(t, "the empty batches", func() bool { return h.status(k).LastSeq == pub.NextSeq()-1 })
+	dups := h.status(k).Duplicates // the connection's replay may repeat a primed batch
 	for x := uint64(200); x < 208; x++ { // the old incarnation's; the ring keeps the last four
 		publishHidden(t, pub, storeOne(x))
 	}
@@ -343,7 +344,7 @@ func TestZMQReplayRingPastFirstMessage(t *testing.T) {
 		return h.holds("vllm-a", 101) && h.holds("vllm-a", 102) && h.holds("vllm-a", 103)
 	})
 	st := h.status(k)
-	if st.Restarts != 1 || st.Duplicates != 0 || st.StaleClears != 0 || st.LastSeq != 3 {
+	if st.Restarts != 1 || st.Duplicates != dups || st.StaleClears != 0 || st.LastSeq != 3 {
 		t.Fatalf("status: %+v", st)
 	}
 	for x := uint64(204); x < 208; x++ {
