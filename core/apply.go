@@ -125,6 +125,7 @@ func (sc *subCtx) ownerDims(k ownerKey, dims *streamDims, limit int) (ownerRef, 
 func (s *Subscription) Apply(b *Batch) ApplyStats {
 	var st ApplyStats
 	s.waitGate()
+	defer s.runRebinds() // after the unlock below (adapter.go)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -164,7 +165,13 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 			}
 			rank = r
 		}
-		s.applyEngine(s.state[s.home], ev, rank, &st)
+		sc := s.state[s.home]
+		if s.reg.AdaptersFromEvents && len(ev.LoraName) > 0 {
+			if sc = s.engineTarget(sc, ev, &st); sc == nil {
+				continue
+			}
+		}
+		s.applyEngine(sc, ev, rank, &st)
 	}
 	s.run.end()
 	if b := s.blockBound(); b > 0 && s.heldKeys > b {
@@ -231,7 +238,9 @@ func (s *Subscription) placement(medium []byte, pool bool) (Placement, bool) {
 	return p, ok
 }
 
-// applyEngine applies a vLLM or SGLang event to the subscription's home context.
+// applyEngine applies a vLLM or SGLang event to sc: the subscription's home
+// context, or for an AdaptersFromEvents registration the one engineTarget
+// chose (a remove or clear on home reaches the adapter contexts too).
 func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyStats) {
 	switch ev.Kind {
 	case EventCleared:
@@ -241,6 +250,9 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		s.ix.counters.Cleared.Add(1)
 		s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == 0 })
 		sc.engine.reset()
+		if sc.ctx == s.home {
+			s.clearAdapters()
+		}
 		return
 	case EventStored, EventRemoved:
 	default:
@@ -290,9 +302,7 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 	}
 	st.Removed++
 	s.ix.counters.Removed.Add(1)
-	if id, ok := sc.owners[okey]; ok {
-		s.removeBlocks(sc, ev.Hashes, id, p.Tier, removeEngine, namespace{}, st)
-	}
+	s.removeEngineHashes(sc, ev.Hashes, okey, p.Tier, st)
 }
 
 // partialPageOK reports whether a stored event with a block size smaller than

@@ -86,6 +86,14 @@
 //     cleared, counted and logged; blocks filed under the published hashes
 //     stay (rebind.go; TestPoolBindingSaltNamespace,
 //     TestPoolBindingRehashedTokens, TestPoolBindingConcurrentApply).
+//   - A registration with AdaptersFromEvents files an engine's stored event
+//     naming adapter X in its home context's key with LoraName X, holding a
+//     reference there like in any context it touched (at most
+//     Options.MaxAdaptersPerRegistration); a remove, which names no adapter,
+//     reaches the first of its contexts holding the hash, home first; a
+//     clear or Unregister reaches them all (adapter.go;
+//     TestAdapterRemovesReachTheirContext, TestAdapterClearAndUnregister,
+//     TestAdapterConcurrent).
 //   - A partition is unlinked once no subscription references it and it
 //     holds no block, the context's key with its last partition
 //     (TestPartitionReclaim, TestPartitionSplitConcurrent).

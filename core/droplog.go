@@ -23,12 +23,14 @@ const (
 	DropNoBlocks                           // stored event with nothing to index (no hashes, no locatable tokens)
 	DropUnknownKind                        // event kind not stored/removed/cleared
 	DropDecode                             // the decoder skipped a malformed event (see the error)
+	DropAdapterLimit                       // stored event for a new LoRA adapter beyond Options.MaxAdaptersPerRegistration
 	NumDropReasons
 )
 
 var dropReasonNames = [NumDropReasons]string{
 	"unknown_medium", "unknown_context", "wrong_lora", "not_full_attention", "block_size",
 	"unknown_parent", "dp_rank", "duplicate_event_id", "stream_limit", "no_blocks", "unknown_kind", "decode",
+	"adapter_limit",
 }
 
 func (r DropReason) String() string {

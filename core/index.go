@@ -124,6 +124,13 @@ type Options struct {
 	// on its profile as one client's must (partition.go). Default (nil):
 	// "admin" and "config".
 	OperatorOwners []string
+	// MaxAdaptersPerRegistration bounds the LoRA adapter contexts one
+	// registration with Registration.AdaptersFromEvents files blocks in
+	// besides its home context. At the bound an adapter context the
+	// registration holds nothing in is given up for the new adapter; when
+	// none is empty, the new adapter's events are dropped (adapter_limit).
+	// Default DefaultMaxAdaptersPerRegistration (64).
+	MaxAdaptersPerRegistration int
 }
 
 // EnsureDefaults fills zero fields with their defaults.
@@ -167,6 +174,9 @@ func (o *Options) EnsureDefaults() {
 	if o.MaxBlocksPerRegistration == 0 {
 		o.MaxBlocksPerRegistration = DefaultMaxBlocksPerRegistration
 	}
+	if o.MaxAdaptersPerRegistration == 0 {
+		o.MaxAdaptersPerRegistration = DefaultMaxAdaptersPerRegistration
+	}
 }
 
 // Validate reports every bad field.
@@ -192,6 +202,9 @@ func (o *Options) Validate() error {
 	}
 	if o.GapPolicy >= numGapPolicies {
 		errs = append(errs, fmt.Errorf("GapPolicy=%d: must be one of %v: %w", o.GapPolicy, GapPolicyNames(), ErrInvalid))
+	}
+	if o.MaxAdaptersPerRegistration < 0 {
+		errs = append(errs, fmt.Errorf("MaxAdaptersPerRegistration=%d: must be >= 0: %w", o.MaxAdaptersPerRegistration, ErrInvalid))
 	}
 	if o.GapExpireAfter < 0 {
 		errs = append(errs, fmt.Errorf("GapExpireAfter=%v: must be > 0: %w", o.GapExpireAfter, ErrInvalid))

@@ -100,6 +100,18 @@ type Registration struct {
 	// it the oldest are evicted (gap.go, evictOver). 0: the default
 	// (Options.MaxBlocksPerRegistration); negative: no bound.
 	MaxBlocks int
+	// AdaptersFromEvents files a vLLM or SGLang stored event that names a
+	// LoRA adapter (lora_name) under the context of that adapter (the home
+	// context's tenant, model and block size, LoraName = the event's),
+	// created on first use, instead of dropping it as wrong_lora; removes
+	// and clears reach every context so made (adapter.go). It is how Dynamo
+	// keeps adapters: one indexer per (model, group) whose workers publish
+	// every adapter's blocks, each found by a query naming its lora_name.
+	// The home context must be the base model's (LoraName ""); at most
+	// Options.MaxAdaptersPerRegistration adapters at a time. Set by the
+	// Dynamo surface (httpd/dynamo), which makes its registrations again on
+	// restore; false for every other registration.
+	AdaptersFromEvents bool
 }
 
 // Key returns the registration's service key.
@@ -217,6 +229,14 @@ func (r *Registration) Validate() error {
 		return &FieldError{Field: "additionalsalt", Err: fmt.Errorf(
 			"register: additionalsalt %q: salt namespaces exist under the xxh3 hash profile only; under %s the engine hashes each request's cache_salt into its own chain: omit additionalsalt: %w",
 			r.AdditionalSalt, r.Profile.Spec.Describe(), ErrInvalid)}
+	case r.AdaptersFromEvents && r.LoraName != "":
+		// Adapter contexts are the home context's with another LoraName:
+		// from an adapter's own context, a base-model block has nowhere to go.
+		return &FieldError{Field: "lora_name", Err: fmt.Errorf(
+			"register: lora_name %q: a registration that files adapters from its events has the base model's context (no lora_name): %w",
+			r.LoraName, ErrInvalid)}
+	case r.AdaptersFromEvents && r.Type != PublisherVLLM && r.Type != PublisherSGLang:
+		return fmt.Errorf("register: adapters from events need a vLLM or SGLang publisher, not %s: %w", r.Type, ErrInvalid)
 	}
 	return nil
 }
@@ -451,6 +471,15 @@ type Subscription struct {
 	// state per context this subscription has touched (single writer; read by
 	// Unregister only after close()).
 	state map[*context]*subCtx
+	// adapters are the adapter contexts' states of an AdaptersFromEvents
+	// registration by LoRA name, adapterList the same in the order they
+	// were made (single writer; adapter.go). rebinds are pool-only
+	// partitions the writer bound, for runRebinds once s.mu is released
+	// (guarded by mu); hasRebinds says there are some, without the lock.
+	adapters    map[string]*subCtx
+	adapterList []*subCtx
+	rebinds     []pendingRebind
+	hasRebinds  atomic.Bool
 	// ranks are the publisher-named dp ranks admitted so far (admitRank).
 	ranks map[int32]struct{}
 	// rfc holds RFC #1527 per-stream event_id cursors (at most

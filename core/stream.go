@@ -360,6 +360,7 @@ func (r *StreamRestorer) Holding(h *Holding) bool {
 // holdings gauges stay exact.
 func (r *StreamRestorer) Holdings(h *Holding, keys []uint64) int {
 	s := r.s
+	defer s.runRebinds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sc := s.restoreCtx(&h.Context)
@@ -400,6 +401,7 @@ func (r *StreamRestorer) Holdings(h *Holding, keys []uint64) int {
 // Engine restores one engine-hash mapping.
 func (r *StreamRestorer) Engine(e *EngineEntry) bool {
 	s := r.s
+	defer s.runRebinds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sc := s.restoreCtx(&e.Context)
@@ -434,6 +436,12 @@ func (s *Subscription) restoreCtx(k *ContextKey) *subCtx {
 	}
 	if k.TenantID == "" {
 		k.TenantID = "default"
+	}
+	if s.adapterKey(k) {
+		// An adapter context of an AdaptersFromEvents registration: made
+		// again as its first stored event made it (adapter.go).
+		sc, _, _ := s.adapterState([]byte(k.LoraName))
+		return sc
 	}
 	return s.ctxState(k)
 }

@@ -201,6 +201,7 @@ type registrationDoc struct {
 	Owner           string    `json:"owner,omitempty"`
 	GapPolicy       string    `json:"gap_policy,omitempty"`
 	MaxBlocks       int       `json:"max_blocks,omitempty"`
+	Adapters        bool      `json:"adapters_from_events,omitempty"`
 }
 
 func docOf(r *core.Registration) registrationDoc {
@@ -208,7 +209,7 @@ func docOf(r *core.Registration) registrationDoc {
 		ModelName: r.ModelName, LoraName: r.LoraName, TenantID: r.TenantID, InstanceID: r.InstanceID,
 		BlockSize: r.BlockSize, DPRank: r.DPRank, AdditionalSalt: r.AdditionalSalt, CacheGroup: r.CacheGroup,
 		Profile: r.Profile.Spec, ProfileExplicit: r.ProfileExplicit, Origin: r.Origin, Owner: r.Owner,
-		GapPolicy: gapName(r.GapPolicy), MaxBlocks: r.MaxBlocks}
+		GapPolicy: gapName(r.GapPolicy), MaxBlocks: r.MaxBlocks, Adapters: r.AdaptersFromEvents}
 }
 
 // gapName is a policy's name in a registration document ("" for the default).
@@ -236,7 +237,7 @@ func (d *registrationDoc) registration() (core.Registration, error) {
 		ModelName: d.ModelName, LoraName: d.LoraName, TenantID: d.TenantID, InstanceID: d.InstanceID,
 		BlockSize: d.BlockSize, DPRank: d.DPRank, AdditionalSalt: d.AdditionalSalt, CacheGroup: d.CacheGroup,
 		Profile: p, ProfileExplicit: d.ProfileExplicit, Origin: d.Origin, Owner: d.Owner,
-		GapPolicy: gp, MaxBlocks: d.MaxBlocks}, nil
+		GapPolicy: gp, MaxBlocks: d.MaxBlocks, AdaptersFromEvents: d.Adapters}, nil
 }
 
 // AppendRegister appends a register message for r.

@@ -151,7 +151,7 @@ func TestRegisterRoundTrip(t *testing.T) {
 			LoraName: "l", TenantID: "acme", InstanceID: "i1", BlockSize: 16, DPRank: 2, AdditionalSalt: "s", CacheGroup: &cg,
 			Profile: vp, ProfileExplicit: true, Origin: "", Owner: "alice"},
 		{Endpoint: "tcp://h:1", Type: core.PublisherSGLang, ModelName: "m", TenantID: "default", InstanceID: "7", BlockSize: 4,
-			Profile: hash.DefaultProfile(), Origin: "dynamo"},
+			Profile: hash.DefaultProfile(), Origin: "dynamo", AdaptersFromEvents: true},
 	}
 	var d Decoder
 	for _, r := range regs {

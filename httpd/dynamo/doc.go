@@ -20,6 +20,21 @@
 // local block hashes (rolled into conductor's prefix keys by
 // dynamoRollHashes).
 //
+// LoRA: Dynamo indexes every adapter's blocks in the indexer's one tree
+// (salted hashes), and a /query's lora_name finds them. Here each adapter is
+// the context of the indexer with LoraName = the adapter: registrations set
+// core.Registration.AdaptersFromEvents, so a worker's stored event naming an
+// adapter is filed in that adapter's context (made on first use, at most
+// core.Options.MaxAdaptersPerRegistration per worker rank), and
+// dynamoNamespace selects it for a /query naming lora_name. vLLM's
+// BlockRemoved names no adapter: core removes each hash from whichever of the
+// worker's contexts holds it. /query_by_hash takes no lora_name (ignored, as
+// Dynamo does) and answers from the base model's context only. The Dynamo
+// form of /dump names an adapter's holdings with "conductor_lora" inside
+// the indexer's member, so peer recovery files them in the adapter's
+// context again; the main form (and so a state-directory snapshot) keeps
+// them too.
+//
 // instance_id is a u64 (a number, or a string holding one); in the index it
 // is its decimal text. tenant_id and additional_salt / additionalsalt are
 // accepted and ignored, as Dynamo does.

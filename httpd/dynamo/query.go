@@ -23,9 +23,10 @@ const (
 // dynamoNamespace fills the query's namespace fields from Dynamo's lora_name
 // and cache_salt. This is the one place where Dynamo's per-request LoRA and
 // salt meet conductor's hash namespaces: lora_name selects the LoRA context
-// (context.LoraName; Dynamo registrations feed the base context, so a LoRA
-// query finds what other registrations of that adapter hold) and cache_salt
-// selects the salt namespace, exactly as the Mooncake /query does.
+// (context.LoraName: where Dynamo workers' events naming that adapter are
+// filed, core.Registration.AdaptersFromEvents, and other registrations of
+// the adapter feed) and cache_salt selects the salt namespace, exactly as
+// the Mooncake /query does.
 func dynamoNamespace(q *core.QueryRequest, lora, salt []byte) {
 	q.LoraName = server.B2S(lora)
 	if len(salt) > 0 {

@@ -31,7 +31,11 @@ type Worker struct {
 var ErrConflict = errors.New("conductor: dynamo registration conflict")
 
 // registration maps a Dynamo worker onto a conductor registration: the
-// indexer's context (dynamoContext), the xxh3 standard profile.
+// indexer's context (dynamoContext), the xxh3 standard profile, and its
+// engine's LoRA adapters filed from its events (AdaptersFromEvents: a
+// stored event's lora_name selects the adapter's context, as a /query's
+// does; doc.go). Restore makes a restored worker's registration here again,
+// so the flag, which the durable state does not record, comes back with it.
 func (d *Server) registration(w *Worker) core.Registration {
 	t := w.Type
 	if t == 0 {
@@ -42,7 +46,7 @@ func (d *Server) registration(w *Worker) core.Registration {
 		Endpoint: w.Endpoint, ReplayEndpoint: w.ReplayEndpoint, Type: t,
 		ModelName: ck.ModelName, LoraName: ck.LoraName, TenantID: ck.TenantID, BlockSize: ck.BlockSize,
 		InstanceID: strconv.FormatUint(w.InstanceID, 10), DPRank: int32(w.DPRank),
-		Profile: hash.DefaultProfile(), Origin: Origin,
+		Profile: hash.DefaultProfile(), Origin: Origin, AdaptersFromEvents: true,
 	}
 }
 

@@ -390,6 +390,8 @@ func TestRegisterJSON(t *testing.T) {
 		ec("max_blocks string", jsonEnc(with(base, "max_blocks", "1M")), "invalid_type", "max_blocks"),
 		ec("max_blocks float", jsonEnc(with(base, "max_blocks", rawJSON("1.5"))), "invalid_type", "max_blocks"),
 		ec("max_blocks huge", jsonEnc(with(base, "max_blocks", rawJSON("4294967296"))), "out_of_range", "max_blocks"),
+		// A salt names a namespace of the xxh3 profile; an engine profile has none.
+		ec("additionalsalt with an engine profile", jsonEnc(with(base, "additionalsalt", "s", "hash_profile", cborSpec())), "invalid_value", "additionalsalt"),
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -399,19 +401,27 @@ func TestRegisterJSON(t *testing.T) {
 
 	// nulls mean absent; aliases and profiles work
 	r = env.postJSON(t, "/register", jsonEnc(with(base, "modelname", drop, "model_name", "m", "lora_name", nil, "tenant_id", nil,
-		"additionalsalt", drop, "additional_salt", "s", "hash_profile", cborSpec(), "cache_group", nil)))
+		"hash_profile", cborSpec(), "cache_group", nil)))
 	if r.status != 200 {
 		t.Fatalf("%d %s", r.status, r.body)
 	}
-	var got core.Registration
+	r = env.postJSON(t, "/register", jsonEnc(with(base, "instance_id", "j2", "endpoint", "tcp://j:2", "modelname", "salted",
+		"additionalsalt", drop, "additional_salt", "s")))
+	if r.status != 200 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	var got, salted core.Registration
 	for _, s := range env.ix.Services() {
-		if s.InstanceID == "j" {
+		switch s.InstanceID {
+		case "j":
 			got = s
+		case "j2":
+			salted = s
 		}
 	}
-	if got.ModelName != "m" || got.TenantID != "default" || got.AdditionalSalt != "s" || !got.ProfileExplicit || got.Profile != cborProfile(t) ||
-		got.GapPolicy != core.GapDefault || got.MaxBlocks != 0 {
-		t.Fatalf("%+v", got)
+	if got.ModelName != "m" || got.TenantID != "default" || !got.ProfileExplicit || got.Profile != cborProfile(t) ||
+		got.GapPolicy != core.GapDefault || got.MaxBlocks != 0 || salted.AdditionalSalt != "s" {
+		t.Fatalf("%+v %+v", got, salted)
 	}
 
 	// gap_policy and max_blocks: the registration's own, JSON only
@@ -577,6 +587,9 @@ func TestRegisterIdentityLimits(t *testing.T) {
 			o := with(baseReg(), c.key, v, "instance_id", fmt.Sprintf("i%d", n), "endpoint", fmt.Sprintf("tcp://h:%d", n))
 			if c.key == "instance_id" || c.key == "endpoint" {
 				o = with(o, c.key, v)
+			}
+			if c.key == "additionalsalt" {
+				o = with(o, "hash_profile", drop, "modelname", "salted") // a salt needs the xxh3 profile
 			}
 			r := env.postJSON(t, "/register", jsonEnc(o))
 			if size > c.max {

@@ -96,9 +96,9 @@ func TestServicesAndGlobalView(t *testing.T) {
 	}
 	for _, o := range []obj{
 		with(baseReg(), "cache_group", 0, "replay_endpoint", "tcp://127.0.0.1:5558"),
-		with(baseReg(), "instance_id", "engine-b", "endpoint", "tcp://b:1", "dp_rank", 3, "additionalsalt", "s"),
+		with(baseReg(), "instance_id", "engine-b", "endpoint", "tcp://b:1", "dp_rank", 3),
 		with(baseReg(), "instance_id", "engine-b", "endpoint", "tcp://b:2", "dp_rank", 1),
-		with(baseReg(), "instance_id", "x", "endpoint", "tcp://x:1", "modelname", "std", "type", "standard", "hash_profile", drop, "tenant_id", "t1"),
+		with(baseReg(), "instance_id", "x", "endpoint", "tcp://x:1", "modelname", "std", "type", "standard", "hash_profile", drop, "tenant_id", "t1", "additionalsalt", "s"),
 		with(baseReg(), "instance_id", "pool", "endpoint", "tcp://pool:1", "type", "Mooncake"),
 	} {
 		var r response
@@ -129,9 +129,9 @@ func TestServicesAndGlobalView(t *testing.T) {
 	wantServices := `{"count":5,"services":[` + strings.Join([]string{
 		svc("tcp://127.0.0.1:5557", "tcp://127.0.0.1:5558", "vLLM", "m", "default", "engine-a", 0, "0", cbor, "", 2),
 		svc("tcp://b:2", "", "vLLM", "m", "default", "engine-b", 1, "null", cbor, "", 0),
-		svc("tcp://b:1", "", "vLLM", "m", "default", "engine-b", 3, "null", cbor, "s", 0),
+		svc("tcp://b:1", "", "vLLM", "m", "default", "engine-b", 3, "null", cbor, "", 0),
 		svc("tcp://pool:1", "", "Mooncake", "m", "default", "pool", 0, "null", cbor, "", 0),
-		svc("tcp://x:1", "", "standard", "std", "t1", "x", 0, "null", xxh3, "", 0),
+		svc("tcp://x:1", "", "standard", "std", "t1", "x", 0, "null", xxh3, "s", 0),
 	}, ",") + `]}`
 	wantView := `{"context_count":2,"contexts":[
   {"model_name":"m","lora_name":"","block_size":16,"tenant_id":"default","prefix_count":2,"hash_profile":` + cbor + `,

@@ -129,6 +129,10 @@ func appendRouterGroup(b []byte, info *core.StreamInfo, h *core.Holding, keys []
 		b = append(b, `,"conductor_stream_owner":`...)
 		b = appendStreamDims(b, h.Stream)
 	}
+	if h.Context.LoraName != "" {
+		b = append(b, `,"conductor_lora":`...)
+		b = AppendJSONString(b, h.Context.LoraName)
+	}
 	return append(b, '}')
 }
 
@@ -142,8 +146,11 @@ func appendRouterGroup(b []byte, info *core.StreamInfo, h *core.Holding, keys []
 // rank; "conductor_copies" when a block is held in more than one copy;
 // "conductor_backend" for shared pool holdings; "conductor_stream_owner"
 // {"salt","backend_id","medium"} for holdings of an RFC #1527 stream
-// owner), then events carrying "conductor_engine_hashes" ([h,k,n,p] as in
-// the main form). progress (when not nil) is called after each chunk
+// owner; "conductor_lora" for holdings in an adapter's context of the
+// indexer, which a Dynamo worker's events make), then events carrying
+// "conductor_engine_hashes" ([h,k,n,p] as in the main form, with
+// "conductor_lora" likewise). Holdings of the stream in contexts of another
+// model, group or block size are left out (sink.foreign). progress (when not nil) is called after each chunk
 // written; log (slog.Default() when nil) receives an indexer walk's
 // failure.
 //

@@ -96,6 +96,9 @@ func (rs *restoreState) routerEvent(ck core.ContextKey, raw []byte) {
 		rs.routerStream(ck, &ev)
 		return
 	}
+	if len(ev.lora) > 0 {
+		ck.LoraName = string(ev.lora) // an adapter's context (conductor_lora)
+	}
 	if rs.cur == nil {
 		// A RouterEvent of a stream without a conductor_stream header (e.g.
 		// from a Dynamo process: its tokens_hash is a local block hash, not
@@ -129,6 +132,7 @@ type routerEvent struct {
 	tier           string
 	stream, engine []byte // conductor_stream, conductor_engine_hashes
 	backend, owner []byte // conductor_backend, conductor_stream_owner
+	lora           []byte // conductor_lora
 	hasBackend     bool
 	copies         uint32
 	eventID        uint64
@@ -150,6 +154,10 @@ func (ev *routerEvent) member(k []byte, v member) {
 	case "conductor_stream_owner":
 		if v.kind == mObject {
 			ev.owner = v.s
+		}
+	case "conductor_lora":
+		if v.kind == mString {
+			ev.lora = v.s
 		}
 	case "conductor_copies":
 		c, _ := v.u64()

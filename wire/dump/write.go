@@ -74,6 +74,9 @@ func sameGroup(a, b *core.Holding) bool {
 }
 
 func (s *sink) Holding(h *core.Holding) error {
+	if s.foreign(&h.Context) {
+		return s.err
+	}
 	if len(s.keys) > 0 && (!sameGroup(&s.cur, h) || len(s.keys) >= groupKeys) {
 		s.flushGroup()
 	}
@@ -101,6 +104,9 @@ func (s *sink) flushGroup() {
 }
 
 func (s *sink) Engine(e *core.EngineEntry) error {
+	if s.foreign(&e.Context) {
+		return s.err
+	}
 	s.flushGroup()
 	if len(s.eng) > 0 && (s.engCtx != e.Context || len(s.eng) >= 4*groupKeys) {
 		s.flushEngine()
@@ -119,7 +125,12 @@ func (s *sink) flushEngine() {
 		s.buf = appendRouterHead(s.buf, &s.info.Reg, "device", s.info)
 		s.buf = append(s.buf, `"blocks":[]}},"dp_rank":`...)
 		s.buf = strconv.AppendInt(s.buf, int64(s.info.Reg.DPRank), 10)
-		s.buf = append(s.buf, `},"conductor_engine_hashes":[`...)
+		s.buf = append(s.buf, '}')
+		if s.engCtx.LoraName != "" {
+			s.buf = append(s.buf, `,"conductor_lora":`...)
+			s.buf = AppendJSONString(s.buf, s.engCtx.LoraName)
+		}
+		s.buf = append(s.buf, `,"conductor_engine_hashes":[`...)
 	} else {
 		s.buf = append(s.buf, `{"event_type":"engine_hashes",`...)
 		s.buf = appendCtxFields(s.buf, &s.engCtx)
@@ -154,6 +165,20 @@ func (s *sink) EndStream(*core.StreamInfo) error {
 	}
 	s.flushBuf()
 	return s.err
+}
+
+// foreign reports whether k is a context the Dynamo form cannot name in the
+// section of the stream being written: the form is keyed by indexer
+// (tenant = routing group, model, block size) and names only a LoRA beside
+// it ("conductor_lora": a Dynamo worker's adapter context). The holdings of
+// such a context (a standardized event naming another model) are in the
+// main form only.
+func (s *sink) foreign(k *core.ContextKey) bool {
+	if !s.dynamo {
+		return false
+	}
+	h := s.info.Reg.ContextKey()
+	return k.TenantID != h.TenantID || k.ModelName != h.ModelName || k.BlockSize != h.BlockSize
 }
 
 // appendCtxFields writes a context's members into an open object.
