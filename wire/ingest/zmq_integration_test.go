@@ -331,7 +331,7 @@ func TestZMQReplayRingPastFirstMessage(t *testing.T) {
 		publish(t, pub, emptyVLLM())
 	}
 	waitFor(t, "the empty batches", func() bool { return h.status(k).LastSeq == pub.NextSeq()-1 })
-	dups := h.status(k).Duplicates // the connection's replay may repeat a primed batch
+	dups := h.status(k).Duplicates       // the connection's replay may repeat a primed batch
 	for x := uint64(200); x < 208; x++ { // the old incarnation's; the ring keeps the last four
 		publishHidden(t, pub, storeOne(x))
 	}
