@@ -160,6 +160,10 @@ type Server struct {
 	snap    atomic.Pointer[map[dynKey]int]
 	workers map[uint64]*dynWorker
 	peers   []string
+	// ignoredLogNext (unix ns) and ignoredQuiet rate-limit the log of
+	// ignored body keys (noteIgnored).
+	ignoredLogNext atomic.Int64
+	ignoredQuiet   atomic.Uint64
 	// onRegister is called (outside mu) after each successful registration
 	// with the number of registered instances (the startup worker gate).
 	onRegister func(workers int)
@@ -322,6 +326,7 @@ func (f *surface) Serve(ctx *fasthttp.RequestCtx, st *server.State, rt server.Ro
 	case dPeers:
 		d.handlePeers(ctx, st)
 	}
+	d.noteIgnored(ctx, st, rt.ID)
 	return 0
 }
 

@@ -21,6 +21,9 @@ type dynMetrics struct {
 	dur  [numDynRoutes]*metrics.PrometheusHistogram
 	reqs [numDynRoutes][3]*metrics.Counter // GET, POST, other
 	errs [numDynRoutes][2]*metrics.Counter // 4xx, 5xx
+	// ignored counts requests with a body key the route ignored
+	// (noteIgnored), per route that reads a body of keys.
+	ignored [numDynRoutes]*metrics.Counter
 }
 
 // dynBuckets: 0.1 ms doubling, 20 buckets (Dynamo's).
@@ -45,6 +48,9 @@ func newDynMetrics(d *Server) *dynMetrics {
 		}
 		for i, cl := range []string{"4xx", "5xx"} {
 			m.errs[r][i] = m.set.NewCounter(fmt.Sprintf(`dynamo_kvindexer_errors_total{endpoint=%q,status_class=%q}`, ep, cl))
+		}
+		if routeKeys[r] != nil {
+			m.ignored[r] = m.set.NewCounter(fmt.Sprintf(`conductor_dynamo_ignored_keys_total{endpoint=%q}`, ep))
 		}
 	}
 	m.set.RegisterMetricsWriter(m.writeGauges)

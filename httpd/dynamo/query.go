@@ -83,7 +83,8 @@ func (d *Server) parseDynamoQuery(r *server.Reader, byHash bool, st *server.Stat
 			id = dqSalt
 		}
 		if id < 0 {
-			r.Skip() // unknown keys are ignored, as serde does
+			ignore(st, key) // unknown keys are ignored, as serde does
+			r.Skip()
 			continue
 		}
 		if seen[id] {

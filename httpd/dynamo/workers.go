@@ -73,13 +73,17 @@ func instanceField(v *server.Value) (uint64, *server.RequestError) {
 }
 
 // decodeDynamoRegister reads a /register body. Unknown keys are ignored (as
-// serde does by default); the known ones are checked strictly.
-func decodeDynamoRegister(r *server.Reader) (Worker, *server.RequestError) {
+// serde does by default; the first is noted in st.Ignored); the known ones
+// are checked strictly.
+func decodeDynamoRegister(r *server.Reader, st *server.State) (Worker, *server.RequestError) {
 	var vals [numDynReg]server.Value
 	var seen [numDynReg]bool
 	var w Worker
 	if fe := server.ScanFields(r, "", seen[:], func(key []byte) (int, bool) {
 		id, skip := dynRegKey(key)
+		if id < 0 {
+			ignore(st, key)
+		}
 		return id, skip || id < 0
 	}, func(id int, _ []byte) { vals[id] = r.Value() }); fe != nil {
 		return w, fe
@@ -151,7 +155,7 @@ func (d *Server) handleRegister(ctx *fasthttp.RequestCtx, st *server.State) {
 	if !ok {
 		return
 	}
-	w, fe := decodeDynamoRegister(r)
+	w, fe := decodeDynamoRegister(r, st)
 	st.Model = append(st.Model, w.ModelName...)
 	if fe != nil {
 		d.reqError(ctx, st, 400, fe)
@@ -207,6 +211,7 @@ func (d *Server) handleUnregister(ctx *fasthttp.RequestCtx, st *server.State) {
 		case "dp_rank":
 			return uR, false
 		}
+		ignore(st, key)
 		return uX, true
 	}, func(id int, _ []byte) { vals[id] = r.Value() }); fe != nil {
 		d.reqError(ctx, st, 400, fe)

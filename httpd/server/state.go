@@ -28,6 +28,10 @@ type State struct {
 	// Model is the model a request named, for an access log (the Dynamo
 	// surface's); the preamble empties it.
 	Model []byte
+	// Ignored is the first body key a lenient dialect skipped as unknown (a
+	// view of the body; the Dynamo surface names it back); the preamble
+	// empties it.
+	Ignored []byte
 
 	rd      Reader
 	scratch []byte // unescaped JSON strings
@@ -54,6 +58,7 @@ func (c *Core) getState() *State {
 	st := c.pool.Get().(*State)
 	st.scratch = st.scratch[:0]
 	st.Model = st.Model[:0]
+	st.Ignored = nil
 	return st
 }
 

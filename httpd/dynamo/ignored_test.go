@@ -1,0 +1,98 @@
+package dynamo
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/valyala/fasthttp"
+)
+
+// lockedBuf is a bytes.Buffer safe for the server's goroutines.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestDynamoIgnoredKeys: a body key the route does not know is ignored, as
+// Dynamo ignores it (the request succeeds as if it were absent), and named
+// back: the X-Conductor-Ignored-Key header carries the first such key, the
+// route's conductor_dynamo_ignored_keys_total counts the request, and a WARN
+// line names the key and the known key nearest to it. Keys Dynamo accepts
+// and ignores (tenant_id on /register) and requests with none are not
+// reported.
+func TestDynamoIgnoredKeys(t *testing.T) {
+	var logs lockedBuf
+	e := startDyn(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	post := func(path, body string) (int, string) {
+		t.Helper()
+		req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+		defer fasthttp.ReleaseRequest(req)
+		defer fasthttp.ReleaseResponse(resp)
+		req.SetRequestURI("http://" + e.addr + path)
+		req.Header.SetMethod("POST")
+		req.Header.SetContentType("application/json")
+		req.SetBodyString(body)
+		if err := e.client.Do(req, resp); err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode(), string(resp.Header.Peek(ignoredHeader))
+	}
+	cases := []struct {
+		path, body string
+		status     int
+		ignored    string
+	}{
+		{"/register", `{"instance_id":1,"endpoint":"tcp://127.0.0.1:5601","model_name":"m","block_size":16,"routing_grup":"a","tenant_id":"t"}`, 201, "routing_grup"},
+		{"/register", `{"instance_id":2,"endpoint":"tcp://127.0.0.1:5602","model_name":"m","block_size":16,"tenant_id":"t"}`, 201, ""},
+		{"/query", `{"token_ids":[1,2,3],"model_name":"m","cache_slt":"x","lora":"y"}`, 200, "cache_slt"},
+		{"/query", `{"token_ids":[1,2,3],"model_name":"m"}`, 200, ""},
+		{"/query_by_hash", `{"block_hashes":[1],"model_name":"m","lora_name":"A"}`, 200, "lora_name"},
+		{"/unregister", `{"instance_id":1,"model_name":"m","dp_rnk":0,"x\n":1}`, 200, "dp_rnk"},
+	}
+	for i, c := range cases {
+		status, ignored := post(c.path, c.body)
+		if status != c.status || ignored != c.ignored {
+			t.Errorf("%s %s: status %d, ignored %q; want %d, %q", c.path, c.body, status, ignored, c.status, c.ignored)
+		}
+		if i == 1 {
+			// routing_grup was ignored: worker 1 is in the default group.
+			if w := string(e.do(t, "GET", "/workers?routing_group=default", "").body); !strings.Contains(w, `"instance_id":1,`) {
+				t.Errorf("workers of the default group: %s", w)
+			}
+		}
+	}
+	m := string(e.do(t, "GET", "/metrics", "").body)
+	for _, want := range []string{
+		`conductor_dynamo_ignored_keys_total{endpoint="/register"} 1`,
+		`conductor_dynamo_ignored_keys_total{endpoint="/query"} 1`,
+		`conductor_dynamo_ignored_keys_total{endpoint="/query_by_hash"} 1`,
+		`conductor_dynamo_ignored_keys_total{endpoint="/unregister"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+	// One line per 10 s: the first, with its suggestion.
+	if l := logs.String(); strings.Count(l, "request key ignored") != 1 ||
+		!strings.Contains(l, "key=routing_grup") || !strings.Contains(l, "did_you_mean=routing_group") {
+		t.Errorf("log: %s", l)
+	}
+	if got := headerText([]byte("a\nb\"")); got != `"a\nb\""` {
+		t.Errorf("headerText of a control character and a quote: %s", got)
+	}
+}
