@@ -125,6 +125,12 @@ func (s *Subscription) adapterState(name []byte) (*subCtx, DropReason, string) {
 	if sc == nil {
 		sc = s.newSubCtx(c)
 		s.state[c] = sc
+	} else {
+		// Acquiring may have bound the partition sc's blocks were filed in:
+		// clear what the binding invalidates now, before this event files
+		// blocks under the new profile (runRebinds would clear those too;
+		// TestAdapterBindingKeepsItsFirstBlocks).
+		s.rebind(sc)
 	}
 	if len(early) > 0 {
 		s.rebinds = append(s.rebinds, pendingRebind{c: c, early: early})

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seed-c7a81618/conductor/hash"
 )
 
 // adapterReg is a Dynamo worker's registration: vLLM, the xxh3 default
@@ -511,4 +513,33 @@ func TestAdapterConcurrent(t *testing.T) {
 	if n := ix.contexts.Size(); n != 0 || ix.TierBlocks() != [NumTiers]int{} {
 		t.Fatalf("%d contexts, holdings %v left: %+v", n, ix.TierBlocks(), ix.GlobalView())
 	}
+}
+
+// TestAdapterBindingKeepsItsFirstBlocks: an adapter registration that holds
+// state in adapter A's context through a standardized event, in a pool-only
+// partition, binds that partition with its first vLLM store for A (an
+// explicit xxh3 profile with another seed). What the binding invalidates is
+// cleared before the store files its blocks, not after: the store's blocks
+// stay and are found.
+func TestAdapterBindingKeepsItsFirstBlocks(t *testing.T) {
+	ix := New(Options{Logger: quietLogger()})
+	pr := poolReg("pool")
+	pr.LoraName = "A"
+	pool := mustRegister(t, ix, pr)
+	pool.Apply(poolStored("cpu", "be", 0x51))
+	p7, err := hash.Resolve(hash.Spec{Strategy: "xxh3", Algorithm: "xxh3_64", PythonHashSeed: "7", IndexProjection: "seq64"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := adapterReg("1")
+	r.Profile, r.ProfileExplicit = p7, true
+	s := mustRegister(t, ix, r)
+	ev := rfcEv(EventStored, 1, "w", "gpu", 0, 0x61)
+	ev.Events[0].LoraName = []byte("A")
+	s.Apply(ev)
+	tok := seqTokens(0, 2*testBS)
+	if st := s.Apply(loraStored("A", tok, 0xA1, 0xA2)); st.Dropped != 0 || st.Blocks != 2 {
+		t.Fatalf("adapter store: %+v", st)
+	}
+	wantDevice(t, ix, "A", "1", tok, 2*testBS)
 }

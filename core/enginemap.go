@@ -85,14 +85,16 @@ func (e *engineMap) reset() { *e = engineMap{} }
 // its subscription holds there before pruneEngine walks it.
 const engineSlack = 4096
 
-// pruneEngine drops sc's engine map entries whose block none of sc's owners
-// holds any more, once the map holds more than twice as many entries as sc
+// pruneEngine drops sc's engine map entries whose block is no longer in the
+// context at all, once the map holds more than twice as many entries as sc
 // has held blocks (plus engineSlack). A block bound or a gap expiry drops
 // blocks without the engine's removes, so without it the map of a
 // publisher that never removes would grow past the bound that limits its
-// blocks (TestEngineMapBoundedByBlockBound). The entry of a dropped block is
-// only a parent for its children, which no prefix walk of this owner
-// reaches without it. Caller holds s.mu.
+// blocks (TestEngineMapBoundedByBlockBound). An entry whose block another
+// owner still holds stays: a shared pool's copy extends this engine's
+// cpu_share and disk prefixes through it, so it is still the parent of the
+// engine's next blocks (TestEngineMapPruneKeepsPoolHeldParents); the map
+// stays bounded by the context's blocks. Caller holds s.mu.
 func (sc *subCtx) pruneEngine() {
 	held := 0
 	for _, set := range sc.keys {
@@ -108,17 +110,8 @@ func (sc *subCtx) pruneEngine() {
 	}
 }
 
-// holds reports whether one of sc's owners holds block k in some tier.
+// holds reports whether some owner holds block k in sc's context.
 func (sc *subCtx) holds(k uint64) bool {
-	v, ok := sc.ctx.blocks.Load(k)
-	if !ok {
-		return false
-	}
-	mine := false
-	v.forEach(func(w uint64) {
-		if !mine && sc.keys[wordOwner(w)] != nil {
-			mine = true
-		}
-	})
-	return mine
+	_, ok := sc.ctx.blocks.Load(k)
+	return ok
 }

@@ -109,3 +109,40 @@ func TestEngineMapBoundedByBlockBound(t *testing.T) {
 		t.Fatalf("remove of the newest block: %+v, held %d -> %d", st, held, s.HeldBlocks())
 	}
 }
+
+// TestEngineMapPruneKeepsPoolHeldParents: a default-profile engine's block P
+// evicted by its block bound while a shared pool still holds P's key keeps
+// its engine map entry through the prune: the pool's copy extends the
+// engine's cpu_share and disk prefixes through P, so the engine's next block
+// (parent P) is filed and found there, not dropped as unknown_parent.
+func TestEngineMapPruneKeepsPoolHeldParents(t *testing.T) {
+	ix := New(Options{MaxBlocksPerRegistration: 100, Logger: quietLogger()})
+	r := engineReg(t, "a", 0, hash.Profile{})
+	r.ProfileExplicit = false
+	s := mustRegister(t, ix, r)
+	pool := mustRegister(t, ix, poolReg("pool"))
+	tok := seqTokens(1<<20, 2*testBS)
+	keys := plainChain(tok, testBS, hash.DefaultXXH3Seed)
+	pool.Apply(poolStored("cpu", "be", keys[0]))
+	p := stored("GPU", 0xBEEF)
+	p.Events[0].Tokens, p.Events[0].HasTokens = tok[:testBS], true
+	s.Apply(p)
+	for i := 0; i < 3*engineSlack; i++ { // evicts P from the engine, prunes the map
+		b := stored("GPU", uint64(1000+i))
+		b.Events[0].Tokens, b.Events[0].HasTokens = seqTokens(i*testBS, testBS), true
+		s.Apply(b)
+	}
+	c := stored("GPU", 0xCAFE)
+	c.Events[0].Tokens, c.Events[0].HasTokens = tok[testBS:], true
+	c.Events[0].Parent, c.Events[0].HasParent = 0xBEEF, true
+	if st := s.Apply(c); st.Dropped != 0 || st.Blocks != 1 {
+		t.Fatalf("child of the pool-held parent: %+v", st)
+	}
+	res := &QueryResult{}
+	if err := ix.Query(&QueryRequest{Model: "m", BlockSize: testBS, Tokens: tok}, res); err != nil {
+		t.Fatal(err)
+	}
+	if a := row(res, "a"); a == nil || a.Device != 0 || a.CPUShare != 2*testBS || a.Disk != 2*testBS {
+		t.Fatalf("row of a: %+v, want device 0, cpu_share and disk %d", a, 2*testBS)
+	}
+}
