@@ -346,6 +346,22 @@ func (ix *Index) RestoreStream(info *StreamInfo) (*StreamRestorer, error) {
 	return &StreamRestorer{s: s}, nil
 }
 
+// EndSkip ends the skipping RestoreStream turned on, for a caller that
+// orders and deduplicates the stream itself (a replica): every later batch is
+// applied, and Clear and a clearing Gap act at once instead of waiting for
+// the next batch. A clear deferred meanwhile is applied now. It returns the
+// stream's last sequence (the restored dump's when nothing was applied since).
+func (s *Subscription) EndSkip() (seq uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.skipping = false
+	if s.clearDeferred && !s.closed {
+		s.clearDeferred = false
+		s.clearLocked()
+	}
+	return s.lastSeq, s.hasSeq
+}
+
 // Holding restores one holding. It is skipped (false) when its context does
 // not exist here or the subscription was unregistered.
 func (r *StreamRestorer) Holding(h *Holding) bool {

@@ -56,9 +56,15 @@
 // store between two messages (snapshot.go), and any starting replica loads
 // the newest snapshot of its stream and filter and consumes from the message
 // after it: start-up costs one snapshot and the messages since, however long
-// the history. If the stream's retention has dropped messages after that
-// snapshot, the replica counts it (conductor_replica_stream_gaps_total) and
-// carries on from what the stream holds.
+// the history. No snapshot is written between two sections of a state
+// transfer (TestSnapshotWaitsForTransfer). A replica orders each
+// subscription's batches itself (Replica's sequence checks), so a snapshot
+// or transfer it restores takes the dump's sequence into those checks and
+// turns core's restored-dump skipping off: a clear right after it applies
+// at once (TestReplicaClearAfterWarmStart, TestReplicaClearAfterTransfer).
+// If the stream's retention has dropped messages after that snapshot, the
+// replica counts it (conductor_replica_stream_gaps_total) and carries on
+// from what the stream holds.
 //
 // # Faults
 //
@@ -67,7 +73,9 @@
 //     hash, so two relays subscribed to the same engines store each batch
 //     once, a resend of a stored message is a no-op, and an engine's
 //     post-restart batch with an old sequence but new content is not taken
-//     for a duplicate.
+//     for a duplicate. A clear or gap is named by the sequence of the batch
+//     before it, an expiry also by its count since that batch, so a resend
+//     of one does not expire a second gap mark (TestRelayExpireResentOnce).
 //   - NATS down or slow: the relay holds unacknowledged messages up to
 //     Options.BufferBytes and resends a failed publish window from its first
 //     failure. Past the bound it drops batches, clears and flushes (never a

@@ -86,6 +86,12 @@ type relaySub struct {
 	subject  string
 	streamID string
 	last     uint64
+	// expires counts the Expire messages since the batch of sequence last:
+	// with it an Expire's message id names that expiry, so a resend of one
+	// stored with its acknowledgement lost is a no-op, as for a batch
+	// (TestRelayExpireResentOnce). Guarded, like last, by the
+	// subscription's lock (the observer's calls hold it).
+	expires uint64
 	// dirty: a message of this subscription was dropped, too large, or may
 	// be stored out of order; nothing more is queued for it until a state
 	// transfer (section.go) replaces it.
@@ -222,7 +228,7 @@ func (r *Relay) Applied(s *core.Subscription, b *core.Batch) {
 	m := outMsg{subject: rs.subject, body: body}
 	if b.HasSeq {
 		m.id = rs.streamID + "-" + strconv.FormatUint(b.Seq, 10) + "-" + strconv.FormatUint(xxh3.Hash(body), 16)
-		rs.last = b.Seq
+		rs.last, rs.expires = b.Seq, 0
 	}
 	r.enqueueSub(rs, m)
 }
@@ -244,7 +250,9 @@ func (r *Relay) Gapped(s *core.Subscription, p core.GapPolicy) {
 // Expired implements core.Observer.
 func (r *Relay) Expired(s *core.Subscription) {
 	rs := r.subOf(s)
-	r.enqueueSub(rs, outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindExpire, s.Key())})
+	rs.expires++
+	r.enqueueSub(rs, outMsg{subject: rs.subject, id: rs.streamID + "-e-" + strconv.FormatUint(rs.last, 10) + "-" + strconv.FormatUint(rs.expires, 10),
+		body: AppendKeyMessage(nil, KindExpire, s.Key())})
 }
 
 // Flushed implements core.Observer.

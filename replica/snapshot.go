@@ -34,8 +34,10 @@ import (
 //
 // A starting replica (any, not only the writer) loads the newest snapshot of
 // its stream and filter, registers the header's registrations, restores the
-// dump (dump.Restore) and consumes from N+1: start-up reads one
-// snapshot and the messages since, however long the history.
+// dump (dump.Restore), takes each stream's ZMQ sequence into its own
+// sequence checks (core's restored-dump skipping ends: Subscription.EndSkip)
+// and consumes from N+1: start-up reads one snapshot and the messages since,
+// however long the history.
 
 const snapshotFormat = "conductor-replica-snapshot/1"
 
@@ -245,15 +247,30 @@ func (r *Replica) loadSnapshot(ctx context.Context, js jetstream.JetStream) uint
 	st, err := dump.Restore(r.ix, br, nil)
 	d := time.Since(start)
 	r.snapLoadSeconds.Store(math.Float64bits(d.Seconds()))
+	// The replica orders the stream itself: each restored stream's sequence
+	// goes to seqs, and core's skipping of a restored dump ends, or it would
+	// defer the relay's next Clear or clearing Gap to a batch that may never
+	// come (TestReplicaClearAfterWarmStart).
+	for _, reg := range r.ix.Services() {
+		sub, ok := r.ix.Lookup(reg.Key())
+		if !ok {
+			continue
+		}
+		seq, has := sub.EndSkip()
+		if err != nil {
+			sub.Clear("snapshot restore failed")
+			continue
+		}
+		if has {
+			ss := r.seqState(normKey(reg.Key()))
+			ss.last.Store(seq)
+			ss.has = true
+		}
+	}
 	if err != nil {
 		// What was restored stays; consuming from the start re-applies
-		// the history on top, which would double it: clear instead.
-		log.Error("replica: snapshot restore failed part-way; clearing and consuming from the start", "name", name, "err", err)
-		for _, reg := range r.ix.Services() {
-			if sub, ok := r.ix.Lookup(reg.Key()); ok {
-				sub.Clear("snapshot restore failed")
-			}
-		}
+		// the history on top, which would double it: cleared above.
+		log.Error("replica: snapshot restore failed part-way; cleared, consuming from the start", "name", name, "err", err)
 		return 0
 	}
 	r.snapLoads.Inc()

@@ -60,6 +60,46 @@ func TestGenerationsCrash(t *testing.T) {
 	f(4, "gen 3\n") // and the directory synced
 }
 
+// TestGenerationsCrashAfterCorrupt: once load moved a corrupt PATH aside,
+// PATH.prev is the only good generation; a crash after any step of the next
+// replace still leaves one that load finds (replace once deleted PATH.prev
+// before the new PATH was in place, leaving neither).
+func TestGenerationsCrashAfterCorrupt(t *testing.T) {
+	check := func(p string) error {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.HasPrefix(string(b), "gen ") {
+			return fmt.Errorf("corrupt: %q %v", b, err)
+		}
+		return nil
+	}
+	f := func(crashAfter int, want string) {
+		t.Helper()
+		g := &generations{path: filepath.Join(t.TempDir(), "file")}
+		for _, s := range []string{"gen 1\n", "garbage\n"} {
+			if err := g.replace(func(f *os.File) error { _, err := f.WriteString(s); return err }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if from, bad := g.load(check); len(bad) != 1 || from != g.path+".prev" {
+			t.Fatalf("setup: loaded from %q, bad %v", from, bad)
+		}
+		g.crashAfter = func(step int) bool { return step == crashAfter }
+		if err := g.replace(func(f *os.File) error { _, err := f.WriteString("gen 3\n"); return err }); err == nil {
+			t.Fatalf("crash after step %d: replace returned nil", crashAfter)
+		}
+		from, bad := (&generations{path: g.path}).load(check)
+		if len(bad) != 0 || from == "" {
+			t.Fatalf("crash after step %d: from %q, bad %v", crashAfter, from, bad)
+		}
+		if got, _ := os.ReadFile(from); string(got) != want {
+			t.Fatalf("crash after step %d: loaded %q from %s, want %q", crashAfter, got, from, want)
+		}
+	}
+	f(1, "gen 1\n") // written, not rotated
+	f(2, "gen 1\n") // no PATH to keep: PATH.prev stays
+	f(3, "gen 3\n") // renamed into place
+}
+
 // TestGenerationsAlwaysPresent: while one goroutine replaces the file over
 // and over, another never finds PATH missing, and every read of it is a
 // whole generation; PATH.prev holds the generation before PATH's.
