@@ -273,7 +273,8 @@ func defaultStateDir() string {
 }
 
 // secret resolves a token from its flag, then its file, then its environment
-// variable; a file's surrounding whitespace is trimmed.
+// variable; a file's surrounding whitespace is trimmed, and a file with
+// nothing else is an error.
 func secret(flagVal, file, envName string, env func(string) (string, bool)) (string, error) {
 	if flagVal != "" {
 		return flagVal, nil
@@ -283,7 +284,13 @@ func secret(flagVal, file, envName string, env func(string) (string, bool)) (str
 		if err != nil {
 			return "", err
 		}
-		return strings.TrimSpace(string(b)), nil
+		v := strings.TrimSpace(string(b))
+		if v == "" {
+			// An empty token is no token: a file that lost its contents (an
+			// empty Secret key) must not open what it was meant to guard.
+			return "", fmt.Errorf("%s is empty: it must hold the token", file)
+		}
+		return v, nil
 	}
 	v, _ := env(envName)
 	return v, nil
@@ -530,7 +537,7 @@ func (b *builder) build() (*app, int) {
 	}
 	np.dyn = a.dp.dyn
 	log.Info("conductor starting", "version", buildVersion(), "config", path, "listen", s.listen,
-		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken+s.queryTokenFile != "",
+		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken != "",
 		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
 	if !access.Open() {
 		log.Info("bearer tokens required on mutating and introspection endpoints")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -91,5 +92,33 @@ func TestConfigurationDocListsTheFlags(t *testing.T) {
 	if block != want {
 		t.Fatalf("docs/configuration.md's flag list differs from --help; paste the output of\n"+
 			"  go run ./cmd/conductor --help | sed -n '/^Server:/,$p'\ngot:\n%s\nwant:\n%s", block, want)
+	}
+}
+
+// TestTokenFileEmpty: a token file whose contents trim to nothing is refused
+// (an empty token would turn the protection off); a file holding a token
+// gives it, trimmed; without a file or flag the environment's is taken.
+func TestTokenFileEmpty(t *testing.T) {
+	dir := t.TempDir()
+	empty, full := filepath.Join(dir, "empty.tok"), filepath.Join(dir, "full.tok")
+	if err := os.WriteFile(empty, []byte(" \n\t\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(full, []byte("0123456789abcdef\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := func(string) (string, bool) { return "from-env-0123456789", true }
+	if v, err := secret("", empty, "X", env); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("empty file: %q, %v", v, err)
+	}
+	if v, err := secret("", full, "X", env); err != nil || v != "0123456789abcdef" {
+		t.Fatalf("token file: %q, %v", v, err)
+	}
+	if v, err := secret("", "", "X", env); err != nil || v != "from-env-0123456789" {
+		t.Fatalf("environment: %q, %v", v, err)
+	}
+	s := &settings{queryTokenFile: empty}
+	if _, _, err := accessOf(s, func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), "--query-token-file") {
+		t.Fatalf("accessOf with an empty query token file: %v", err)
 	}
 }
