@@ -139,6 +139,14 @@ func Registrations(p *Pod) ([]Desired, error) {
 		if err != nil {
 			return nil, fmt.Errorf("the registration is refused: %w", err)
 		}
+		// The index's own checks too (an identity too long, a salt under an
+		// engine profile): refused here, the pod is counted invalid once,
+		// instead of failing at every resync's Register.
+		c := reg
+		c.Normalize()
+		if err := c.Validate(); err != nil {
+			return nil, fmt.Errorf("the registration is refused: %w", err)
+		}
 		out = append(out, Desired{Reg: reg, Body: string(b)})
 	}
 	return out, nil

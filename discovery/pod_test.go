@@ -104,6 +104,9 @@ func TestRegistrationsRefused(t *testing.T) {
 		{"unknown type", map[string]string{AnnModel: "m", AnnType: "TensorRT", AnnBlockSize: "16"}, "10.0.0.1", "type must be"},
 		{"profile not JSON", map[string]string{AnnModel: "m", AnnHashProfile: "vllm_v1"}, "10.0.0.1", "JSON object"},
 		{"profile refused like /register", map[string]string{AnnModel: "m", AnnHashAlgo: "md5"}, "10.0.0.1", "algorithm"},
+		// The index's checks as well: a salt has no namespace under vLLM's profile.
+		{"salt under an engine profile", map[string]string{AnnModel: "m", AnnSalt: "w8a8"}, "10.0.0.1", "additionalsalt"},
+		{"instance id too long", map[string]string{AnnModel: "m", AnnInstanceID: strings.Repeat("i", 300)}, "10.0.0.1", "instance_id"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
