@@ -180,7 +180,7 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.StringVar(&s.memoryLimit, "memory-limit", "", "soft memory limit for the Go runtime, e.g. 8GiB (default $GOMEMLIMIT, else none; 0 = none; docs/performance.md)")
 	fs.BoolVar(&s.queryPriority, "query-priority", true, "ingest steps aside (up to 0.2 ms per 256 block updates) while queries are in flight: lower query tail latency, slower ingest under query load")
 	addSchedFlags(fs, &s.ingestNice)
-	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit) (default $GOGC, else 100)")
+	fs.StringVar(&s.gogc, "gogc", "", "GC target percentage, or off (needs --memory-limit or $GOMEMLIMIT) (default $GOGC, else 100)")
 	fs.StringVar(&s.gcHeapFloor, "gc-heap-floor", DefaultGCHeapFloor, "heap size the GC counts as live from the start, so that no cycle runs until the heap is (1 + GOGC/100) times it; adds no resident memory but counts toward --memory-limit (0 = none, at most 4GiB; docs/performance.md)")
 	return fs
 }

@@ -86,8 +86,9 @@ func resolveGCPolicy(memoryLimit, gogc, floor string) (gcPolicy, error) {
 		}
 		p.gogc, p.gogcSrc = n, "--gogc"
 	}
-	if p.gogc == -1 && p.limit <= 0 {
-		return p, fmt.Errorf("--gogc=off needs --memory-limit (the heap would grow without bound)")
+	if p.gogc == -1 && p.limit <= 0 && (p.limit == 0 || debug.SetMemoryLimit(-1) == math.MaxInt64) {
+		// Without --memory-limit the runtime's own limit (GOMEMLIMIT) counts.
+		return p, fmt.Errorf("--gogc=off needs --memory-limit or GOMEMLIMIT (the heap would grow without bound)")
 	}
 	if p.floor > 0 && p.limit > 0 && p.floor >= p.limit {
 		return p, fmt.Errorf("--gc-heap-floor=%q must be below --memory-limit=%q (the floor counts as heap)", floor, memoryLimit)

@@ -173,3 +173,22 @@ func rerunTest(name string, env []string, attr *syscall.SysProcAttr) (out string
 	}
 	return b.String(), nil, err
 }
+
+// TestGOGCOffTakesGOMEMLIMIT: --gogc off needs a memory limit, and the
+// runtime's own (GOMEMLIMIT, read at start) is one; --memory-limit 0 (no
+// limit) is not.
+func TestGOGCOffTakesGOMEMLIMIT(t *testing.T) {
+	old := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(old) })
+	debug.SetMemoryLimit(math.MaxInt64)
+	if _, err := resolveGCPolicy("", "off", "0"); err == nil || !strings.Contains(err.Error(), "GOMEMLIMIT") {
+		t.Fatalf("--gogc off with no limit at all: %v", err)
+	}
+	debug.SetMemoryLimit(2 << 30) // as GOMEMLIMIT=2GiB sets it
+	if p, err := resolveGCPolicy("", "off", "0"); err != nil || p.gogc != -1 || p.limit != -1 {
+		t.Fatalf("--gogc off under GOMEMLIMIT: %+v, %v", p, err)
+	}
+	if _, err := resolveGCPolicy("0", "off", "0"); err == nil {
+		t.Fatal("--gogc off with --memory-limit 0 (no limit) was accepted")
+	}
+}
