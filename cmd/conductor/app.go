@@ -104,6 +104,10 @@ type settings struct {
 	ingestNice      int          // schedpolicy.go
 	nats            natsSettings // nats.go
 	kube            kubeSettings // kube.go
+
+	// noStateHome: --state-dir was left to its default, which is off because
+	// neither XDG_STATE_HOME nor HOME is set (warned at start).
+	noStateHome bool
 }
 
 // parseFlags parses the command line; --help writes the grouped flag list to
@@ -193,6 +197,7 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	s.allowSourceSet = set["allow-source-endpoints"]
+	s.noStateHome = !set["state-dir"] && s.stateDir == "" && !set["port"] // --port turns it off by design
 	if err := s.dynamoMode(set); err != nil {
 		return err
 	}
@@ -539,6 +544,9 @@ func (b *builder) build() (*app, int) {
 	log.Info("conductor starting", "version", buildVersion(), "config", path, "listen", s.listen,
 		"admin_token", !access.Open(), "query_token", access != nil && s.queryToken != "",
 		"allow_endpoints", policy.String(), "state_dir", s.stateDir)
+	if s.noStateHome && !s.nats.consume {
+		log.Warn("no durable state: --state-dir defaults to $XDG_STATE_HOME/conductor or ~/.local/state/conductor, and neither XDG_STATE_HOME nor HOME is set; registrations will not survive a restart: set --state-dir (or --state-dir \"\" to say so)")
+	}
 	if !access.Open() {
 		log.Info("bearer tokens required on mutating and introspection endpoints")
 	} else if !loopbackHost(s.listen) {

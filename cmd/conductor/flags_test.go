@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,5 +121,33 @@ func TestTokenFileEmpty(t *testing.T) {
 	s := &settings{queryTokenFile: empty}
 	if _, _, err := accessOf(s, func(string) (string, bool) { return "", false }); err == nil || !strings.Contains(err.Error(), "--query-token-file") {
 		t.Fatalf("accessOf with an empty query token file: %v", err)
+	}
+}
+
+// TestNoStateHome: with neither XDG_STATE_HOME nor HOME, --state-dir's
+// default is off, and the settings say so (a start warning) unless the
+// command line chose it (--state-dir "") or --port turned it off by design.
+func TestNoStateHome(t *testing.T) {
+	t.Setenv("XDG_STATE_HOME", "")
+	t.Setenv("HOME", "")
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--state-dir", ""}, false},
+		{[]string{"--port", "8090", "--block-size", "16"}, false},
+	} {
+		s, err := parseFlags(c.args, io.Discard)
+		if err != nil {
+			t.Fatalf("%q: %v", c.args, err)
+		}
+		if s.noStateHome != c.want || s.stateDir != "" {
+			t.Errorf("%q: noStateHome %v, state dir %q; want %v, off", c.args, s.noStateHome, s.stateDir, c.want)
+		}
+	}
+	t.Setenv("HOME", t.TempDir())
+	if s, err := parseFlags(nil, io.Discard); err != nil || s.noStateHome || s.stateDir == "" {
+		t.Fatalf("with HOME: %+v, %v", s, err)
 	}
 }
