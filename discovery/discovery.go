@@ -31,7 +31,12 @@ import (
 // registration that already exists unchanged succeeds.
 type Registrar interface {
 	Register(r core.Registration) error
+	// Unregister removes k if this Registrar registered it; k held by
+	// another owner (an operator who replaced it) is left alone and
+	// answered with an error wrapping core.ErrNotFound.
 	Unregister(k core.ServiceKey) error
+	// Owns reports whether k is registered, by this Registrar.
+	Owns(k core.ServiceKey) bool
 }
 
 // Options configure a Discovery.
@@ -273,6 +278,15 @@ func (d *Discovery) Reconcile(key string, p *Pod) {
 		st.uid = p.UID
 	}
 	st.invalid, st.want = invalid, want
+	for k, h := range st.have {
+		// Unregistered, or replaced, by someone else since: forgotten, and
+		// registered again below while the pod wants it (a replacement's
+		// conflict is then logged at every resync).
+		if !d.reg.Owns(k) {
+			delete(st.have, k)
+			d.log.Info("kubernetes discovery: a registration it made is no longer its own", "pod", key, "service", k.String(), "endpoint", h.Reg.Endpoint)
+		}
+	}
 	for k, h := range st.have {
 		if w, ok := want[k]; ok && w.Body == h.Body && !newUID {
 			continue

@@ -21,14 +21,37 @@ const waitBound = 2 * time.Minute
 
 // recorder is a Registrar that keeps what is registered and can refuse.
 type recorder struct {
-	mu     sync.Mutex
-	regs   map[core.ServiceKey]core.Registration
-	refuse map[string]bool // instance IDs whose Register fails
-	unregs int
+	mu      sync.Mutex
+	regs    map[core.ServiceKey]core.Registration
+	refuse  map[string]bool // instance IDs whose Register fails
+	foreign map[core.ServiceKey]bool
+	unregs  int
 }
 
 func newRecorder() *recorder {
-	return &recorder{regs: map[core.ServiceKey]core.Registration{}, refuse: map[string]bool{}}
+	return &recorder{regs: map[core.ServiceKey]core.Registration{}, refuse: map[string]bool{}, foreign: map[core.ServiceKey]bool{}}
+}
+
+func (r *recorder) Owns(k core.ServiceKey) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.regs[k]
+	return ok && !r.foreign[k]
+}
+
+// operator replaces k by a registration of its own (endpoint ep), or
+// removes it when ep is "", as an admin would through the API.
+func (r *recorder) operator(k core.ServiceKey, ep string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if ep == "" {
+		delete(r.regs, k)
+		delete(r.foreign, k)
+		return
+	}
+	reg := r.regs[k]
+	reg.Endpoint = ep
+	r.regs[k], r.foreign[k] = reg, true
 }
 
 func (r *recorder) Register(reg core.Registration) error {
@@ -47,7 +70,7 @@ func (r *recorder) Register(reg core.Registration) error {
 func (r *recorder) Unregister(k core.ServiceKey) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.regs[k]; !ok {
+	if _, ok := r.regs[k]; !ok || r.foreign[k] {
 		return core.ErrNotFound
 	}
 	delete(r.regs, k)
@@ -210,5 +233,36 @@ func TestOptionsValidate(t *testing.T) {
 	o.EnsureDefaults()
 	if err := o.Validate(); err != nil {
 		t.Errorf("%+v: %v", o, err)
+	}
+}
+
+// TestDiscoveryLeavesOperatorRegistrations: discovery removes only what it
+// registered. An operator's unregistration of a discovered engine is undone
+// at the next resync while the pod wants it; an operator's own registration
+// under the same key is not replaced (its conflict is logged) and is left in
+// place when the pod goes.
+func TestDiscoveryLeavesOperatorRegistrations(t *testing.T) {
+	rec := newRecorder()
+	d, err := New(rec, Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := &Pod{Namespace: "llm", Name: "a", UID: "u1", IP: "10.0.0.1", Ready: true, Annotations: map[string]string{AnnModel: "qwen"}}
+	k := core.ServiceKey{InstanceID: "llm/a", TenantID: "default", DPRank: 0}
+	const mine = "llm/a|0=tcp://10.0.0.1:5557 qwen"
+	d.Reconcile("llm/a", pod)
+	if got := rec.state(); got != mine {
+		t.Fatalf("registered %q, want %q", got, mine)
+	}
+	rec.operator(k, "") // an operator unregisters it
+	d.Reconcile("llm/a", pod)
+	if got := rec.state(); got != mine {
+		t.Fatalf("after the operator's unregistration and a resync: %q, want %q", got, mine)
+	}
+	rec.operator(k, "tcp://10.0.0.9:6000") // and replaces it by one of its own
+	d.Reconcile("llm/a", pod)
+	d.Reconcile("llm/a", nil) // the pod is deleted
+	if got, want := rec.state(), "llm/a|0=tcp://10.0.0.9:6000 qwen"; got != want {
+		t.Fatalf("after the pod went: %q, want the operator's %q", got, want)
 	}
 }

@@ -129,6 +129,8 @@ func (r gateRegistrar) Register(reg core.Registration) error {
 }
 
 func (r gateRegistrar) Unregister(k core.ServiceKey) error {
-	_, err := r.g.Unregister(server.DiscoveryPrincipal, k)
+	_, err := r.g.UnregisterOwn(server.DiscoveryPrincipal, k)
 	return err
 }
+
+func (r gateRegistrar) Owns(k core.ServiceKey) bool { return r.g.Owns(server.DiscoveryPrincipal, k) }

@@ -325,8 +325,31 @@ func (g *Gate) explain(holder core.ServiceKey, err error) error {
 
 // Unregister removes k on behalf of p: only its owner or the admin may.
 func (g *Gate) Unregister(p Principal, k core.ServiceKey) (core.Registration, error) {
+	return g.unregister(p, k, false)
+}
+
+// UnregisterOwn is Unregister for a principal that removes only what it
+// registered itself, whatever its rights: an automated owner (Kubernetes
+// discovery) must not remove what an operator registered under the same
+// key since. k held by another owner is answered as not found.
+func (g *Gate) UnregisterOwn(p Principal, k core.ServiceKey) (core.Registration, error) {
+	return g.unregister(p, k, true)
+}
+
+// Owns reports whether k is registered by p.
+func (g *Gate) Owns(p Principal, k core.ServiceKey) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	sub, ok := g.ix.Lookup(k)
+	return ok && sub.Registration().Owner == p.Name
+}
+
+func (g *Gate) unregister(p Principal, k core.ServiceKey, own bool) (core.Registration, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if sub, ok := g.ix.Lookup(k); ok && own && sub.Registration().Owner != p.Name {
+		return core.Registration{}, fmt.Errorf("unregister %s: registered by %q since: %w", k, sub.Registration().Owner, core.ErrNotFound)
+	}
 	if sub, ok := g.ix.Lookup(k); ok && !p.Admin {
 		if owner := sub.Registration().Owner; owner != p.Name {
 			return core.Registration{}, fmt.Errorf("unregister %s: registered by another identity: %w", k, ErrForbidden)
