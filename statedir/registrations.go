@@ -82,6 +82,20 @@ type Store struct {
 	// restored holds the service keys Restore registered, until a Save
 	// shows them gone (unregistered, perhaps registered anew since).
 	restored map[core.ServiceKey]bool
+	// kept are the entries Restore could not register (a lowered
+	// --max-registrations, a narrower endpoint policy, a rule of this
+	// version): every Save writes them again, so that the next start tries
+	// them again instead of the file forgetting them, until a registration
+	// of the same service key supersedes one (TestStoreKeepsRefused).
+	kept []keptEntry
+}
+
+// keptEntry is an entry Restore refused and its service key (ok false when
+// the entry does not decode: it is kept as it is).
+type keptEntry struct {
+	e   Entry
+	key core.ServiceKey
+	ok  bool
 }
 
 // Open creates dir if needed and locks it (ErrInUse when another process
@@ -158,7 +172,22 @@ func (s *Store) Save(regs []core.Registration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.pruneRestored(regs)
-	entries := make([]Entry, 0, len(regs))
+	entries := make([]Entry, 0, len(regs)+len(s.kept))
+	if len(s.kept) > 0 {
+		held := make(map[core.ServiceKey]bool, len(regs))
+		for i := range regs {
+			held[regs[i].Key()] = true
+		}
+		kept := s.kept[:0]
+		for _, k := range s.kept {
+			if k.ok && held[k.key] {
+				continue // superseded by a registration of its key
+			}
+			kept = append(kept, k)
+			entries = append(entries, k.e)
+		}
+		s.kept = kept
+	}
 	for i := range regs {
 		if regs[i].Owner == configOwner || regs[i].Owner == server.DiscoveryPrincipal.Name {
 			continue
@@ -268,12 +297,17 @@ func (s *Store) Restore(log *slog.Logger, register RegisterFunc) {
 	ok, failed := 0, 0
 	for _, e := range ld.Entries {
 		reg, err := server.DecodeRegistration(e.Register, true, server.DecodeOptions{})
+		decoded := err == nil
 		if err == nil {
 			err = register(server.Principal{Name: e.Owner, Admin: true}, e.Origin, reg)
 		}
 		if err != nil {
 			failed++
-			log.Error("restored registration refused", "entry", string(e.Register), "err", err)
+			log.Error("restored registration refused; kept in the state file and tried again at the next start (register its service key anew, then unregister it, to drop it)",
+				"entry", string(e.Register), "err", err)
+			s.mu.Lock()
+			s.kept = append(s.kept, keptEntry{e: e, key: reg.Key(), ok: decoded})
+			s.mu.Unlock()
 			continue
 		}
 		ok++

@@ -1,8 +1,11 @@
 package statedir
 
 import (
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -170,5 +173,65 @@ func TestStoreTornFile(t *testing.T) {
 	aside, _ := filepath.Glob(filepath.Join(dir, "*.corrupt-*"))
 	if len(aside) != 2 {
 		t.Fatalf("corrupt files kept aside: %v", aside)
+	}
+}
+
+// TestStoreKeepsRefused: an entry Restore could not register (here: over a
+// lowered registration limit) stays in every generation this run writes, so
+// the next start tries it again; a registration of its service key
+// supersedes it, and after that key's unregistration it is gone.
+func TestStoreKeepsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s")
+	st, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs := sampleRegs(t)[:2]
+	if err := st.Save(regs); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+
+	st, err = Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	var got []core.Registration
+	st.Restore(slog.New(slog.DiscardHandler), func(p server.Principal, origin string, r core.Registration) error {
+		if r.InstanceID == "a" {
+			return fmt.Errorf("register: 1 registrations: %w", core.ErrLimit)
+		}
+		r.Owner = p.Name
+		got = append(got, r)
+		return nil
+	})
+	if len(got) != 1 || got[0].InstanceID != "b" {
+		t.Fatalf("restored %+v, want b only", got)
+	}
+	ids := func() string {
+		var out []string
+		for _, r := range decodeAll(t, st.Load().Entries) {
+			out = append(out, r.InstanceID)
+		}
+		sort.Strings(out)
+		return strings.Join(out, ",")
+	}
+	if err := st.Save(got); err != nil { // the start's first save: b registered, a refused
+		t.Fatal(err)
+	}
+	if s := ids(); s != "a,b" {
+		t.Fatalf("after the first save: %s, want a kept beside b", s)
+	}
+	a := regs[0]
+	a.Endpoint = "tcp://10.0.0.9:5557" // registered anew through the API
+	if err := st.Save(append(got, a)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Save(got); err != nil { // and unregistered
+		t.Fatal(err)
+	}
+	if s := ids(); s != "b" {
+		t.Fatalf("after a was registered anew and unregistered: %s, want b", s)
 	}
 }
