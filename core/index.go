@@ -288,7 +288,11 @@ type Index struct {
 	mu        sync.Mutex
 	subs      map[ServiceKey]*Subscription
 	endpoints map[string]ServiceKey
-	nextSub   uint32
+	// replays are the registrations by the keys of the replay sockets
+	// their replay_endpoint may reach (several may share one: the ranks of
+	// one engine behind one replay socket).
+	replays map[string][]ServiceKey
+	nextSub uint32
 
 	counters Counters
 	// holdings counts (block, owner) holdings per tier, kept as blocks change
@@ -314,6 +318,7 @@ func New(opts Options) *Index {
 		loras:     xsync.NewMapOf[loraKey, loraEntry](),
 		subs:      make(map[ServiceKey]*Subscription),
 		endpoints: make(map[string]ServiceKey),
+		replays:   make(map[string][]ServiceKey),
 	}
 }
 

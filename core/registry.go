@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -281,6 +282,10 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, earl
 	}
 	key := r.Key()
 	keys := endpoint.Keys(r.Endpoint) // outside the lock: it reads this host's interfaces
+	var replayKeys []string
+	if r.ReplayEndpoint != "" {
+		replayKeys = endpoint.Keys(r.ReplayEndpoint)
+	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if old, ok := ix.subs[key]; ok {
@@ -318,9 +323,12 @@ func (ix *Index) register(r Registration) (sub *Subscription, created bool, earl
 	sub.state[c] = sub.newSubCtx(c)
 	c.addEarly(sub)
 	ix.subs[key] = sub
-	sub.endpointKeys = keys
+	sub.endpointKeys, sub.replayKeys = keys, replayKeys
 	for _, k := range keys {
 		ix.endpoints[k] = key
+	}
+	for _, k := range replayKeys {
+		ix.replays[k] = append(ix.replays[k], key)
 	}
 	if !r.Type.pool() {
 		c.addRegSlot(slot{r.InstanceID, r.DPRank}, 1)
@@ -357,6 +365,25 @@ func (ix *Index) EndpointHolder(ep string) (Registration, bool) {
 		}
 	}
 	return Registration{}, false
+}
+
+// SocketHolders returns the registrations whose endpoint or
+// replay_endpoint may reach the same socket as ep (endpoint.Keys): who
+// already subscribes to it, or asks it for replays.
+func (ix *Index) SocketHolders(ep string) []Registration {
+	keys := endpoint.Keys(ep)
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var out []Registration
+	for _, k := range keys {
+		if other, ok := ix.endpoints[k]; ok {
+			out = append(out, ix.subs[other].reg)
+		}
+		for _, other := range ix.replays[k] {
+			out = append(out, ix.subs[other].reg)
+		}
+	}
+	return out
 }
 
 // Lookup returns the subscription registered under k.
@@ -413,6 +440,14 @@ func (ix *Index) unregister(k ServiceKey) (Registration, error) {
 	for _, ek := range sub.endpointKeys {
 		delete(ix.endpoints, ek)
 	}
+	for _, rk := range sub.replayKeys {
+		held := slices.DeleteFunc(ix.replays[rk], func(h ServiceKey) bool { return h == k })
+		if len(held) == 0 {
+			delete(ix.replays, rk)
+		} else {
+			ix.replays[rk] = held
+		}
+	}
 	if !sub.reg.Type.pool() {
 		sub.home.addRegSlot(slot{sub.reg.InstanceID, sub.reg.DPRank}, -1)
 	}
@@ -454,8 +489,9 @@ type Subscription struct {
 	reg  Registration
 	home *context
 	// endpointKeys are the keys of the publisher sockets reg.Endpoint may
-	// reach (endpoint.Keys), held in Index.endpoints while registered.
-	endpointKeys []string
+	// reach (endpoint.Keys), held in Index.endpoints while registered;
+	// replayKeys likewise of reg.ReplayEndpoint, in Index.replays.
+	endpointKeys, replayKeys []string
 	// regSalt is reg.AdditionalSalt as bytes (nil when empty): the default
 	// salt namespace of the subscription's blocks.
 	regSalt []byte

@@ -292,6 +292,17 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 			return false, &core.FieldError{Field: "endpoint", Err: fmt.Errorf(
 				"register: endpoint %s reaches a publisher another identity has registered: %w", r.Endpoint, ErrForbidden)}
 		}
+		// A replay socket belongs to the engine whose PUB it serves: one
+		// aimed at another identity's engine would file that engine's
+		// batches under this registration (TestGateReplayEndpointOfAnother).
+		if r.ReplayEndpoint != "" {
+			for _, o := range g.ix.SocketHolders(r.ReplayEndpoint) {
+				if o.Owner != p.Name {
+					return false, &core.FieldError{Field: "replay_endpoint", Err: fmt.Errorf(
+						"register: replay_endpoint %s reaches a socket another identity has registered: %w", r.ReplayEndpoint, ErrForbidden)}
+				}
+			}
+		}
 	}
 	created, err := g.reg.Register(r)
 	if ce := (*core.ConflictError)(nil); errors.As(err, &ce) {

@@ -258,6 +258,11 @@ func (p *EndpointPolicy) Resolve(field, ep string) (string, error) {
 		if e.Scheme == "inproc" && strings.HasPrefix(e.Path, "conductor-") {
 			return "", refuse("conductor's own inproc sockets are never allowed")
 		}
+		if e.Scheme == "ipc" && path.Clean(e.Path) != e.Path {
+			// The rules match the path as written, the kernel opens it
+			// resolved: /run/eng/../x.sock would pass /run/eng/*/*.sock.
+			return "", refuse("the ipc path must be clean (no ., .. or empty segments)")
+		}
 		for i := range p.rules {
 			if p.rules[i].scheme == e.Scheme {
 				if m, _ := path.Match(p.rules[i].glob, e.Path); m {

@@ -109,6 +109,12 @@ func TestEndpointPolicy(t *testing.T) {
 	f(nets, "tcp://mixed.example:5555", false)                                 // one address outside 10/8
 	f(nets, "ipc:///run/engines/a.sock", true)
 	f(nets, "ipc:///etc/passwd", false)
+	// Matched as written, opened resolved: a path that climbs out is refused.
+	nested := testPolicy(t, "ipc:///run/eng/*/*.sock", dns)
+	f(nested, "ipc:///run/eng/a/x.sock", true)
+	f(nested, "ipc:///run/eng/../x.sock", false)
+	f(nested, "ipc:///run/eng/a/../x.sock", false)
+	f(nested, "ipc:///run/eng//a/x.sock", false)
 	f(nets, "inproc://test-1", true)
 	f(nets, "inproc://conductor-ingest-wake-1", false)
 

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"net/netip"
 	"testing"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -39,5 +40,48 @@ func TestGateUnregisterOwn(t *testing.T) {
 	}
 	if _, err := g.UnregisterOwn(server.AdminPrincipal, k); err != nil || len(ix.Services()) != 0 {
 		t.Fatalf("the admin removing its own: %v, %d left", err, len(ix.Services()))
+	}
+}
+
+// TestGateReplayEndpointOfAnother: a client identity cannot name, as its
+// replay_endpoint, a socket another identity's registration uses (its
+// replay socket, or its publisher): it would receive that engine's batches
+// through replays. The same identity may (the ranks of one engine behind
+// one replay socket), and so may the admin.
+func TestGateReplayEndpointOfAnother(t *testing.T) {
+	ix := core.New(core.Options{Logger: quietLogger()})
+	dns := map[string][]netip.Addr{"localhost": {netip.MustParseAddr("127.0.0.1")}}
+	g := server.NewGate(newCoreRegistrar(ix), ix, server.TestPolicy(t, "", dns))
+	teamA, teamB := server.Principal{Name: "team-a"}, server.Principal{Name: "team-b"}
+	reg := func(inst, ep, replay string) core.Registration {
+		return core.Registration{Endpoint: ep, ReplayEndpoint: replay, Type: core.PublisherVLLM, ModelName: "m", InstanceID: inst, BlockSize: 16}
+	}
+	if _, err := g.Register(teamA, reg("a", "tcp://127.0.0.1:25567", "tcp://127.0.0.1:25568")); err != nil {
+		t.Fatal(err)
+	}
+	for _, replay := range []string{"tcp://127.0.0.1:25568", "tcp://localhost:25568", "tcp://127.0.0.1:25567"} {
+		_, err := g.Register(teamB, reg("b", "tcp://127.0.0.1:25577", replay))
+		var fe *core.FieldError
+		if !errors.Is(err, server.ErrForbidden) || !errors.As(err, &fe) || fe.Field != "replay_endpoint" {
+			t.Fatalf("team-b with replay_endpoint %s: %v, want forbidden on replay_endpoint", replay, err)
+		}
+	}
+	if _, err := g.Register(teamB, reg("b", "tcp://127.0.0.1:25577", "tcp://127.0.0.1:25578")); err != nil {
+		t.Fatalf("team-b with its own replay socket: %v", err)
+	}
+	if _, err := g.Register(teamA, reg("a2", "tcp://127.0.0.1:25569", "tcp://127.0.0.1:25568")); err != nil {
+		t.Fatalf("team-a sharing its own replay socket: %v", err)
+	}
+	if _, err := g.Register(server.AdminPrincipal, reg("c", "tcp://127.0.0.1:25587", "tcp://127.0.0.1:25568")); err != nil {
+		t.Fatalf("the admin: %v", err)
+	}
+	// Once both of team-a's registrations and the admin's go, the socket is free.
+	for _, k := range []core.ServiceKey{{InstanceID: "a", TenantID: "default"}, {InstanceID: "a2", TenantID: "default"}, {InstanceID: "c", TenantID: "default"}} {
+		if _, err := g.Unregister(server.AdminPrincipal, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := g.Register(teamB, reg("b2", "tcp://127.0.0.1:25597", "tcp://127.0.0.1:25568")); err != nil {
+		t.Fatalf("the freed replay socket: %v", err)
 	}
 }

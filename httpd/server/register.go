@@ -464,6 +464,11 @@ func (c *Core) Register(who Principal, reg core.Registration) (*RequestError, er
 		c.opts.Logger.Error("register failed", "service", key, "endpoint", reg.Endpoint, "err", err)
 		return nil, err
 	}
+	// The registration as the index holds it: the Gate set its owner and
+	// resolved its endpoints (the audit line says who registered what).
+	if sub, ok := c.ix.Lookup(reg.Key()); ok {
+		reg = sub.Registration()
+	}
 	c.opts.Logger.Info("registered", "service", key, "endpoint", reg.Endpoint, "type", reg.Type.String(),
 		"model", reg.ModelName, "block_size", reg.BlockSize, "profile", reg.Profile.Spec.Strategy+"/"+reg.Profile.Spec.Algorithm,
 		"owner", reg.Owner, "created", created)
