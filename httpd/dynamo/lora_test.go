@@ -56,7 +56,7 @@ func TestDynamoLoraQuery(t *testing.T) {
 
 	apply(t, s, loraStore("A", []uint64{0xA1}, toks[:16]))
 	wantResp(t, e.do(t, "POST", "/unregister", `{"instance_id": 2, "model_name": "llama"}`), 200, `{"status":"ok"}`)
-	wantResp(t, q("A"), 200, none)
+	wantResp(t, q("A"), 404, "") // the indexer went with its last worker
 	if got := e.ix.TierBlocks(); got != [core.NumTiers]int{} {
 		t.Fatalf("holdings after unregister: %v", got)
 	}
@@ -131,4 +131,27 @@ func TestDynamoLoraPeerDump(t *testing.T) {
 	apply(t, sb, engineRemove("", 0xA4))
 	wantResp(t, b.do(t, "POST", "/query", `{"token_ids":`+jsonEnc(toks)+`,"model_name":"llama","lora_name":"A"}`), 200,
 		`{"scores":{"2":{"0":48}},"frequencies":[1,1,1],"instances":{"2":{"longest_matched":48,"gpu":48,"dp":{"0":48},"cpu":48,"disk":48}}}`)
+}
+
+// TestDynamoIndexerGoesWithItsLastWorker: an indexer's block size is its
+// first registration's while it has workers (another is refused, 409), and
+// the indexer goes with its last worker: a query is then 404, and the next
+// registration, of any identity, sets the block size anew.
+func TestDynamoIndexerGoesWithItsLastWorker(t *testing.T) {
+	e := startDyn(t, Options{})
+	reg := func(inst, bs int) response {
+		return e.do(t, "POST", "/register", `{"instance_id":`+jsonEnc(inst)+`,"endpoint":"tcp://127.0.0.1:`+jsonEnc(5700+inst)+`","model_name":"llama","block_size":`+jsonEnc(bs)+`}`)
+	}
+	wantResp(t, reg(1, 1), 201, `{"status":"ok"}`)
+	wantResp(t, reg(2, 1), 201, `{"status":"ok"}`)
+	if r := reg(3, 16); r.status != 409 {
+		t.Fatalf("a block size other than the indexer's while it has workers: %d %s", r.status, r.body)
+	}
+	for _, inst := range []string{"1", "2"} {
+		wantResp(t, e.do(t, "POST", "/unregister", `{"instance_id":`+inst+`,"model_name":"llama"}`), 200, `{"status":"ok"}`)
+	}
+	if r := e.do(t, "POST", "/query", `{"token_ids":[1,2,3],"model_name":"llama"}`); r.status != 404 {
+		t.Fatalf("query after the last worker went: %d %s", r.status, r.body)
+	}
+	wantResp(t, reg(3, 16), 201, `{"status":"ok"}`)
 }

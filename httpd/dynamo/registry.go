@@ -188,8 +188,27 @@ func (d *Server) unregister(who server.Principal, instance uint64, model, group 
 	}
 	if len(w.ranks) == 0 {
 		delete(d.workers, instance)
+		// The indexer goes with its last worker: its block size was the
+		// first registration's, and must not bind the next, perhaps
+		// another identity's, for the life of the process
+		// (TestDynamoIndexerGoesWithItsLastWorker); a query then answers
+		// 404, as for a pair no worker registered.
+		if !d.hasWorkerLocked(w.key) {
+			d.dropIndexerLocked(w.key)
+		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// hasWorkerLocked reports whether an instance is registered for k. Caller
+// holds d.mu.
+func (d *Server) hasWorkerLocked(k dynKey) bool {
+	for _, w := range d.workers {
+		if w.key == k {
+			return true
+		}
+	}
+	return false
 }
 
 // counts returns the number of indexers, instances and listeners per state.
@@ -242,6 +261,18 @@ func (d *Server) AddIndexer(model, group string, blockSize int) error {
 // Caller holds d.mu.
 func (d *Server) setIndexerLocked(k dynKey, blockSize int) {
 	d.indexers[k] = blockSize
+	d.publishIndexersLocked()
+}
+
+// dropIndexerLocked forgets an indexer. Caller holds d.mu.
+func (d *Server) dropIndexerLocked(k dynKey) {
+	delete(d.indexers, k)
+	d.publishIndexersLocked()
+}
+
+// publishIndexersLocked republishes the read snapshot of the indexers.
+// Caller holds d.mu.
+func (d *Server) publishIndexersLocked() {
 	m := make(map[dynKey]int, len(d.indexers))
 	for k, v := range d.indexers {
 		m[k] = v
