@@ -2,12 +2,19 @@ package dynamo
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/seed-c7a81618/conductor/core"
+	"github.com/seed-c7a81618/conductor/httpd/server"
 )
 
 // lockedBuf is a bytes.Buffer safe for the server's goroutines.
@@ -94,5 +101,61 @@ func TestDynamoIgnoredKeys(t *testing.T) {
 	}
 	if got := headerText([]byte("a\nb\"")); got != `"a\nb\""` {
 		t.Errorf("headerText of a control character and a quote: %s", got)
+	}
+}
+
+// TestDynamoSlowNameHoldsNothing: while a registration waits on a DNS name
+// that does not answer, the surface's other work that takes its registry
+// lock (what /metrics counts, /workers, another registration) goes on: the
+// endpoint is resolved before the lock.
+func TestDynamoSlowNameHoldsNothing(t *testing.T) {
+	ix := core.New(core.Options{Logger: quietLogger()})
+	reg := newCoreRegistrar(ix)
+	policy, err := server.ParseEndpointPolicy("tcp://*:*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	policy.SetLookup(func(ctx context.Context, host string) ([]netip.Addr, error) {
+		if host == "slow.example" {
+			close(entered)
+			<-release
+			return nil, errors.New("no answer")
+		}
+		return nil, errors.New("unknown")
+	})
+	c, err := server.New(ix, reg, server.Options{Logger: quietLogger(), Gate: server.NewGate(reg, ix, policy)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(c, Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := make(chan error, 1)
+	go func() {
+		slow <- d.register(server.AdminPrincipal, Worker{InstanceID: 1, Endpoint: "tcp://slow.example:5557", ModelName: "m", BlockSize: 16})
+	}()
+	<-entered
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.counts()
+		if err := d.register(server.AdminPrincipal, Worker{InstanceID: 2, Endpoint: "tcp://127.0.0.1:5558", ModelName: "m", BlockSize: 16}); err != nil {
+			t.Errorf("a registration beside the slow one: %v", err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute): // a bound on a hang, not a timing
+		close(release)
+		t.Fatal("the registry lock was held while a name resolved")
+	}
+	close(release)
+	if err := <-slow; err == nil {
+		t.Fatal("the unresolvable name was registered")
+	}
+	if models, workers, _ := d.counts(); models != 1 || workers != 1 {
+		t.Fatalf("counts: %d indexers, %d workers; want the one registration", models, workers)
 	}
 }

@@ -88,6 +88,13 @@ func (d *Server) register(who server.Principal, w Worker) error {
 		return fmt.Errorf("register: dp_rank=%d out of range: %w", w.DPRank, core.ErrInvalid)
 	}
 	k := dynKey{w.ModelName, w.RoutingGroup}
+	// Endpoints are resolved before d.mu: a name that resolves slowly must
+	// not hold up /metrics, /workers and the other registrations, which all
+	// take d.mu (TestDynamoSlowNameHoldsNothing).
+	reg := d.registration(&w)
+	if err := d.gate.Resolve(&reg); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	d.pruneLocked()
 	if bs, ok := d.indexers[k]; ok && bs != w.BlockSize {
@@ -104,7 +111,6 @@ func (d *Server) register(who server.Principal, w Worker) error {
 			return fmt.Errorf("register: instance %d dp_rank %d is already registered: %w: %w", w.InstanceID, w.DPRank, ErrConflict, core.ErrConflict)
 		}
 	}
-	reg := d.registration(&w)
 	if _, err := d.gate.Register(who, reg); err != nil {
 		d.mu.Unlock()
 		return err

@@ -270,14 +270,8 @@ func NewGate(reg Registrar, ix *core.Index, endpoints *EndpointPolicy) *Gate {
 // another identity holds. Errors wrap ErrForbidden (endpoint policy,
 // ownership), core's sentinels, or the registrar's.
 func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
-	var err error
-	if r.Endpoint, err = g.endpoints.Resolve("endpoint", r.Endpoint); err != nil {
+	if err := g.Resolve(&r); err != nil {
 		return false, err
-	}
-	if r.ReplayEndpoint != "" {
-		if r.ReplayEndpoint, err = g.endpoints.Resolve("replay_endpoint", r.ReplayEndpoint); err != nil {
-			return false, err
-		}
 	}
 	r.Owner = p.Name
 	g.mu.Lock()
@@ -321,6 +315,25 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 		return false, fmt.Errorf("register: %w: %w", ErrStateWrite, serr)
 	}
 	return true, nil
+}
+
+// Resolve checks r's endpoints against the endpoint policy and rewrites
+// them in their canonical form (a name as the address it resolved to,
+// within the policy's DNS bound): Register's first step, taken under no
+// lock. A caller that serializes its registrations under a lock of its own
+// resolves before taking it, so that a slow name holds up nothing else
+// (Register then finds the canonical forms and resolves no name again).
+func (g *Gate) Resolve(r *core.Registration) error {
+	var err error
+	if r.Endpoint, err = g.endpoints.Resolve("endpoint", r.Endpoint); err != nil {
+		return err
+	}
+	if r.ReplayEndpoint != "" {
+		if r.ReplayEndpoint, err = g.endpoints.Resolve("replay_endpoint", r.ReplayEndpoint); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // explain adds Explain's sentence about holder to err.

@@ -100,6 +100,11 @@ var (
 	metaNames  = []string{"metadata.google.internal", "metadata.goog", "metadata", "instance-data", "instance-data.ec2.internal"}
 )
 
+// SetLookup replaces the resolver of DNS names (endpoint.DefaultLookup), for
+// an embedder with a resolver of its own, and tests. Call it before the
+// policy is in use.
+func (p *EndpointPolicy) SetLookup(l endpoint.Lookup) { p.lookup = l }
+
 // ParseEndpointPolicy parses spec ("" = DefaultEndpointRules).
 func ParseEndpointPolicy(spec string) (*EndpointPolicy, error) {
 	if strings.TrimSpace(spec) == "" {
