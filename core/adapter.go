@@ -209,16 +209,6 @@ func (s *Subscription) runRebinds() {
 	}
 }
 
-// clearAdapters purges the engine stream (stream tag 0) of every adapter
-// context: AllBlocksCleared on an AdaptersFromEvents registration. The
-// caller holds s.mu.
-func (s *Subscription) clearAdapters() {
-	for _, sc := range s.adapterList {
-		s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == 0 })
-		sc.engine.reset()
-	}
-}
-
 // removeEngineHashes removes one copy of each hash of an engine BlockRemoved that
 // owner okey published, from sc; on the home context of a registration with
 // adapter contexts, each hash from the first of its contexts that holds it

@@ -248,10 +248,11 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 		// engine filed through its own events (not standardized streams).
 		st.Cleared++
 		s.ix.counters.Cleared.Add(1)
-		s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == 0 })
-		sc.engine.reset()
+		s.clearEngineStream(sc)
 		if sc.ctx == s.home {
-			s.clearAdapters()
+			for _, a := range s.adapterList { // adapter.go
+				s.clearEngineStream(a)
+			}
 		}
 		return
 	case EventStored, EventRemoved:
@@ -303,6 +304,13 @@ func (s *Subscription) applyEngine(sc *subCtx, ev *Event, rank int32, st *ApplyS
 	st.Removed++
 	s.ix.counters.Removed.Add(1)
 	s.removeEngineHashes(sc, ev.Hashes, okey, p.Tier, st)
+}
+
+// clearEngineStream purges sc of the engine stream (stream tag 0): every
+// block the engine filed there through its own events, and its engine map.
+func (s *Subscription) clearEngineStream(sc *subCtx) {
+	s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == 0 })
+	sc.engine.reset()
 }
 
 // partialPageOK reports whether a stored event with a block size smaller than

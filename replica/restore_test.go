@@ -13,6 +13,26 @@ import (
 	"github.com/seed-c7a81618/conductor/replica/natstest"
 )
 
+// streamJS connects to url (closed at the test's end) and creates o's
+// stream.
+func streamJS(t testing.TB, url string, o Options) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.EnsureDefaults()
+	if _, err := js.CreateOrUpdateStream(context.Background(), o.StreamConfig()); err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
 // waitCaughtUp waits until rep applied the stream's last message.
 func waitCaughtUp(t testing.TB, url string, rep *Replica) {
 	t.Helper()
@@ -31,18 +51,7 @@ func manualRelay(t testing.TB, url string, newIndex func(*Relay) *core.Index) (*
 	}
 	ix := newIndex(relay)
 	relay.ix = ix
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := js.CreateOrUpdateStream(context.Background(), relay.opts.StreamConfig()); err != nil {
-		t.Fatal(err)
-	}
+	js := streamJS(t, url, relay.opts)
 	drain := func() {
 		t.Helper()
 		for relay.queued() > 0 {
@@ -171,22 +180,11 @@ func TestSnapshotWaitsForTransfer(t *testing.T) {
 	if len(w.msgs) < 2 {
 		t.Fatalf("%d sections, want several", len(w.msgs))
 	}
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx := context.Background()
 	o := natsOpts(url)
 	o.SnapshotInterval = time.Nanosecond
 	o.EnsureDefaults()
-	if _, err := js.CreateOrUpdateStream(ctx, o.StreamConfig()); err != nil {
-		t.Fatal(err)
-	}
+	js := streamJS(t, url, o)
 	subj := Subject(o.SubjectPrefix, reg.TenantID, reg.ModelName)
 	bodies := append([][]byte{AppendRegister(nil, &reg)}, w.msgs...)
 	seqs := make([]uint64, len(bodies))

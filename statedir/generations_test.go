@@ -9,26 +9,43 @@ import (
 	"testing"
 )
 
+// checkGen is the tests' load check: a generation is "gen N\n", whole.
+func checkGen(p string) error {
+	b, err := os.ReadFile(p)
+	if err != nil || !strings.HasPrefix(string(b), "gen ") || !strings.HasSuffix(string(b), "\n") {
+		return fmt.Errorf("torn: %q %v", b, err)
+	}
+	return nil
+}
+
+// writeGen replaces g's file by s.
+func writeGen(g *generations, s string) error {
+	return g.replace(func(f *os.File) error { _, err := f.WriteString(s); return err })
+}
+
+// wantLoad checks that a fresh load of g's path finds a good generation
+// holding want, after a crash after step crashAfter.
+func wantLoad(t *testing.T, g *generations, crashAfter int, want string) {
+	t.Helper()
+	from, bad := (&generations{path: g.path}).load(checkGen)
+	if len(bad) != 0 || from == "" {
+		t.Fatalf("crash after step %d: from %q, bad %v", crashAfter, from, bad)
+	}
+	if got, _ := os.ReadFile(from); string(got) != want {
+		t.Fatalf("crash after step %d: loaded %q from %s, want %q", crashAfter, got, from, want)
+	}
+}
+
 // TestGenerationsCrash: a crash after any step of replace (or a write that
 // fails part-way) leaves a complete generation that load finds: the new one
 // once it is renamed into place, else the previous one; never none.
 func TestGenerationsCrash(t *testing.T) {
-	check := func(p string) error { // a generation is "gen N\n", whole
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.HasPrefix(string(b), "gen ") || !strings.HasSuffix(string(b), "\n") {
-			return fmt.Errorf("torn: %q %v", b, err)
-		}
-		return nil
-	}
-	write := func(g *generations, s string) error {
-		return g.replace(func(f *os.File) error { _, err := f.WriteString(s); return err })
-	}
 	f := func(crashAfter int, want string) {
 		t.Helper()
 		dir := t.TempDir()
 		g := &generations{path: filepath.Join(dir, "file")}
 		for _, s := range []string{"gen 1\n", "gen 2\n"} {
-			if err := write(g, s); err != nil {
+			if err := writeGen(g, s); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -40,18 +57,12 @@ func TestGenerationsCrash(t *testing.T) {
 				return errors.New("disk full")
 			})
 		} else {
-			err = write(g, "gen 3\n")
+			err = writeGen(g, "gen 3\n")
 		}
 		if err == nil {
 			t.Fatalf("crash after step %d: replace returned nil", crashAfter)
 		}
-		from, bad := (&generations{path: g.path}).load(check)
-		if len(bad) != 0 || from == "" {
-			t.Fatalf("crash after step %d: from %q, bad %v", crashAfter, from, bad)
-		}
-		if got, _ := os.ReadFile(from); string(got) != want {
-			t.Fatalf("crash after step %d: loaded %q from %s, want %q", crashAfter, got, from, want)
-		}
+		wantLoad(t, g, crashAfter, want)
 	}
 	f(0, "gen 2\n") // the write failed: the current file is untouched
 	f(1, "gen 2\n") // written, not rotated
@@ -65,35 +76,22 @@ func TestGenerationsCrash(t *testing.T) {
 // replace still leaves one that load finds (replace once deleted PATH.prev
 // before the new PATH was in place, leaving neither).
 func TestGenerationsCrashAfterCorrupt(t *testing.T) {
-	check := func(p string) error {
-		b, err := os.ReadFile(p)
-		if err != nil || !strings.HasPrefix(string(b), "gen ") {
-			return fmt.Errorf("corrupt: %q %v", b, err)
-		}
-		return nil
-	}
 	f := func(crashAfter int, want string) {
 		t.Helper()
 		g := &generations{path: filepath.Join(t.TempDir(), "file")}
 		for _, s := range []string{"gen 1\n", "garbage\n"} {
-			if err := g.replace(func(f *os.File) error { _, err := f.WriteString(s); return err }); err != nil {
+			if err := writeGen(g, s); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if from, bad := g.load(check); len(bad) != 1 || from != g.path+".prev" {
+		if from, bad := g.load(checkGen); len(bad) != 1 || from != g.path+".prev" {
 			t.Fatalf("setup: loaded from %q, bad %v", from, bad)
 		}
 		g.crashAfter = func(step int) bool { return step == crashAfter }
-		if err := g.replace(func(f *os.File) error { _, err := f.WriteString("gen 3\n"); return err }); err == nil {
+		if err := writeGen(g, "gen 3\n"); err == nil {
 			t.Fatalf("crash after step %d: replace returned nil", crashAfter)
 		}
-		from, bad := (&generations{path: g.path}).load(check)
-		if len(bad) != 0 || from == "" {
-			t.Fatalf("crash after step %d: from %q, bad %v", crashAfter, from, bad)
-		}
-		if got, _ := os.ReadFile(from); string(got) != want {
-			t.Fatalf("crash after step %d: loaded %q from %s, want %q", crashAfter, got, from, want)
-		}
+		wantLoad(t, g, crashAfter, want)
 	}
 	f(1, "gen 1\n") // written, not rotated
 	f(2, "gen 1\n") // no PATH to keep: PATH.prev stays

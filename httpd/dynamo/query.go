@@ -203,12 +203,15 @@ func appendDynamoScores(e *server.Encoder, res *core.QueryResult, bs int64) {
 			kept++
 		}
 	}
+	// foreign reports a row to leave out; with every row kept (the usual
+	// answer) it checks no id again, in the per-block loop least of all.
+	foreign := func(id string) bool { return kept < len(rows) && !dynamoInstanceID(id) }
 	e.MapHeader(3)
 	e.Str("scores")
 	e.MapHeader(kept)
 	maxBlocks := int64(0)
 	for i := range rows {
-		if !dynamoInstanceID(rows[i].ID) {
+		if foreign(rows[i].ID) {
 			continue
 		}
 		e.Str(rows[i].ID)
@@ -226,7 +229,7 @@ func appendDynamoScores(e *server.Encoder, res *core.QueryResult, bs int64) {
 	for b := int64(0); b < maxBlocks; b++ {
 		n := int64(0)
 		for i := range rows {
-			if !dynamoInstanceID(rows[i].ID) {
+			if foreign(rows[i].ID) {
 				continue
 			}
 			for _, r := range rows[i].Ranks {
@@ -241,7 +244,7 @@ func appendDynamoScores(e *server.Encoder, res *core.QueryResult, bs int64) {
 	e.MapHeader(kept)
 	for i := range rows {
 		row := &rows[i]
-		if !dynamoInstanceID(row.ID) {
+		if foreign(row.ID) {
 			continue
 		}
 		e.Str(row.ID)
