@@ -57,6 +57,9 @@
 //     it skips batches at or below that sequence, so no batch counts twice
 //     and no dumped block outlives a later remove
 //     (TestRestoreStreamSkipsDumpedBatches, TestRestoreStreamRemovedAfterDump).
+//     A dump of an earlier run (StreamInfo.Prior) whose publisher restarted
+//     meanwhile is cleared, not skipped through, once the transport's first
+//     sequence shows it (TestFirstLiveAfterPriorRestore).
 //   - A dumped holding of a stream owner carries the stream's dimensions;
 //     RestoreStream re-creates the same owner and adds through the owner's
 //     key set, so a later stream `cleared` purges exactly the restored

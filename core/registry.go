@@ -535,6 +535,9 @@ type Subscription struct {
 	// batches are skipped.
 	lastSeq, skipThrough uint64
 	hasSeq, skipping     bool
+	// prior: the restored dump predates the transport's messages
+	// (StreamInfo.Prior) and FirstLive has not been called since.
+	prior bool
 	// clearDeferred: a Clear arrived while skipping; recvSeq is the sequence
 	// of the last batch received, skipped or not (stream.go recoveredSkip).
 	clearDeferred bool

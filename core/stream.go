@@ -34,6 +34,13 @@ type StreamInfo struct {
 	// transport never set one).
 	Seq    uint64
 	HasSeq bool
+	// Prior: the dump predates every message the transport will receive (a
+	// snapshot an earlier run of this process wrote), so the first live
+	// message of the incarnation the dump holds is above Seq, and one at or
+	// below it proves that the publisher restarted meanwhile
+	// (Subscription.FirstLive). False for a peer's dump, taken while this
+	// index's transports were already receiving.
+	Prior bool
 }
 
 // Holding is one (block, owner, tier) of a subscription.
@@ -340,10 +347,39 @@ func (ix *Index) RestoreStream(info *StreamInfo) (*StreamRestorer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if info.HasSeq && !s.hasSeq {
-		s.skipThrough, s.skipping = info.Seq, true
+		s.skipThrough, s.skipping, s.prior = info.Seq, true, info.Prior
 		s.lastSeq, s.hasSeq = info.Seq, true
 	}
 	return &StreamRestorer{s: s}, nil
+}
+
+// FirstLive is called by the transport with the sequence of the first live
+// message it received without a baseline (before it replays what came
+// before it). On a subscription restored from a prior dump
+// (StreamInfo.Prior) and still skipping, a sequence at or below the dump's
+// watermark proves that the publisher restarted while this process was
+// down: the restored blocks are the old incarnation's, and the new one's
+// batches at or below the watermark must not be skipped. So the
+// subscription is cleared and skipping ends; it reports the blocks cleared
+// and whether it did (TestFirstLiveAfterPriorRestore). A publisher that
+// restarted and sent more messages than the watermark before this process
+// came back passes for the same incarnation. Only the first call after a
+// restore can clear.
+func (s *Subscription) FirstLive(seq uint64) (cleared int, restarted bool) {
+	s.waitGate()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prior := s.prior
+	s.prior = false
+	if s.closed || !prior || !s.skipping || seq > s.skipThrough {
+		return 0, false
+	}
+	s.skipping, s.clearDeferred = false, false
+	n := s.clearLocked()
+	s.lastSeq, s.hasSeq = 0, false
+	s.ix.opts.Logger.Info("cleared subscription blocks", "service", s.reg.Key().String(),
+		"reason", fmt.Sprintf("publisher restarted while this process was down: its next seq=%d is at or below the restored dump's %d", seq, s.skipThrough), "blocks", n)
+	return n, true
 }
 
 // EndSkip ends the skipping RestoreStream turned on, for a caller that

@@ -215,6 +215,78 @@ func TestRestoreStreamSkipsDumpedBatches(t *testing.T) {
 	}
 }
 
+// TestFirstLiveAfterPriorRestore: an index restores a snapshot of an earlier
+// run (StreamInfo.Prior) at watermark W, and the publisher restarted
+// meanwhile: its new incarnation numbers from 0 again. A first live sequence
+// at or below W clears the old incarnation's blocks and ends skipping, so the
+// new incarnation's batches (all below W) apply: the index answers like one
+// that saw only the new incarnation. A first live sequence above W, a
+// second call, and a peer's dump (not Prior) change nothing: batches at or
+// below W stay skipped and the restored blocks stay.
+func TestFirstLiveAfterPriorRestore(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	const W, K = 300, 120
+	old, inc := newEngineSim(seed, 4), newEngineSim(seed+1, 4)
+	oldB, newB := make([]*Batch, W+1), make([]*Batch, K)
+	for i := range oldB {
+		oldB[i] = old.next(uint64(i))
+	}
+	for i := range newB {
+		newB[i] = inc.next(uint64(i))
+	}
+	a := New(Options{})
+	sa := mustRegister(t, a, xxh3Reg("1"))
+	for _, b := range oldB {
+		sa.Apply(b)
+	}
+	var dump collector
+	if err := a.DumpStreams(nil, &dump); err != nil {
+		t.Fatal(err)
+	}
+	// fresh: only the new incarnation; kept: the snapshot, nothing applied
+	fresh, kept := New(Options{}), New(Options{})
+	sf := mustRegister(t, fresh, xxh3Reg("1"))
+	for _, b := range newB {
+		sf.Apply(b)
+	}
+	mustRegister(t, kept, xxh3Reg("1"))
+	dump.restore(t, kept)
+	rows := func(ix *Index) []string { return append(answers(t, ix, old), answers(t, ix, inc)...) }
+	wantFresh, wantKept := rows(fresh), rows(kept)
+
+	check := func(name string, prior bool, firsts []uint64, restarted bool) {
+		t.Helper()
+		ix := New(Options{})
+		s := mustRegister(t, ix, xxh3Reg("1"))
+		dump.streams[0].Prior = prior
+		dump.restore(t, ix)
+		for i, seq := range firsts {
+			n, ok := s.FirstLive(seq)
+			if want := restarted && i == 0; ok != want || (ok && n == 0) {
+				t.Fatalf("%s: FirstLive(%d) call %d = %d, %v; want restarted %v", name, seq, i, n, ok, want)
+			}
+		}
+		for _, b := range newB {
+			s.Apply(b)
+		}
+		want := wantKept
+		if restarted {
+			want = wantFresh
+		}
+		if got := rows(ix); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: answers differ from the index that saw %s", name, map[bool]string{true: "only the new incarnation", false: "only the snapshot"}[restarted])
+		}
+		if seq, ok := s.EndSkip(); restarted && (!ok || seq != K-1) || !restarted && (!ok || seq != W) {
+			t.Fatalf("%s: watermark %d, %v", name, seq, ok)
+		}
+	}
+	check("prior, first live at W", true, []uint64{W}, true)
+	check("prior, first live at 0, then again", true, []uint64{0, 0}, true)
+	check("prior, first live above W", true, []uint64{W + 1, 0}, false)
+	check("peer dump", false, []uint64{0}, false)
+}
+
 // TestRestoreStreamRemovedAfterDump: the ordering rule on one block: stored
 // (in the dump), removed live after the dump was taken — it must not
 // reappear on the replica.

@@ -86,12 +86,15 @@
 //     reconnection and every RegistrationInterval, so a replica that starts
 //     after the stream's retention dropped one still learns it.
 //   - Reordering: a failed message followed in its window by a message of the
-//     same subscription that was (or may have been) stored reaches replicas
+//     same service key that was (or may have been) stored reaches replicas
 //     out of order. A replica applies the later batch (counting
 //     conductor_replica_seq_gaps_total) and skips the earlier as old
-//     (conductor_replica_duplicates_total); the relay counts the reorder
-//     (conductor_relay_reordered_total) and transfers the subscription's
-//     state, so the replica converges. Only a synchronous publish per message
+//     (conductor_replica_duplicates_total), takes a batch stored before its
+//     registration for an orphan, or loses what followed an unregistration
+//     resent after the re-registration; the relay counts the reorder
+//     (conductor_relay_reordered_total) and transfers the state of the
+//     subscription registered under the key, so the replica converges
+//     (TestRelayRegistrationReorderTransfers). Only a synchronous publish per message
 //     could avoid this across a lost connection; without an outage neither
 //     count moves.
 //   - Oversize: a batch too large for one NATS message is not published; its

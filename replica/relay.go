@@ -27,8 +27,10 @@ import (
 //
 // Message ids: a batch's id is the ZMQ stream (a hash of the service key and
 // endpoint), its ZMQ sequence and a hash of its body; a clear's id is the
-// stream and the sequence it follows. Registrations carry none (they are
-// idempotent on replicas).
+// stream and the sequence it follows. Registrations and unregistrations carry
+// none (a registration is idempotent on replicas, and one that was
+// unregistered and registered again is the same message); the reorder
+// detection below covers them.
 //
 // Order: publishes go out asynchronously, at most MaxPending at a time; when
 // any of a window fails (NATS down, timeout) the window is sent again from
@@ -73,8 +75,10 @@ const maxMessageBytes = 1<<20 - 4<<10
 type outMsg struct {
 	subject, id string
 	body        []byte
-	// sub is the subscription whose order the message is part of (nil for
-	// registrations, which are idempotent and order-free).
+	// sub is the subscription whose order the message is part of: its
+	// batches, clears, gaps, expiries and flushes, its registration and
+	// unregistration, and a state transfer's messages (nil for a resync's
+	// registrations, which repeat one a replica already has).
 	sub *relaySub
 }
 
@@ -211,14 +215,14 @@ func (r *Relay) enqueueSub(rs *relaySub, m outMsg) {
 // Registered implements core.Observer.
 func (r *Relay) Registered(reg *core.Registration) {
 	rs := r.sub(reg)
-	r.enqueue(outMsg{subject: rs.subject, body: AppendRegister(nil, reg)}, true)
+	r.enqueue(outMsg{subject: rs.subject, body: AppendRegister(nil, reg), sub: rs}, true)
 }
 
 // Unregistered implements core.Observer.
 func (r *Relay) Unregistered(reg *core.Registration) {
 	rs := r.sub(reg)
 	r.subs.Delete(reg.Key())
-	r.enqueue(outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindUnregister, reg.Key())}, true)
+	r.enqueue(outMsg{subject: rs.subject, body: AppendKeyMessage(nil, KindUnregister, reg.Key()), sub: rs}, true)
 }
 
 // Applied implements core.Observer.
@@ -492,16 +496,19 @@ wait:
 // acknowledgement) while later ones were sent. Those later ones may be stored
 // already, ahead of the failed one, which the resend then stores after them:
 // a replica would apply a subscription's batch N+1 (counting a sequence gap)
-// and then skip N as old (a duplicate). So every subscription with a message
-// that failed (or is unknown) followed in the window by one of its own that
-// was (or may have been) stored is made dirty: its queued messages still go
-// out, nothing new is queued for it, and a state transfer replaces the
-// replicas' copy (TestRelayReorderedWindowTransfers,
+// and then skip N as old (a duplicate); would take a batch stored before its
+// registration for an orphan; or would apply an unregistration resent after
+// the re-registration and batches that followed it, losing them. So every
+// service key with a message that failed (or is unknown) followed in the
+// window by one of its own that was (or may have been) stored makes its
+// current subscription dirty: its queued messages still go out, nothing new
+// is queued for it, and a state transfer replaces the replicas' copy
+// (TestRelayReorderedWindowTransfers, TestRelayRegistrationReorderTransfers,
 // TestRelayDisconnectedWindowTransfers; the replica's gap healing end to end:
 // TestRelayReorderHealsReplica). Asynchronous publishing cannot avoid the
 // reorder itself across a lost connection; this is how it heals.
 func (r *Relay) reorderedAfterFailure(win []outMsg, futs []jetstream.PubAckFuture, ok int, timedOut bool, timeout <-chan time.Time) {
-	missing := map[*relaySub]bool{} // subscriptions with a message that may not be stored
+	missing := map[core.ServiceKey]bool{} // service keys with a message that may not be stored
 	for i := ok; i < len(win); i++ {
 		acked, unknown := false, i < len(futs) && timedOut
 		if i > ok && i < len(futs) && !timedOut {
@@ -518,14 +525,19 @@ func (r *Relay) reorderedAfterFailure(win []outMsg, futs []jetstream.PubAckFutur
 		if rs == nil {
 			continue
 		}
-		if (acked || unknown) && missing[rs] && !rs.dirty.Load() {
-			rs.dirty.Store(true)
-			r.reordered.Inc()
-			r.opts.Logger.Warn("relay: a later message may be stored before a failed one; the subscription's state will be transferred",
-				"service", rs.key.String())
+		if (acked || unknown) && missing[rs.key] {
+			// The subscription registered now under the key (an
+			// unregistration's message names one that is gone); none: it
+			// is unregistered, and nothing is left to transfer.
+			if v, ok := r.subs.Load(rs.key); ok && !v.(*relaySub).dirty.Load() {
+				v.(*relaySub).dirty.Store(true)
+				r.reordered.Inc()
+				r.opts.Logger.Warn("relay: a later message may be stored before a failed one; the subscription's state will be transferred",
+					"service", rs.key.String())
+			}
 		}
 		if !acked {
-			missing[rs] = true
+			missing[rs.key] = true
 		}
 	}
 }
@@ -606,7 +618,7 @@ func (t *transfer) EndStream(i *core.StreamInfo) error {
 		return err
 	}
 	r := t.r
-	msgs := append([]outMsg{{subject: t.rs.subject, body: AppendRegister(nil, &i.Reg)}}, make([]outMsg, 0, len(t.w.msgs))...)
+	msgs := append([]outMsg{{subject: t.rs.subject, body: AppendRegister(nil, &i.Reg), sub: t.rs}}, make([]outMsg, 0, len(t.w.msgs))...)
 	var n int64
 	for _, b := range t.w.msgs {
 		msgs = append(msgs, outMsg{subject: t.rs.subject, body: b, sub: t.rs})

@@ -97,3 +97,83 @@ func TestRelayReorderedWindowTransfers(t *testing.T) {
 			ra.dirty.Load(), rb.dirty.Load(), relay.reordered.Get(), relay.queued())
 	}
 }
+
+// TestRelayRegistrationReorderTransfers: registrations and unregistrations
+// take part in their subscription's order. A registration that failed while
+// its first batch was stored would reach replicas after it (the batch an
+// orphan there); an unregistration that failed while the re-registration
+// and its batch were stored would be resent after them and wipe that batch.
+// Either way the subscription registered now under the key goes dirty, so
+// its state is transferred; a failure whose key has nothing stored after
+// it in the window, or whose registration is gone, makes nothing dirty.
+func TestRelayRegistrationReorderTransfers(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	setup := func() (*Relay, *core.Index) {
+		relay, err := NewRelay(natsOpts("nats://127.0.0.1:1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return relay, core.New(core.Options{Observer: relay, Logger: quietLog()})
+	}
+	register := func(relay *Relay, ix *core.Index, inst string) (*core.Subscription, *relaySub) {
+		s, _, err := ix.Register(benchReg(t, inst))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, _ := relay.subs.Load(s.Key())
+		return s, v.(*relaySub)
+	}
+	window := func(relay *Relay, fail ...int) {
+		t.Helper()
+		js := &scriptedJS{fail: map[int]bool{}}
+		for _, i := range fail {
+			js.fail[i] = true
+		}
+		n := relay.publishWindow(context.Background(), js)
+		if want := len(fail) > 0; (n == -1) != want {
+			t.Fatalf("publishWindow = %d with failures %v", n, fail)
+		}
+	}
+
+	// Queue: reg a, a1, reg b, b1; reg a fails, a1 is stored; reg b fails last.
+	relay, ix := setup()
+	a, ra := register(relay, ix, "a")
+	a.Apply(benchBatch(rng, 1, 4))
+	_, rb := register(relay, ix, "b")
+	window(relay, 0, 2, 3)
+	if !ra.dirty.Load() || rb.dirty.Load() || relay.reordered.Get() != 1 {
+		t.Fatalf("lost registration: dirty a=%v b=%v, reordered %d; want a only", ra.dirty.Load(), rb.dirty.Load(), relay.reordered.Get())
+	}
+
+	// Queue: reg a, a1 (stored), then unreg a, reg a, a1' (the new
+	// subscription); the unregistration fails, the rest is stored.
+	relay, ix = setup()
+	a, _ = register(relay, ix, "a")
+	a.Apply(benchBatch(rng, 1, 4))
+	window(relay) // everything stored
+	if relay.queued() != 0 {
+		t.Fatalf("queued %d after a clean window", relay.queued())
+	}
+	if _, err := ix.Unregister(a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	a2, ra2 := register(relay, ix, "a")
+	a2.Apply(benchBatch(rng, 1, 4))
+	window(relay, 0)
+	if !ra2.dirty.Load() || relay.reordered.Get() != 1 {
+		t.Fatalf("lost unregistration: new subscription dirty=%v, reordered %d; want it dirty", ra2.dirty.Load(), relay.reordered.Get())
+	}
+
+	// Queue: reg a, a1; a1 fails, then unreg a is stored: nothing to transfer.
+	relay, ix = setup()
+	a, _ = register(relay, ix, "a")
+	window(relay)
+	a.Apply(benchBatch(rng, 1, 4))
+	if _, err := ix.Unregister(a.Key()); err != nil {
+		t.Fatal(err)
+	}
+	window(relay, 0)
+	if relay.reordered.Get() != 0 {
+		t.Fatalf("unregistered: reordered %d, want 0 (nothing registered to transfer)", relay.reordered.Get())
+	}
+}

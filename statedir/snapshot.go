@@ -59,8 +59,12 @@ import (
 // nothing restored overrides a newer event of the same stream. When the
 // engine's ring no longer holds the batches after the snapshot's sequence
 // (the process was down too long), the stream's restored blocks are cleared
-// as for any unhealable gap; an engine that restarted meanwhile is detected
-// and cleared. Proved by TestSnapshotWarmRestart.
+// as for any unhealable gap. An engine that restarted meanwhile shows it by a
+// first live sequence at or below the snapshot's, or a ring that ends below
+// it: the sections are restored as prior (dump.RestorePrior), so its
+// restored blocks are cleared and the new incarnation's ring applied
+// (core.Subscription.FirstLive). Proved by TestSnapshotWarmRestart and
+// TestSnapshotWarmRestartEngineRestarted.
 const (
 	// SnapshotFile is the index snapshot's file in the directory.
 	SnapshotFile       = "index.snapshot"
@@ -431,7 +435,7 @@ func (s *Snapshots) Hold(idx dump.Indexers) (restore func(), ok bool) {
 		}
 		defer f.Close()
 		start := time.Now()
-		st, err := dump.Restore(s.ix, io.NewSectionReader(f, 0, info.bytes), idx)
+		st, err := dump.RestorePrior(s.ix, io.NewSectionReader(f, 0, info.bytes), idx)
 		if err != nil {
 			s.log.Error("index snapshot restored only in part", "path", info.path, "err", err)
 		}

@@ -182,3 +182,72 @@ func TestSnapshotNegativeIntervalRestores(t *testing.T) {
 		t.Fatalf("--snapshot-interval -1s wrote a snapshot:\n%s", tail(p.logs.String()))
 	}
 }
+
+// TestSnapshotWarmRestartEngineRestarted: the engine restarts (its sequence
+// back to 0) while conductor is down. The restarted conductor restores the
+// snapshot and must then neither keep the old incarnation's blocks nor skip
+// the new incarnation's batches, whose sequences are below the snapshot's:
+// whether the new incarnation's ring holds a store when conductor connects
+// and the engine then stays idle (the connect replay shows the restart) or
+// the ring is empty (the first live message does).
+func TestSnapshotWarmRestartEngineRestarted(t *testing.T) {
+	for _, ring := range []bool{true, false} {
+		t.Run(map[bool]string{true: "ring", false: "live"}[ring], func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "state")
+			e := newEngine(t, "engine-a", makePrompts(t, 10, 3), bench.PublisherOptions{})
+			p := startFaultProc(t, "--state-dir", dir, "--snapshot-interval", "0")
+			p.register(e, "")
+			p.prime(e)
+			for i := range e.prompts {
+				e.store(i)
+			}
+			for i := 0; i < 20; i++ { // the snapshot's sequence well above the new incarnation's below
+				if _, err := e.pub.Publish(bench.AppendVLLMBatch(nil, bench.EraMap, 1, 0)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.converge("before the stop", e)
+			stopChild(t, p.child)
+
+			ep, rep := e.pub.Endpoint(), e.pub.ReplayEndpoint()
+			e.pub.Close()
+			pub, err := bench.NewPublisher(bench.PublisherOptions{Endpoint: ep, ReplayEndpoint: rep})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { pub.Close() })
+			e.mu.Lock()
+			e.pub, e.held = pub, map[int]bool{}
+			e.mu.Unlock()
+			if ring {
+				e.store(1) // before conductor is back: only the ring has it
+			}
+			p2 := startFaultProc(t, "--state-dir", dir, "--snapshot-interval", "0")
+			// ring: the engine stays idle, the connect replay alone must tell.
+			// live: empty batches, as an engine sends, until the stream is
+			// live; its first live sequence is far below the snapshot's.
+			deadline := time.Now().Add(waitBound)
+			for {
+				ok, why := p2.agrees(e)
+				if ok {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the restarted engine's blocks, none of the old incarnation's: %s\n%s", why, tail(p2.logs.String()))
+				}
+				if !ring {
+					if _, err := e.pub.Publish(bench.AppendVLLMBatch(nil, bench.EraMap, 1, 0)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if !strings.Contains(p2.logs.String(), "publisher restarted while conductor was down") {
+				t.Errorf("no restart logged:\n%s", tail(p2.logs.String()))
+			}
+			p2.prime(e) // past ZMQ's slow-joiner window
+			e.store(4)  // live, on top
+			p2.converge("a live store after the restart", e)
+		})
+	}
+}

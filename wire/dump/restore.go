@@ -50,8 +50,20 @@ func (c *countingReader) Read(p []byte) (int, error) {
 // registration ix lacks is skipped (Stats.MissingStream). Errors wrap
 // ErrFormat, or are idx's.
 func Restore(ix *core.Index, r io.Reader, idx Indexers) (Stats, error) {
+	return restore(ix, r, idx, false)
+}
+
+// RestorePrior is Restore for a dump that an earlier run of this process
+// wrote (a state directory's snapshot): every section is restored with
+// core.StreamInfo.Prior, so a publisher that restarted while the process
+// was down is detected by its first live message (core.Subscription.FirstLive).
+func RestorePrior(ix *core.Index, r io.Reader, idx Indexers) (Stats, error) {
+	return restore(ix, r, idx, true)
+}
+
+func restore(ix *core.Index, r io.Reader, idx Indexers, prior bool) (Stats, error) {
 	cr := &countingReader{r: r}
-	rs := &restoreState{ix: ix, idx: idx, sc: scanner{r: bufio.NewReaderSize(cr, 256<<10)}}
+	rs := &restoreState{ix: ix, idx: idx, prior: prior, sc: scanner{r: bufio.NewReaderSize(cr, 256<<10)}}
 	err := rs.run()
 	rs.st.Bytes = cr.n
 	return rs.st, err
@@ -60,6 +72,7 @@ func Restore(ix *core.Index, r io.Reader, idx Indexers) (Stats, error) {
 type restoreState struct {
 	ix      *core.Index
 	idx     Indexers
+	prior   bool // sections get core.StreamInfo.Prior (RestorePrior)
 	sc      scanner
 	st      Stats
 	cur     *core.StreamRestorer
@@ -167,6 +180,7 @@ func (rs *restoreState) streamHead(raw []byte) {
 }
 
 func (rs *restoreState) begin(info *core.StreamInfo) {
+	info.Prior = rs.prior
 	r, err := rs.ix.RestoreStream(info)
 	if err != nil {
 		rs.st.MissingStream++

@@ -61,7 +61,11 @@ import (
 //     RestartThreshold below the last applied one): the stream's blocks are
 //     cleared and ingestion restarts as for a new stream.
 //   - first (no baseline): with a replay endpoint and seq > 0, what the ring holds
-//     before seq is replayed first; then the message is applied.
+//     before seq is replayed first; then the message is applied. A stream
+//     restored from a prior run's snapshot whose first live sequence is at or
+//     below the snapshot's (or a connect replay whose ring ends below it) is
+//     a publisher that restarted meanwhile: its restored blocks are cleared
+//     and its ring replayed again (listener.firstLive).
 //   - duplicate (≤ last, within RestartThreshold, not a live regression): dropped.
 //
 // # Replay
@@ -548,7 +552,9 @@ func (l *listener) step() {
 	}
 	if rx.connectReplay {
 		rx.connectReplay = false
-		l.replay(0, false)
+		if l.replay(0, false) == replayOK && rx.seq.has && !rx.seq.hasLive && l.firstLive(rx.seq.last+1) {
+			l.replay(0, false) // the new incarnation's ring, applied this time
+		}
 		return
 	}
 	timeout := time.Duration(-1) // nothing time-based to do: wait for an event
@@ -722,6 +728,9 @@ func (l *listener) handleLive(frames [][]byte, refused refusal) {
 	if s > math.MaxInt64 {
 		l.decodeError(fmt.Errorf("live message seq=%d: %w", s, ErrSeqRange))
 		return
+	}
+	if !rx.seq.hasLive {
+		l.firstLive(s) // may forget the baseline: then s is seqFirst
 	}
 	v := rx.seq.live(s)
 	switch v {
@@ -926,6 +935,27 @@ func (l *listener) expire() {
 	if n := l.sub.ExpireDue(time.Now()); n > 0 {
 		l.m.expiredBlocks.Add(n)
 	}
+}
+
+// firstLive tells core the sequence the publisher's next message carries,
+// learnt before any live message (the first live one's, or one past the
+// newest a connect replay found in the ring): on a stream restored from a
+// prior run's snapshot, one at or below the snapshot's proves the publisher
+// restarted while this process was down (core.Subscription.FirstLive). Its
+// restored blocks are then cleared and the baseline forgotten, so the new
+// incarnation's ring, skipped as the snapshot's, is replayed again and
+// applied. It reports whether that happened.
+func (l *listener) firstLive(next uint64) bool {
+	n, ok := l.sub.FirstLive(next)
+	if !ok {
+		return false
+	}
+	l.m.restarts.Inc()
+	l.m.clearedBlocks.Add(n)
+	l.log.Warn("publisher restarted while conductor was down: cleared the blocks its snapshot restored",
+		"next_seq", next, "cleared_blocks", n)
+	l.rx.seq.rebase()
+	return true
 }
 
 // restart clears the stream's blocks because its publisher restarted.
