@@ -69,6 +69,8 @@ type settings struct {
 	maxBodyBytes    int
 	maxQueryTokens  int
 	maxRegistration int
+	// perClient: --max-registrations-per-client (0: an equal share; -1: none)
+	perClient       int
 	maxConns        int
 	maxInflightBody int64
 	rxQueueBytes    int
@@ -145,6 +147,8 @@ func defineFlags(s *settings) *flag.FlagSet {
 	fs.IntVar(&s.maxQueryTokens, "max-query-tokens", 0, "most token_ids / seq_hashes per query (default 1048576)")
 	fs.IntVar(&s.maxRegistration, "max-registrations", defaultMaxRegistrations,
 		fmt.Sprintf("most registrations, at most %d (past it → 400 limit_exceeded)", ingest.MaxListenersLimit))
+	fs.IntVar(&s.perClient, "max-registrations-per-client", 0,
+		"most registrations one client identity (--client-tokens-file) holds at once; past it → 400 limit_exceeded (0: an equal share, --max-registrations ÷ the number of client identities; -1: no bound of its own)")
 	fs.IntVar(&s.rxQueueBytes, "receive-queue-bytes", ingest.DefaultReceiveQueueBytes,
 		"bytes each queue of one registration may hold: its receive queue during a replay (past it: dropped, counted, healed as a gap) and libzmq's SUB and replay queues, sized at this ÷ the stream's largest message so far (at least 1 MiB) messages")
 	fs.Int64Var(&s.rxQueuedBytes, "max-queued-bytes", ingest.DefaultMaxQueuedBytes, "bytes all receive queues together may hold")
@@ -210,6 +214,9 @@ func (s *settings) check(fs *flag.FlagSet) error {
 	if s.ingestNice > 0 && s.maxRegistration > ingest.MaxNiceListeners {
 		return fmt.Errorf("--max-registrations=%d: at most %d with --ingest-nice (each registration then runs on a thread of its own)",
 			s.maxRegistration, ingest.MaxNiceListeners)
+	}
+	if s.perClient < -1 {
+		return fmt.Errorf("--max-registrations-per-client=%d: want > 0, 0 (an equal share) or -1 (no bound)", s.perClient)
 	}
 	if s.rxQueueBytes <= 0 || s.rxQueuedBytes <= 0 || s.maxMessageBytes <= 0 {
 		return fmt.Errorf("--receive-queue-bytes, --max-queued-bytes and --max-message-bytes must be > 0")
@@ -299,6 +306,21 @@ func secret(flagVal, file, envName string, env func(string) (string, bool)) (str
 	}
 	v, _ := env(envName)
 	return v, nil
+}
+
+// clientQuota is the Gate's ClientQuota for --max-registrations-per-client
+// flag, given the registry's bound and the number of client identities:
+// flag when > 0; 0 (the default) shares the registry equally among them
+// (at least 1 each), so no client token can take what another's share
+// needs; -1, or no client identities, no bound of its own.
+func clientQuota(flag, registrations, clients int) int {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0 || clients == 0:
+		return 0
+	}
+	return max(registrations/clients, 1)
 }
 
 // defaultMaxRegistrations is --max-registrations' default.
@@ -500,6 +522,8 @@ func (b *builder) build() (*app, int) {
 		registrar = replicaRegistrar{}
 	}
 	gate := server.NewGate(registrar, ix, policy)
+	gate.Logger = log
+	gate.ClientQuota = clientQuota(s.perClient, fds.registrations, access.Clients())
 	var state *statedir.Store
 	if s.stateDir != "" {
 		if state, err = statedir.Open(s.stateDir); err != nil {
@@ -548,7 +572,8 @@ func (b *builder) build() (*app, int) {
 		log.Warn("no durable state: --state-dir defaults to $XDG_STATE_HOME/conductor or ~/.local/state/conductor, and neither XDG_STATE_HOME nor HOME is set; registrations will not survive a restart: set --state-dir (or --state-dir \"\" to say so)")
 	}
 	if !access.Open() {
-		log.Info("bearer tokens required on mutating and introspection endpoints")
+		log.Info("bearer tokens required on mutating and introspection endpoints",
+			"client_identities", access.Clients(), "client_quota", a.gate.ClientQuota)
 	} else if !loopbackHost(s.listen) {
 		log.Warn("--insecure: listening beyond loopback with no admin token; anyone who reaches the port can register, unregister and read the registry",
 			"listen", s.listen)

@@ -35,7 +35,7 @@ var flagGroups = []struct {
 	{"Server", []string{"config", "http-port", "rpc-port", "listen", "log-level", "log-format", "shutdown-timeout", "pprof-addr", "version"}},
 	{"Access", []string{"admin-token-file", "admin-token", "query-token-file", "query-token", "client-tokens-file", "protect-metrics",
 		"allow-endpoints", "allow-source-endpoints", "insecure"}},
-	{"Limits", []string{"max-body-bytes", "max-inflight-body-bytes", "max-connections", "max-query-tokens", "max-registrations",
+	{"Limits", []string{"max-body-bytes", "max-inflight-body-bytes", "max-connections", "max-query-tokens", "max-registrations", "max-registrations-per-client",
 		"receive-queue-bytes", "max-queued-bytes", "max-message-bytes", "max-blocks-per-registration"}},
 	{"Ingest", []string{"gap-policy", "gap-expire-after"}},
 	{"State", []string{"state-dir", "snapshot-interval"}},

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -125,6 +126,14 @@ func NewAccess(opts AccessOptions) (*Access, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 	}
 	return a, nil
+}
+
+// Clients is the number of client identities.
+func (a *Access) Clients() int {
+	if a == nil {
+		return 0
+	}
+	return len(a.clients)
 }
 
 // ParseClientTokens reads "identity token" lines (# comments and blank lines
@@ -248,8 +257,19 @@ type Gate struct {
 	// ("" when there is nothing to add); the refusal carries the sentence.
 	// Called under the gate's lock. Default nil.
 	Explain func(holder core.ServiceKey) string
+	// ClientQuota bounds the registrations one client identity (a principal
+	// that is not an admin) holds at once, so that one client token cannot
+	// take the whole registry: a new registration past it is refused
+	// (core.ErrLimit: 400 limit_exceeded), counted (QuotaRefusals,
+	// conductor_registrations_refused_total{reason="client_quota"}) and
+	// logged. Default 0: no bound beyond the index's MaxRegistrations.
+	ClientQuota int
+	// Logger logs quota refusals. Default nil: slog.Default().
+	Logger *slog.Logger
 
 	mu sync.Mutex
+	// quotaRefused counts ClientQuota refusals.
+	quotaRefused atomic.Uint64
 	// gen counts the changes made through the Gate (a registration created
 	// or removed), so the Core's miss reasons reread the contexts after
 	// each (missKeys).
@@ -277,10 +297,27 @@ func (g *Gate) Register(p Principal, r core.Registration) (bool, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !p.Admin {
+		held, exists := 0, false
 		for _, o := range g.ix.Services() {
 			if o.InstanceID == r.InstanceID && o.Owner != p.Name {
 				return false, g.explain(o.Key(), fmt.Errorf("register: instance_id %q is held by another identity: %w", r.InstanceID, ErrForbidden))
 			}
+			if o.Owner == p.Name {
+				held++
+				exists = exists || tenantKey(o.Key()) == tenantKey(r.Key())
+			}
+		}
+		if !exists && g.ClientQuota > 0 && held >= g.ClientQuota {
+			g.quotaRefused.Add(1)
+			err := fmt.Errorf("register %s: identity %q holds %d registrations, its quota (--max-registrations-per-client): %w",
+				r.Key(), p.Name, held, core.ErrLimit)
+			log := g.Logger
+			if log == nil {
+				log = slog.Default()
+			}
+			log.Warn("registration refused: client quota reached; unregister one of its registrations or raise --max-registrations-per-client",
+				"identity", p.Name, "service", r.Key().String(), "held", held, "quota", g.ClientQuota)
+			return false, err
 		}
 		if o, ok := g.ix.EndpointHolder(r.Endpoint); ok && o.Owner != p.Name {
 			return false, &core.FieldError{Field: "endpoint", Err: fmt.Errorf(
@@ -359,6 +396,17 @@ func (g *Gate) Unregister(p Principal, k core.ServiceKey) (core.Registration, er
 func (g *Gate) UnregisterOwn(p Principal, k core.ServiceKey) (core.Registration, error) {
 	return g.unregister(p, k, true)
 }
+
+// tenantKey is k with the default tenant named ("" is "default").
+func tenantKey(k core.ServiceKey) core.ServiceKey {
+	if k.TenantID == "" {
+		k.TenantID = "default"
+	}
+	return k
+}
+
+// QuotaRefusals is how many registrations ClientQuota refused.
+func (g *Gate) QuotaRefusals() uint64 { return g.quotaRefused.Load() }
 
 // Owns reports whether k is registered by p.
 func (g *Gate) Owns(p Principal, k core.ServiceKey) bool {

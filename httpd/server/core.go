@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/VictoriaMetrics/metrics"
@@ -69,6 +70,9 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Core, error) {
 	c.pool.New = func() any { return new(State) }
 	c.big = newBigBufs(c.opts.MaxQueryTokens)
 	c.m = newQueryMetrics(ix)
+	c.m.set.RegisterMetricsWriter(func(w io.Writer) {
+		metrics.WriteCounterUint64(w, `conductor_registrations_refused_total{reason="client_quota"}`, c.gate.QuotaRefusals())
+	})
 	return c, nil
 }
 

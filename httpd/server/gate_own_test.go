@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -83,5 +84,46 @@ func TestGateReplayEndpointOfAnother(t *testing.T) {
 	}
 	if _, err := g.Register(teamB, reg("b2", "tcp://127.0.0.1:25597", "tcp://127.0.0.1:25568")); err != nil {
 		t.Fatalf("the freed replay socket: %v", err)
+	}
+}
+
+// TestGateClientQuota: with ClientQuota 2, a client identity registers two
+// services and its third is refused (core.ErrLimit, counted), while the
+// same registration again (no new slot), another identity's and the
+// admin's still go through; once it unregisters one it may register again.
+func TestGateClientQuota(t *testing.T) {
+	ix := core.New(core.Options{Logger: quietLogger()})
+	g := server.NewGate(newCoreRegistrar(ix), ix, server.TestPolicy(t, "", nil))
+	g.ClientQuota, g.Logger = 2, quietLogger()
+	teamA, teamB := server.Principal{Name: "team-a"}, server.Principal{Name: "team-b"}
+	reg := func(inst string, port int) core.Registration {
+		return core.Registration{Endpoint: fmt.Sprintf("tcp://127.0.0.1:%d", port), Type: core.PublisherVLLM, ModelName: "m", InstanceID: inst, BlockSize: 16}
+	}
+	ok := func(p server.Principal, r core.Registration) {
+		t.Helper()
+		if _, err := g.Register(p, r); err != nil {
+			t.Fatalf("%s registering %s: %v", p.Name, r.InstanceID, err)
+		}
+	}
+	ok(teamA, reg("a1", 26001))
+	ok(teamA, reg("a2", 26002))
+	if _, err := g.Register(teamA, reg("a3", 26003)); !errors.Is(err, core.ErrLimit) {
+		t.Fatalf("team-a's third registration: %v, want its quota refused", err)
+	}
+	ok(teamA, reg("a2", 26002)) // the same again: no new slot
+	ok(teamB, reg("b1", 26011))
+	ok(teamB, reg("b2", 26012))
+	ok(server.AdminPrincipal, reg("c1", 26021))
+	ok(server.AdminPrincipal, reg("c2", 26022))
+	ok(server.AdminPrincipal, reg("c3", 26023))
+	if n := g.QuotaRefusals(); n != 1 {
+		t.Fatalf("QuotaRefusals %d, want 1", n)
+	}
+	if _, err := g.Unregister(teamA, core.ServiceKey{InstanceID: "a1", TenantID: "default"}); err != nil {
+		t.Fatal(err)
+	}
+	ok(teamA, reg("a3", 26003))
+	if n := len(ix.Services()); n != 7 {
+		t.Fatalf("%d registrations, want 7", n)
 	}
 }
