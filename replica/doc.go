@@ -76,6 +76,16 @@
 //     for a duplicate. A clear or gap is named by the sequence of the batch
 //     before it, an expiry also by its count since that batch, so a resend
 //     of one does not expire a second gap mark (TestRelayExpireResentOnce).
+//   - A relay restarted without state while an engine restarted: the new
+//     relay never saw the engine's sequence go back, and its index holds
+//     the new incarnation only. A replica takes a batch more than
+//     Options.RestartThreshold below the last it applied for the
+//     subscription for such a restart: it clears the subscription and
+//     applies the batch (conductor_replica_restarts_total,
+//     TestReplicaEngineRestartedUnderColdRelay); within the threshold a
+//     batch at or below the last is an old duplicate. A relay that restarts
+//     from its state directory's snapshot sees the restart itself and
+//     publishes a clear.
 //   - NATS down or slow: the relay holds unacknowledged messages up to
 //     Options.BufferBytes and resends a failed publish window from its first
 //     failure. Past the bound it drops batches, clears and flushes (never a

@@ -79,8 +79,8 @@ func TestRelayFailoverDedup(t *testing.T) {
 	if got := rep.msgs[0].Get(); got != uint64(batches) {
 		t.Fatalf("replica applied %d batch messages for %d batches (stream last seq %d): deduplication failed", got, batches, last)
 	}
-	if rep.dups.Get() != 0 || rep.gaps.Get() != 0 {
-		t.Fatalf("duplicates %d, gaps %d", rep.dups.Get(), rep.gaps.Get())
+	if rep.dups.Get() != 0 || rep.gaps.Get() != 0 || rep.restarts.Get() != 0 {
+		t.Fatalf("duplicates %d, gaps %d, restarts %d", rep.dups.Get(), rep.gaps.Get(), rep.restarts.Get())
 	}
 }
 

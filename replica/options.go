@@ -76,6 +76,15 @@ type Options struct {
 	// NoSnapshotLoad starts a replica from the stream's first message even if
 	// a snapshot exists. Default false.
 	NoSnapshotLoad bool
+	// RestartThreshold: a batch whose ZMQ sequence is more than this below
+	// the last one a replica applied for its subscription is an engine that
+	// restarted (numbering from 0 again) while no relay saw its old sequence
+	// (a relay that restarted without state): the replica clears the
+	// subscription and applies it. Within it, the batch is an old duplicate
+	// and is skipped. Default 10000, the ingest listener's default
+	// (vLLM's and SGLang's replay ring: a late duplicate is within one ring
+	// of the newest).
+	RestartThreshold uint64
 
 	// Logger. Default slog.Default().
 	Logger *slog.Logger
@@ -118,6 +127,9 @@ func (o *Options) EnsureDefaults() {
 	}
 	if o.SnapshotKeep == 0 {
 		o.SnapshotKeep = 3
+	}
+	if o.RestartThreshold == 0 {
+		o.RestartThreshold = 10000
 	}
 	if o.Bucket == "" {
 		o.Bucket = "conductor-snapshots"

@@ -26,9 +26,13 @@ import (
 //
 // Sequence checks: a batch whose ZMQ sequence is at or below the last one
 // applied for its subscription (and no clear came between) is skipped
-// (conductor_replica_duplicates_total); one whose sequence jumps is applied
-// and counts conductor_replica_seq_gaps_total, and the relay's state
-// transfer of that subscription replaces the replica's copy (section).
+// (conductor_replica_duplicates_total), unless it is more than
+// Options.RestartThreshold below it: an engine that restarted while its relay
+// did too, so no relay saw the sequence go back; the subscription is then
+// cleared and the batch applied (conductor_replica_restarts_total). One
+// whose sequence jumps is applied and counts conductor_replica_seq_gaps_total,
+// and the relay's state transfer of that subscription replaces the
+// replica's copy (section).
 type Replica struct {
 	ix   *core.Index
 	opts Options
@@ -52,10 +56,10 @@ type Replica struct {
 	lostAt    atomic.Int64 // unix nanos NATS was lost; 0 while connected
 	started   atomic.Bool
 
-	msgs                                               [8]*metrics.Counter
-	decodeErrs, orphans, dups, gaps, regErrs, startGap *metrics.Counter
-	snapWrites, snapErrs, snapLoads                    *metrics.Counter
-	snapSeq, snapLoadSeconds, snapWriteSeconds         atomic.Uint64 // seconds as float bits
+	msgs                                                         [8]*metrics.Counter
+	decodeErrs, orphans, dups, gaps, regErrs, startGap, restarts *metrics.Counter
+	snapWrites, snapErrs, snapLoads                              *metrics.Counter
+	snapSeq, snapLoadSeconds, snapWriteSeconds                   atomic.Uint64 // seconds as float bits
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -82,6 +86,7 @@ func NewReplica(ix *core.Index, opts Options, onRegister func(core.Registration)
 	r.orphans = r.set.NewCounter("conductor_replica_orphan_messages_total")
 	r.dups = r.set.NewCounter("conductor_replica_duplicates_total")
 	r.gaps = r.set.NewCounter("conductor_replica_seq_gaps_total")
+	r.restarts = r.set.NewCounter("conductor_replica_restarts_total")
 	r.regErrs = r.set.NewCounter("conductor_replica_registration_errors_total")
 	r.startGap = r.set.NewCounter("conductor_replica_stream_gaps_total")
 	r.snapWrites = r.set.NewCounter("conductor_replica_snapshots_written_total")
@@ -372,11 +377,21 @@ func (r *Replica) apply(body []byte) {
 		st := r.seqState(normKey(m.Key))
 		if b.HasSeq && st.has {
 			last := st.last.Load()
-			if b.Seq <= last {
+			switch {
+			case b.Seq <= last && last-b.Seq <= r.opts.RestartThreshold:
 				r.dups.Inc()
 				return
-			}
-			if b.Seq > last+1 {
+			case b.Seq <= last:
+				// No relay saw this engine's sequence go back (a relay that
+				// restarted without state): the relay's index holds only the
+				// new incarnation, and so must this one
+				// (TestReplicaEngineRestartedUnderColdRelay).
+				r.restarts.Inc()
+				n := sub.Clear("replica: the engine restarted")
+				st.has = false
+				r.opts.Logger.Warn("replica: sequence fell far below the last applied (an engine that restarted while its relay did); cleared its blocks",
+					"service", m.Key.String(), "last_seq", last, "seq", b.Seq, "restart_threshold", r.opts.RestartThreshold, "cleared_blocks", n)
+			case b.Seq > last+1:
 				r.gaps.Inc()
 				r.opts.Logger.Warn("replica: sequence gap in the stream (a batch reordered across a NATS outage; a state transfer from the relay follows)",
 					"service", m.Key.String(), "last_seq", last, "seq", b.Seq)
