@@ -60,9 +60,9 @@ import (
 // engine's ring no longer holds the batches after the snapshot's sequence
 // (the process was down too long), the stream's restored blocks are cleared
 // as for any unhealable gap. An engine that restarted meanwhile shows it by a
-// first live sequence at or below the snapshot's, or a ring that ends below
-// it: the sections are restored as prior (dump.RestorePrior), so its
-// restored blocks are cleared and the new incarnation's ring applied
+// first live sequence at or below the snapshot's: the sections are restored
+// as prior (dump.RestorePrior), so its restored blocks are cleared and the
+// new incarnation's ring applied
 // (core.Subscription.FirstLive). Proved by TestSnapshotWarmRestart and
 // TestSnapshotWarmRestartEngineRestarted.
 const (

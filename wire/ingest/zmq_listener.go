@@ -63,9 +63,9 @@ import (
 //   - first (no baseline): with a replay endpoint and seq > 0, what the ring holds
 //     before seq is replayed first; then the message is applied. A stream
 //     restored from a prior run's snapshot whose first live sequence is at or
-//     below the snapshot's (or a connect replay whose ring ends below it) is
-//     a publisher that restarted meanwhile: its restored blocks are cleared
-//     and its ring replayed again (listener.firstLive).
+//     below the snapshot's is a publisher that restarted meanwhile: its
+//     restored blocks are cleared and its ring replayed again
+//     (listener.firstLive).
 //   - duplicate (≤ last, within RestartThreshold, not a live regression): dropped.
 //
 // # Replay
@@ -552,9 +552,7 @@ func (l *listener) step() {
 	}
 	if rx.connectReplay {
 		rx.connectReplay = false
-		if l.replay(0, false) == replayOK && rx.seq.has && !rx.seq.hasLive && l.firstLive(rx.seq.last+1) {
-			l.replay(0, false) // the new incarnation's ring, applied this time
-		}
+		l.replay(0, false)
 		return
 	}
 	timeout := time.Duration(-1) // nothing time-based to do: wait for an event
@@ -937,14 +935,15 @@ func (l *listener) expire() {
 	}
 }
 
-// firstLive tells core the sequence the publisher's next message carries,
-// learnt before any live message (the first live one's, or one past the
-// newest a connect replay found in the ring): on a stream restored from a
-// prior run's snapshot, one at or below the snapshot's proves the publisher
-// restarted while this process was down (core.Subscription.FirstLive). Its
-// restored blocks are then cleared and the baseline forgotten, so the new
-// incarnation's ring, skipped as the snapshot's, is replayed again and
-// applied. It reports whether that happened.
+// firstLive tells core the sequence of the first live message: on a stream
+// restored from a prior run's snapshot, one at or below the snapshot's
+// proves the publisher restarted while this process was down
+// (core.Subscription.FirstLive). Its restored blocks are then cleared and
+// the baseline forgotten, so the new incarnation's ring, which a connect
+// replay may have skipped as the snapshot's, is replayed again and applied.
+// It reports whether that happened. Only a live sequence decides: the end
+// of a replay's ring does not, since the publisher may have dropped its
+// newest replies on the way.
 func (l *listener) firstLive(next uint64) bool {
 	n, ok := l.sub.FirstLive(next)
 	if !ok {
