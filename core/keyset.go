@@ -161,6 +161,38 @@ func (s *keySet) each(f func(k uint64)) {
 	}
 }
 
+// eachMarked calls f once for every key with the id of the oldest mark the
+// key precedes (0: none), for a dump of pending gap marks.
+func (s *keySet) eachMarked(f func(k, mark uint64)) {
+	if s.subs == nil {
+		s.l.eachMarked(f)
+		return
+	}
+	for i := range s.subs {
+		s.subs[i].eachMarked(f)
+	}
+}
+
+// eachMarked is keySet.eachMarked for one log: the key at index p of the
+// compacted adds precedes every mark at a position above p.
+func (l *keyLog) eachMarked(f func(k, mark uint64)) {
+	l.compact()
+	p, mi := 0, 0
+	for _, c := range l.chunks {
+		for _, k := range c {
+			for mi < len(l.marks) && l.marks[mi].pos <= p {
+				mi++
+			}
+			id := uint64(0)
+			if mi < len(l.marks) {
+				id = l.marks[mi].id
+			}
+			f(k, id)
+			p++
+		}
+	}
+}
+
 // split spreads the log over keySubs logs in add order; each mark lands in
 // every log behind the keys that preceded it.
 func (s *keySet) split() {

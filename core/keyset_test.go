@@ -397,3 +397,57 @@ func TestKeySetEvictTakesOnlyWhatItDrops(t *testing.T) {
 		t.Fatalf("each visited %d, want %d", n, len(ref))
 	}
 }
+
+// TestKeySetEachMarked: eachMarked names for every key the oldest mark it
+// precedes, which is the mark whose takeMark returns it (the caller then
+// removes the key), before and after the split, with keys refreshed behind
+// a mark and removed.
+func TestKeySetEachMarked(t *testing.T) {
+	for _, n := range []int{1000, keySetSplit + 5000} {
+		rng := rand.New(rand.NewSource(int64(n)))
+		var s keySet
+		in := map[uint64]bool{}
+		add := func(k int) {
+			for j := 0; j < k; j++ {
+				key := rng.Uint64()
+				s.add(key)
+				in[key] = true
+			}
+		}
+		some := func(f func(k uint64)) {
+			for k := range in {
+				if rng.Intn(4) == 0 {
+					f(k)
+				}
+			}
+		}
+		add(n / 2)
+		s.mark(1)
+		some(func(k uint64) { s.refresh(k) })
+		some(func(k uint64) { s.remove(k); delete(in, k) })
+		add(n / 4)
+		s.mark(2)
+		add(n / 4)
+		some(func(k uint64) { s.refresh(k) })
+		got := map[uint64]uint64{}
+		s.eachMarked(func(k, mark uint64) { got[k] = mark })
+		if len(got) != len(in) {
+			t.Fatalf("n=%d: eachMarked visited %d keys of %d", n, len(got), len(in))
+		}
+		for _, id := range []uint64{1, 2} {
+			taken := s.takeMark(id, nil)
+			for _, k := range taken {
+				if got[k] != id {
+					t.Fatalf("n=%d: takeMark(%d) returned a key eachMarked put at mark %d", n, id, got[k])
+				}
+				s.remove(k)
+				delete(got, k)
+			}
+		}
+		for _, m := range got {
+			if m != 0 {
+				t.Fatalf("n=%d: a key eachMarked put at mark %d was not taken", n, m)
+			}
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Stream dumps: the exact state of each subscription, for a replica to start
@@ -60,6 +61,11 @@ type Holding struct {
 	Tier   Tier
 	Key    uint64
 	Copies uint32
+	// Expires is when the gap policy "expire" drops the holding unless its
+	// owner announces the block again: the deadline, in Unix nanoseconds, of
+	// the oldest pending gap mark the block was held at (0: none). A restore
+	// re-creates the marks (StreamRestorer.End).
+	Expires int64
 }
 
 // StreamDims are an RFC stream owner's dimensions besides context and rank.
@@ -170,6 +176,9 @@ func (s *Subscription) dumpCtx(sc *subCtx, v StreamVisitor) error {
 	}
 	if len(mine) > 0 {
 		d := dumpSection{sc: sc, mine: mine, refs: refs, dims: dims, v: v, h: Holding{Context: sc.ctx.key}}
+		if len(s.marks) > 0 {
+			d.expires = s.markedKeys(sc)
+		}
 		var err error
 		if d.byKeys() {
 			err = d.keys()
@@ -199,8 +208,34 @@ type dumpSection struct {
 	mine map[uint32]ownerKey
 	refs map[uint32]ownerRef
 	dims map[uint32]*StreamDims
-	v    StreamVisitor
-	h    Holding
+	// expires: each owner's keys held at a pending gap mark, with its
+	// deadline (nil without marks).
+	expires map[uint32]map[uint64]int64
+	v       StreamVisitor
+	h       Holding
+}
+
+// markedKeys maps each owner of sc (by id) to its keys that precede a
+// pending gap mark, with the deadline of the oldest such mark. Built only
+// while marks are pending (GapExpireAfter after a gap): it costs a map entry
+// per marked key.
+func (s *Subscription) markedKeys(sc *subCtx) map[uint32]map[uint64]int64 {
+	at := make(map[uint64]int64, len(s.marks))
+	for _, m := range s.marks {
+		at[m.id] = m.at.UnixNano()
+	}
+	out := make(map[uint32]map[uint64]int64)
+	for oid, set := range sc.keys {
+		set.eachMarked(func(k, mark uint64) {
+			if t, ok := at[mark]; ok {
+				if out[oid] == nil {
+					out[oid] = make(map[uint64]int64)
+				}
+				out[oid][k] = t
+			}
+		})
+	}
+	return out
 }
 
 // holding hands the visitor word w of owner id in block key.
@@ -208,6 +243,7 @@ func (d *dumpSection) holding(id uint32, key, w uint64) error {
 	ok := d.mine[id]
 	d.h.Shared, d.h.Name, d.h.Rank, d.h.Stream = ok.shared, ok.name, ok.rank, d.dims[id]
 	d.h.Tier, d.h.Key, d.h.Copies = wordTier(w), key, wordCopies(w)
+	d.h.Expires = d.expires[id][key]
 	return d.v.Holding(&d.h)
 }
 
@@ -322,6 +358,16 @@ func (d *dumpSection) keys() error {
 type StreamRestorer struct {
 	s                *Subscription
 	Applied, Skipped int
+	// marked: the restored keys held at a gap mark, by deadline (End).
+	marked []restoredMark
+}
+
+// restoredMark is a restored key held at a gap mark until at (Unix ns).
+type restoredMark struct {
+	sc  *subCtx
+	oid uint32
+	key uint64
+	at  int64
 }
 
 // RestoreStream starts restoring a section: the registration with the same
@@ -447,7 +493,85 @@ func (r *StreamRestorer) Holdings(h *Holding, keys []uint64) int {
 	var st ApplyStats
 	s.addBlocks(sc, keys, id, h.Tier, n, &st)
 	r.Applied += len(keys)
+	if h.Expires != 0 {
+		for _, k := range keys {
+			r.marked = append(r.marked, restoredMark{sc: sc, oid: id.id(), key: k, at: h.Expires})
+		}
+	}
 	return len(keys)
+}
+
+// End ends the section: the gap marks its holdings were held at are
+// re-created, one per deadline, oldest first, each behind exactly the keys
+// the dump held at it (and at older ones) in their owners' key sets, so the
+// restored blocks expire when they would have and a store that announces
+// one again keeps it (TestRestoreKeepsGapMarks). The section is restored
+// into a fresh subscription (no marks of its own). Without End, restored
+// holdings are simply kept.
+func (r *StreamRestorer) End() {
+	if len(r.marked) == 0 {
+		return
+	}
+	s := r.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	marked := r.marked
+	r.marked = nil
+	if s.closed {
+		return
+	}
+	var ats []int64
+	for _, m := range marked {
+		ats = append(ats, m.at)
+	}
+	slices.Sort(ats)
+	ats = slices.Compact(ats)
+	ids := make(map[int64]int, len(ats)) // deadline → index of its mark
+	marks := make([]uint64, len(ats))
+	for i, at := range ats {
+		ids[at] = i
+		marks[i] = s.newMark(time.Unix(0, at))
+	}
+	type setKey struct {
+		sc  *subCtx
+		oid uint32
+	}
+	groups := make(map[setKey]map[uint64]int)
+	for _, m := range marked {
+		g := groups[setKey{m.sc, m.oid}]
+		if g == nil {
+			g = make(map[uint64]int)
+			groups[setKey{m.sc, m.oid}] = g
+		}
+		if i, ok := g[m.key]; !ok || ids[m.at] < i {
+			g[m.key] = ids[m.at]
+		}
+	}
+	for sk, g := range groups {
+		set := sk.sc.keys[sk.oid]
+		if set == nil {
+			continue
+		}
+		// The set again in the order [keys of mark 0] mark 0 [keys of
+		// mark 1] mark 1 ... [keys held at no mark].
+		byMark := make([][]uint64, len(marks)+1)
+		set.each(func(k uint64) {
+			i, ok := g[k]
+			if !ok {
+				i = len(marks)
+			}
+			byMark[i] = append(byMark[i], k)
+		})
+		set.reset()
+		for i, keys := range byMark {
+			for _, k := range keys {
+				set.add(k)
+			}
+			if i < len(marks) {
+				set.mark(marks[i])
+			}
+		}
+	}
 }
 
 // Engine restores one engine-hash mapping.

@@ -126,6 +126,7 @@ func (c *collector) restore(t testing.TB, ix *Index) {
 				t.Fatalf("engine entry %+v not restored", c.engine[i][j])
 			}
 		}
+		r.End()
 	}
 }
 
@@ -212,6 +213,67 @@ func TestRestoreStreamSkipsDumpedBatches(t *testing.T) {
 	}
 	if n := b.Counters().RecoveredSkips.Load(); n != W-from+1 {
 		t.Fatalf("skipped %d batches, want %d", n, W-from+1)
+	}
+}
+
+// TestRestoreKeepsGapMarks: under the gap policy "expire", a dump taken
+// while two gap marks are pending carries each block's deadline, and the
+// restored index expires exactly what the source does, mark by mark: the
+// blocks held at the first gap and not announced again, then those held at
+// the second. Blocks stored after a gap, or stored again after it, stay.
+func TestRestoreKeepsGapMarks(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	sim := newEngineSim(seed, 4)
+	opts := Options{GapPolicy: GapExpire, GapExpireAfter: time.Hour}
+	a := New(opts)
+	sa := mustRegister(t, a, xxh3Reg("1"))
+	seq := uint64(0)
+	apply := func(n int) {
+		for range n {
+			sa.Apply(sim.next(seq))
+			seq++
+		}
+	}
+	apply(150)
+	if r := sa.Gap("test: first gap"); r.Blocks == 0 {
+		t.Fatal("the first gap marked nothing")
+	}
+	apply(60)
+	time.Sleep(time.Millisecond) // two distinct deadlines
+	if r := sa.Gap("test: second gap"); r.Blocks == 0 {
+		t.Fatal("the second gap marked nothing")
+	}
+	apply(60)
+	var dump collector
+	if err := a.DumpStreams(nil, &dump); err != nil {
+		t.Fatal(err)
+	}
+	expiring := 0
+	for _, h := range dump.holds[0] {
+		if h.Expires != 0 {
+			expiring++
+		}
+	}
+	if expiring == 0 || expiring == len(dump.holds[0]) {
+		t.Fatalf("%d of %d dumped holdings carry a deadline; want some, not all", expiring, len(dump.holds[0]))
+	}
+	b := New(opts)
+	sb := mustRegister(t, b, xxh3Reg("1"))
+	dump.restore(t, b)
+	at, ok := sa.NextExpiry()
+	if bt, bok := sb.NextExpiry(); !ok || !bok || !at.Equal(bt) {
+		t.Fatalf("next expiry: source %v %v, restored %v %v", at, ok, bt, bok)
+	}
+	for step := range 3 {
+		want := answers(t, a, sim)
+		if got := answers(t, b, sim); !reflect.DeepEqual(got, want) {
+			t.Fatalf("after %d expiries the restored index answers differently", step)
+		}
+		na, nb := sa.ExpireOldest(), sb.ExpireOldest()
+		if na != nb || (step < 2) != (na > 0) {
+			t.Fatalf("expiry %d dropped %d blocks in the source, %d in the restored index", step, na, nb)
+		}
 	}
 }
 

@@ -481,6 +481,7 @@ func (r *Replica) section(sub *core.Subscription, sec *Section) {
 		rs.Engine(&sec.Engine[i])
 	}
 	if sec.End {
+		rs.End()
 		delete(r.restorers, k)
 		st := r.seqState(k)
 		st.last.Store(sec.Seq)

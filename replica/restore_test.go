@@ -223,3 +223,56 @@ func TestSnapshotWaitsForTransfer(t *testing.T) {
 		t.Fatalf("warm replica differs from the source (%d vs %d bytes of state)", len(got), len(want))
 	}
 }
+
+// TestReplicaTransferKeepsGapMarks: a state transfer taken while gap marks
+// of the policy "expire" are pending carries each holding's deadline; the
+// replica re-creates the marks, so the relay's Expire messages that follow
+// drop on the replica exactly the blocks they drop on the relay.
+func TestReplicaTransferKeepsGapMarks(t *testing.T) {
+	src := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Hour})
+	reg := benchReg(t, "e0")
+	reg.GapPolicy = core.GapExpire
+	sub, _, err := src.Register(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewSource(1))
+	seq := uint64(0)
+	apply := func(n int) {
+		for range n {
+			sub.Apply(benchBatch(rng, seq, 8))
+			seq++
+		}
+	}
+	apply(20)
+	sub.Gap("test: first gap")
+	apply(10)
+	time.Sleep(time.Millisecond)
+	sub.Gap("test: second gap")
+	apply(10)
+	sw := &sectionWriter{key: reg.Key()}
+	if err := src.DumpStreams(nil, sw); err != nil {
+		t.Fatal(err)
+	}
+	dst := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Hour})
+	rep, err := NewReplica(dst, natsOpts("nats://127.0.0.1:1"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.apply(AppendRegister(nil, &reg))
+	for _, m := range sw.msgs {
+		rep.apply(m)
+	}
+	for step := range 3 {
+		if got, want := state(t, dst), state(t, src); got != want {
+			t.Fatalf("after %d expiries the replica differs from the relay:\n%s\nrelay:\n%s", step, got, want)
+		}
+		if n := sub.ExpireOldest(); (step < 2) != (n > 0) {
+			t.Fatalf("expiry %d dropped %d blocks on the relay", step, n)
+		}
+		rep.apply(AppendKeyMessage(nil, KindExpire, reg.Key()))
+	}
+	if rep.decodeErrs.Get() != 0 {
+		t.Fatalf("decode errors %d", rep.decodeErrs.Get())
+	}
+}

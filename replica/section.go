@@ -17,7 +17,8 @@ import (
 // sections with core's dump restorer and continue with the batches after.
 //
 //	'S' section: key, flags (1 begin, 2 end, 4 has_seq), seq, records
-//	record 'H': context, shared, name, rank, stream dims?, tier, copies, keys
+//	record 'H': context, flags (1 shared, 2 stream dims, 4 expires), name,
+//	            rank, stream dims?, tier, copies, expires?, keys
 //	record 'E': context, count, [hash, key, plain, count]...
 //
 // (The same per-subscription state as /dump's sections, in the binary
@@ -156,6 +157,9 @@ func (w *sectionWriter) appendGroup() {
 	if h.Stream != nil {
 		f |= 2
 	}
+	if h.Expires > 0 {
+		f |= 4
+	}
 	w.cur = append(w.cur, f)
 	w.cur = appendStr(w.cur, []byte(h.Name))
 	w.cur = binary.AppendVarint(w.cur, int64(h.Rank))
@@ -166,6 +170,9 @@ func (w *sectionWriter) appendGroup() {
 	}
 	w.cur = append(w.cur, byte(h.Tier))
 	w.cur = binary.AppendUvarint(w.cur, uint64(h.Copies))
+	if h.Expires > 0 {
+		w.cur = binary.AppendUvarint(w.cur, uint64(h.Expires))
+	}
 	w.cur = binary.AppendUvarint(w.cur, uint64(len(w.keys)))
 	for _, k := range w.keys {
 		w.cur = binary.LittleEndian.AppendUint64(w.cur, k)
@@ -187,7 +194,7 @@ func (w *sectionWriter) Holding(h *core.Holding) error {
 
 func sameHolding(a, b *core.Holding) bool {
 	return a.Context == b.Context && a.Shared == b.Shared && a.Name == b.Name && a.Rank == b.Rank &&
-		a.Tier == b.Tier && a.Copies == b.Copies && a.Stream.Same(b.Stream)
+		a.Tier == b.Tier && a.Copies == b.Copies && a.Stream.Same(b.Stream) && a.Expires == b.Expires
 }
 
 func (w *sectionWriter) flushEngine() {
@@ -262,7 +269,7 @@ func (d *Decoder) section(r *reader) {
 			}
 			hf := r.b[0]
 			r.b = r.b[1:]
-			if hf&^3 != 0 {
+			if hf&^7 != 0 {
 				r.fail("holding flags")
 				return
 			}
@@ -288,6 +295,13 @@ func (d *Decoder) section(r *reader) {
 				r.fail("copies")
 			}
 			g.H.Copies = uint32(c)
+			if hf&4 != 0 {
+				e := r.uvarint("expires")
+				if e == 0 || e > math.MaxInt64 {
+					r.fail("expires")
+				}
+				g.H.Expires = int64(e)
+			}
 			nk := r.uvarint("keys")
 			if r.err != nil || nk > uint64(len(r.b))/8 {
 				r.fail("keys")

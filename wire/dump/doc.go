@@ -23,7 +23,7 @@
 //	  "events":[
 //	   {"event_type":"stored","tenant_id","model_name","lora_name","block_size",
 //	    "instance_id","dp_rank","medium","seq_hashes":[k...],"copies":c,
-//	    "stream"?:{"salt","backend_id","medium"}}
+//	    "stream"?:{"salt","backend_id","medium"},"gap_expires_ns"?}
 //	     (shared pool holdings: "backend_id" instead of instance_id/dp_rank)
 //	   {"event_type":"engine_hashes","tenant_id",...,"entries":[[h,k,n,p]...]}
 //	  ]}, ...]}
@@ -34,7 +34,10 @@
 // is present for holdings of an RFC #1527 stream owner: the salt, backend_id
 // and medium the publisher's stream named (core.StreamDims), so the replica
 // re-creates the same owner and a later `cleared` of that stream purges
-// exactly these holdings. engine_hashes map an engine's own block hash h to
+// exactly these holdings. "gap_expires_ns" is present for holdings that
+// the gap policy "expire" drops at that time (Unix nanoseconds) unless the
+// owner announces them again (core.Holding.Expires): the restore re-creates
+// the pending gap marks. engine_hashes map an engine's own block hash h to
 // the prefix key k it was filed under and the plain standard hash p behind k
 // (the parent of the engine's next block), with n stores not yet removed, so
 // the replica resolves the engine's later removes and parents ([h,k,n] is

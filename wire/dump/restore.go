@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"io"
+	"math"
 	"time"
 
 	"github.com/seed-c7a81618/conductor/core"
@@ -65,6 +66,7 @@ func restore(ix *core.Index, r io.Reader, idx Indexers, prior bool) (Stats, erro
 	cr := &countingReader{r: r}
 	rs := &restoreState{ix: ix, idx: idx, prior: prior, sc: scanner{r: bufio.NewReaderSize(cr, 256<<10)}}
 	err := rs.run()
+	rs.endCur()
 	rs.st.Bytes = cr.n
 	return rs.st, err
 }
@@ -124,7 +126,7 @@ func (rs *restoreState) mainStreams() {
 		if !sc.expect('{') {
 			return
 		}
-		rs.cur = nil
+		rs.endCur()
 		for f2 := true; sc.more('}', f2); f2 = false {
 			switch sc.key() {
 			case "stream":
@@ -179,7 +181,16 @@ func (rs *restoreState) streamHead(raw []byte) {
 	rs.begin(&info)
 }
 
+// endCur ends the section being restored (its gap marks: core.StreamRestorer.End).
+func (rs *restoreState) endCur() {
+	if rs.cur != nil {
+		rs.cur.End()
+		rs.cur = nil
+	}
+}
+
 func (rs *restoreState) begin(info *core.StreamInfo) {
+	rs.endCur()
 	info.Prior = rs.prior
 	r, err := rs.ix.RestoreStream(info)
 	if err != nil {
@@ -260,6 +271,10 @@ func (rs *restoreState) mainEvent(raw []byte) {
 		case "copies":
 			c, _ := v.u64()
 			h.Copies = uint32(min(c, 1<<16-1))
+		case "gap_expires_ns":
+			if e, ok := v.u64(); ok && e <= math.MaxInt64 {
+				h.Expires = int64(e)
+			}
 		}
 	}
 	if r.err != nil {

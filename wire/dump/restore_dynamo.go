@@ -23,7 +23,7 @@ func (rs *restoreState) dynamoIndexer(name string) {
 	if !sc.expect('{') {
 		return
 	}
-	rs.cur = nil
+	rs.endCur()
 	for first := true; sc.more('}', first); first = false {
 		switch sc.key() {
 		case "block_size":

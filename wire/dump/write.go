@@ -70,7 +70,7 @@ func (s *sink) Stream(info *core.StreamInfo) error {
 
 func sameGroup(a, b *core.Holding) bool {
 	return a.Context == b.Context && a.Shared == b.Shared && a.Name == b.Name && a.Rank == b.Rank &&
-		a.Tier == b.Tier && a.Copies == b.Copies && a.Stream.Same(b.Stream)
+		a.Tier == b.Tier && a.Copies == b.Copies && a.Stream.Same(b.Stream) && a.Expires == b.Expires
 }
 
 func (s *sink) Holding(h *core.Holding) error {
@@ -251,6 +251,10 @@ func appendMainGroup(b []byte, info *core.StreamInfo, h *core.Holding, keys []ui
 	if h.Stream != nil {
 		b = append(b, `,"stream":`...)
 		b = appendStreamDims(b, h.Stream)
+	}
+	if h.Expires > 0 {
+		b = append(b, `,"gap_expires_ns":`...)
+		b = strconv.AppendInt(b, h.Expires, 10)
 	}
 	return append(b, '}')
 }
