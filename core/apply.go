@@ -576,7 +576,7 @@ func (s *Subscription) clearAll() int {
 		n += s.clearOwners(sc, func(ownerInfo) bool { return true })
 		sc.engine.reset()
 	}
-	s.rfc, s.heldTotal, s.hasPubLast = nil, 0, false
+	s.rfc, s.heldTotal, s.hasPubLast, s.perStreamIDs = nil, 0, false, false
 	s.marks = nil
 	s.publishExpiry()
 	return n

@@ -199,3 +199,43 @@ func TestDroppedStoreMakesNoRow(t *testing.T) {
 		t.Fatalf("after a kept store on rank 3: %+v", r)
 	}
 }
+
+// TestPoolClearNamingModel (reference §5.2: a pool's cleared removes that
+// backend's and tenant's objects in both tiers): a clear that names a model
+// and no medium removes the backend's cpu and disk objects of that model,
+// and leaves another model's and another backend's.
+func TestPoolClearNamingModel(t *testing.T) {
+	ix := New(Options{})
+	p := cborProfile(t)
+	mustRegister(t, ix, engineReg(t, "E", 0, p))
+	r2 := engineReg(t, "E2", 0, p)
+	r2.ModelName = "m2"
+	mustRegister(t, ix, r2)
+	pool := mustRegister(t, ix, poolReg("pool"))
+	pool.Apply(poolStored("cpu", "be", 1))
+	pool.Apply(poolStored("disk", "be", 2))
+	pool.Apply(poolStored("cpu", "be2", 3))
+	b := poolStored("cpu", "be", 4)
+	b.Events[0].ModelName = []byte("m2")
+	pool.Apply(b)
+	cl := cleared()
+	e := &cl.Events[0]
+	e.BackendID, e.TenantID = []byte("be"), []byte("default")
+	e.ModelName, e.HasModelName = []byte("m"), true
+	if st := pool.Apply(cl); st.Cleared != 1 {
+		t.Fatalf("clear naming model m: %+v", st)
+	}
+	res := &QueryResult{}
+	for _, c := range []struct {
+		model     string
+		hash      uint64
+		cpu, disk int64
+	}{{"m", 1, 0, 0}, {"m", 2, 0, 0}, {"m", 3, 16, 16}, {"m2", 4, 16, 16}} { // disk counts what cpu holds too
+		if err := ix.Query(&QueryRequest{Model: c.model, BlockSize: testBS, Hashes: []uint64{c.hash}, ByHash: true}, res); err != nil {
+			t.Fatal(err)
+		}
+		if r := res.Instances[0]; r.CPUShare != c.cpu || r.Disk != c.disk {
+			t.Fatalf("%s/%d after the clear: cpu %d disk %d, want %d %d", c.model, c.hash, r.CPUShare, r.Disk, c.cpu, c.disk)
+		}
+	}
+}

@@ -188,7 +188,7 @@ func (s *Subscription) releaseHeld(st *ApplyStats) {
 			s.applyHeld(rs, &h, st)
 		}
 	}
-	s.rfc, s.heldTotal, s.hasPubLast = nil, 0, false
+	s.rfc, s.heldTotal, s.hasPubLast, s.perStreamIDs = nil, 0, false, false
 }
 
 // markAll marks every key set of the subscription (GapExpire) to expire at

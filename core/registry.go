@@ -528,6 +528,9 @@ type Subscription struct {
 	// number all their events with one counter; nextInPublisher).
 	pubLast    uint64
 	hasPubLast bool
+	// perStreamIDs: the publisher numbers each stream on its own
+	// (nextInPublisher); forgotten with the cursors.
+	perStreamIDs bool
 	// scratch reused across events.
 	seqScratch, keyScratch, mapScratch []uint64
 	// Stream watermark (stream.go): the sequence of the last batch applied,

@@ -144,7 +144,7 @@ func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
 		s.drop(st, DropRank, "dp_rank", ev.DPRank)
 		return
 	}
-	poolClear := ev.Kind == EventCleared && s.reg.Type.pool() && !ev.HasModelName
+	poolClear := ev.Kind == EventCleared && s.reg.Type.pool()
 	key := s.rfcContext(ev)
 	sc := s.ctxState(&key)
 	if sc == nil && !poolClear {
@@ -164,6 +164,14 @@ func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
 	}
 	s.rfcClock++
 	rs.touched = s.rfcClock
+	if s.hasPubLast && ev.EventID <= s.pubLast && !(rs.hasLast && ev.EventID <= rs.last) {
+		// An id at or below the publisher's last that is no duplicate in
+		// its own stream: this publisher numbers each stream on its own,
+		// as the seed says, and nextInPublisher would take one stream's
+		// next id for the continuation of another
+		// (TestRFCPerStreamCounters).
+		s.perStreamIDs = true
+	}
 	switch {
 	case rs.hasLast && ev.EventID <= rs.last:
 		s.ix.counters.DuplicateIDs.Add(1)
@@ -189,8 +197,12 @@ func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
 // in the wild (the Mooncake master among them) number all their events with
 // one counter: such an event is in order although its own stream skipped
 // the ids other streams used.
+//
+// A publisher that numbers each stream on its own shows it by an id at or
+// below its last one on another stream (perStreamIDs); from then on only
+// each stream's own order counts, until a clear or gap forgets the cursors.
 func (s *Subscription) nextInPublisher(id uint64) bool {
-	return s.hasPubLast && id == s.pubLast+1
+	return s.hasPubLast && !s.perStreamIDs && id == s.pubLast+1
 }
 
 // stream returns the cursor of stream k, creating it; at the cap it evicts
@@ -359,11 +371,12 @@ func (s *Subscription) clearStream(sc *subCtx, tag uint64, rank int32) int {
 	return s.clearOwners(sc, func(o ownerInfo) bool { return o.stream == tag && (o.shared || o.rank == rank) })
 }
 
-// clearPool applies a pool `cleared` that names no model: every object of
-// that backend (every backend when none is named) in that tenant, restricted
-// to the event's medium and salt when it names them, across all the contexts
-// the pool filed objects in (reference §5.2): a pool event names no model,
-// so one clear spans contexts.
+// clearPool applies a pool `cleared`: every object of that backend (every
+// backend when none is named) in that tenant, restricted to the event's
+// medium and salt when it names them, across all the contexts the pool filed
+// objects in (reference §5.2: both tiers, all contexts), or those of the
+// model (and LoRA and block size) the event names, when it names one
+// (TestPoolClearNamingModel).
 func (s *Subscription) clearPool(ev *Event, st *ApplyStats) {
 	st.Cleared++
 	s.ix.counters.Cleared.Add(1)
@@ -378,7 +391,9 @@ func (s *Subscription) clearPool(ev *Event, st *ApplyStats) {
 	}
 	salt, hasSalt := string(ev.AdditionalSalt), ev.AdditionalSalt != nil
 	for _, sc := range s.state {
-		if sc.ctx.key.TenantID != tenant {
+		k := &sc.ctx.key
+		if k.TenantID != tenant || (len(ev.ModelName) > 0 && k.ModelName != string(ev.ModelName)) ||
+			(ev.LoraName != nil && k.LoraName != string(ev.LoraName)) || (ev.HasBlockSize && ev.BlockSize > 0 && k.BlockSize != ev.BlockSize) {
 			continue
 		}
 		s.clearOwners(sc, func(o ownerInfo) bool {
@@ -394,9 +409,9 @@ func (s *Subscription) clearPool(ev *Event, st *ApplyStats) {
 }
 
 // applyRFCEvent applies one RFC event in order. sc is nil only for a pool
-// clear that names no model.
+// clear.
 func (s *Subscription) applyRFCEvent(sc *subCtx, ev *Event, rank int32, st *ApplyStats) {
-	if ev.Kind == EventCleared && s.reg.Type.pool() && !ev.HasModelName {
+	if ev.Kind == EventCleared && s.reg.Type.pool() {
 		s.clearPool(ev, st)
 		return
 	}
@@ -501,6 +516,13 @@ func (s *Subscription) rfcStoreKeys(sc *subCtx, ev *Event, ns namespace, st *App
 			return nil, false
 		}
 		// Tokens do not cover the blocks: trust the seq_hashes.
+		return s.nsKeys(ns, s.resolveMapped(sc, hashes)), true
+	}
+	if !ev.HasParent && ev.HasBaseIdx && ev.BaseBlockIdx > 0 && len(hashes) > 0 {
+		// Located by base_block_idx alone (the seed allows it): the
+		// tokens are not the sequence's start, and without the parent no
+		// chain can be recomputed from them; the publisher's seq_hashes
+		// stand (TestRFCBaseIdxContinuation).
 		return s.nsKeys(ns, s.resolveMapped(sc, hashes)), true
 	}
 	var parent uint64

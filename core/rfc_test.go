@@ -297,3 +297,65 @@ func TestRFCPublisherCounter(t *testing.T) {
 		t.Fatalf("duplicate applied: %d", d)
 	}
 }
+
+// TestRFCPerStreamCounters (seed: event_id is scoped by the stream, events
+// are applied in consecutive order within each stream): with each stream
+// numbered on its own, stream A's id 3 arriving before its id 2 is held,
+// although it follows the last id stream B used; A's 2 (a remove) then
+// applies, and 3 after it. A lost A 2 is an event_id gap.
+func TestRFCPerStreamCounters(t *testing.T) {
+	ix := New(Options{})
+	s := mustRegister(t, ix, stdReg("a", "", ""))
+	s.Apply(rfcEv(EventStored, 1, "w", "gpu", 0, 9))  // A1 stores X
+	s.Apply(rfcEv(EventStored, 1, "w", "cpu", 0, 20)) // B1
+	s.Apply(rfcEv(EventStored, 2, "w", "cpu", 0, 21)) // B2
+	s.Apply(rfcEv(EventStored, 3, "w", "gpu", 0, 10)) // A3 stores Y: held
+	if s.heldTotal != 1 {
+		t.Fatalf("A3 not held: held %d", s.heldTotal)
+	}
+	s.Apply(rfcEv(EventRemoved, 2, "w", "gpu", 0, 9)) // A2 removes X
+	if d, _, _ := deviceOf(t, ix, "a", 9); d != 0 {
+		t.Fatalf("X still on device (%d tokens): A2 dropped", d)
+	}
+	r := row(queryHashes(t, ix, "a", 10), "a")
+	if r == nil || r.Media[MediumDevice] != 16 || s.heldTotal != 0 {
+		t.Fatalf("A3 not applied after A2: %+v, held %d", r, s.heldTotal)
+	}
+	if n := ix.Counters().DuplicateIDs.Load(); n != 0 {
+		t.Fatalf("%d duplicates counted", n)
+	}
+	// A 5 with A 4 lost: held, then a gap once the held events resolve.
+	s.Apply(rfcEv(EventStored, 5, "w", "gpu", 0, 11))
+	s.FlushHeld()
+	if n := ix.Counters().EventIDGaps.Load(); n != 1 {
+		t.Fatalf("event_id gaps %d, want 1", n)
+	}
+}
+
+// TestRFCBaseIdxContinuation (seed: base_block_idx or parent_hash locates
+// the blocks): a standard publisher's continuation located by
+// base_block_idx alone, with its token_ids, is indexed under its
+// seq_hashes, not under a chain recomputed from its tokens as if they began
+// the sequence (which would also match an unrelated prompt starting with
+// them).
+func TestRFCBaseIdxContinuation(t *testing.T) {
+	ix := New(Options{})
+	s := mustRegister(t, ix, stdReg("a", "", ""))
+	tokens := nsTokens(3 * testBS)
+	std := plainChain(tokens, testBS, 1337)
+	b := rfcEv(EventStored, 1, "w", "gpu", 0, std[0], std[1])
+	b.Events[0].Tokens, b.Events[0].HasTokens = append(b.Events[0].Tokens, tokens[:2*testBS]...), true
+	b.Events[0].HasBaseIdx = true
+	s.Apply(b)
+	c := rfcEv(EventStored, 2, "w", "gpu", 0, std[2])
+	c.Events[0].Tokens, c.Events[0].HasTokens = append(c.Events[0].Tokens, tokens[2*testBS:]...), true
+	c.Events[0].BaseBlockIdx, c.Events[0].HasBaseIdx = 2, true
+	s.Apply(c)
+	if d, _, _ := deviceOf(t, ix, "a", std...); d != 48 {
+		t.Fatalf("continuation by base_block_idx: device prefix %d, want 48", d)
+	}
+	root := plainChain(tokens[2*testBS:], testBS, 1337) // the third block's tokens as a prompt of their own
+	if d, _, _ := deviceOf(t, ix, "a", root...); d != 0 {
+		t.Fatalf("an unrelated prompt starting with the continuation's tokens hits: %d", d)
+	}
+}

@@ -553,7 +553,7 @@ func TestRestoreStreamKeepsStreamOwners(t *testing.T) {
 		if dv, _, dk := deviceOf(t, ix, "a", 1, 2); dv != 32 || dk != 16 {
 			t.Fatalf("after worker-0 disk clear: device %d disk %d, want 32 16", dv, dk)
 		}
-		cl := rfcEv(EventCleared, 3, "worker-0", "gpu", 0)
+		cl := rfcEv(EventCleared, 2, "worker-0", "gpu", 0) // the salted stream's next id
 		cl.Events[0].AdditionalSalt = []byte("x")
 		sub.Apply(cl)
 		if dv, _, _ := deviceOf(t, ix, "a", 1, 2); dv != 32 {

@@ -162,8 +162,21 @@ class _Conn:
     def request(self, path: str, body: bytes, ctype: bytes) -> Tuple[int, bytes, bool]:
         head = b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (
             path.encode("ascii"), self.host, ctype, len(body))
-        self.sock.sendall(b"".join((head, body)))
-        line = self.rfile.readline(_MAX_LINE)
+        try:
+            self.sock.sendall(b"".join((head, body)))
+        except (ConnectionResetError, BrokenPipeError) as send_err:
+            # The server may have answered before it closed the connection
+            # (413 for a body past its limit, sent as soon as the headers
+            # declare it): that answer is the call's result. Without one,
+            # the connection was closed while idle (stale).
+            try:
+                line = self.rfile.readline(_MAX_LINE)
+            except OSError:
+                line = b""
+            if not line:
+                raise send_err
+        else:
+            line = self.rfile.readline(_MAX_LINE)
         if not line:
             raise _StaleConnection("connection closed before an answer")
         parts = line.split(None, 2)
@@ -242,14 +255,29 @@ class _Transport:
                 return
         conn.close()
 
+    def _drop_idle(self) -> None:
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for c in idle:
+            c.close()
+
     def request(self, path: str, body: bytes, ctype: bytes) -> Tuple[int, bytes]:
+        conn, reused = self._take()
         for attempt in (0, 1):
-            conn, reused = self._take()
             try:
                 status, data, keep = conn.request(path, body, ctype)
             except _STALE:
                 conn.close()
                 if reused and attempt == 0:
+                    # The server closed this idle connection, and with it
+                    # (a restart, its idle timeout) the other pooled ones
+                    # most likely: drop them all and retry once on a new
+                    # connection, not on another stale one.
+                    self._drop_idle()
+                    with self._lock:
+                        if self._closed:
+                            raise ConnectionAbortedError("client closed") from None
+                    conn, reused = self._open(), False
                     continue
                 raise
             except BaseException:

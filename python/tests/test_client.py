@@ -332,6 +332,35 @@ class LifecycleTest(unittest.TestCase):
                 c.close()
                 srv.close()
 
+    def test_pooled_connections_after_server_restart(self) -> None:
+        # A client used from many threads pools several keep-alive
+        # connections; once the server closed them all (a restart, or its
+        # idle timeout), the next call still answers from the live server.
+        own = harness.Conductor()
+        try:
+            c = ConductorClient()
+            self.assertEqual(c.setup(own.rpc_addr), OK)
+            barrier = threading.Barrier(8)
+
+            def call() -> None:
+                barrier.wait()
+                c.list_services()
+
+            threads = [threading.Thread(target=call) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            transport = c._transport  # type: ignore[attr-defined]
+            self.assertGreaterEqual(len(transport._idle), 3)  # several pooled connections
+            own.stop()
+            own = harness.Conductor(rpc_port=own.rpc_port, http_port=own.http_port)
+            self.assertEqual([c.health_check() for _ in range(3)], [HEALTH_OK] * 3)
+            self.assertEqual(c.query("m", block_size=16, token_ids=[1])["ret"], OK)
+            c.close()
+        finally:
+            own.close()
+
     def test_server_gone_then_back(self) -> None:
         own = harness.Conductor()
         try:
@@ -561,6 +590,15 @@ class RegisterTest(unittest.TestCase):
         self.assertEqual(q(None, block_size=16, token_ids=[1]), {"ret": INVALID_PARAMS, "hits": {}})  # type: ignore[arg-type]
         with self.assertRaises(TypeError):  # keyword-only arguments, as the API declares
             q("m", "", 16, "default", [1])  # type: ignore[misc]
+
+    def test_oversized_query_is_invalid_params(self) -> None:
+        # A body past the server's 16 MiB limit is answered 413
+        # limit_exceeded (INVALID_PARAMS), and the connection closed while the
+        # client may still be sending: the answer is read, not taken for a
+        # transport failure.
+        tokens = array.array("i", range(4 << 20 | 1))
+        self.assertEqual(self.c.query("m", block_size=16, token_ids=tokens), {"ret": INVALID_PARAMS, "hits": {}})
+        self.assertEqual(self.c.health_check(), HEALTH_OK)
 
     def test_registered_without_events_has_zero_rows(self) -> None:
         self.assertEqual(self.c.register(reg(instance_id="z", endpoint="tcp://127.0.0.1:7", model_name="zero")), OK)
