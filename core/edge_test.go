@@ -122,16 +122,23 @@ func TestByHashTokensSaturate(t *testing.T) {
 	}
 }
 
-// TestPoolClearSpansContexts: a pool's cleared event removes that backend's
-// objects in every context of the tenant (a pool event names no model).
-func TestPoolClearSpansContexts(t *testing.T) {
+// poolOfTwoModels registers engines of models m and m2 (binding their
+// contexts) and a pool that files objects in both.
+func poolOfTwoModels(t *testing.T) (*Index, *Subscription) {
+	t.Helper()
 	ix := New(Options{})
 	p := cborProfile(t)
 	mustRegister(t, ix, engineReg(t, "E", 0, p))
 	r2 := engineReg(t, "E2", 0, p)
 	r2.ModelName = "m2"
 	mustRegister(t, ix, r2)
-	pool := mustRegister(t, ix, poolReg("pool"))
+	return ix, mustRegister(t, ix, poolReg("pool"))
+}
+
+// TestPoolClearSpansContexts: a pool's cleared event removes that backend's
+// objects in every context of the tenant (a pool event names no model).
+func TestPoolClearSpansContexts(t *testing.T) {
+	ix, pool := poolOfTwoModels(t)
 	pool.Apply(poolStored("cpu", "be", 1))
 	b := poolStored("cpu", "be", 2)
 	b.Events[0].ModelName = []byte("m2")
@@ -205,13 +212,7 @@ func TestDroppedStoreMakesNoRow(t *testing.T) {
 // and no medium removes the backend's cpu and disk objects of that model,
 // and leaves another model's and another backend's.
 func TestPoolClearNamingModel(t *testing.T) {
-	ix := New(Options{})
-	p := cborProfile(t)
-	mustRegister(t, ix, engineReg(t, "E", 0, p))
-	r2 := engineReg(t, "E2", 0, p)
-	r2.ModelName = "m2"
-	mustRegister(t, ix, r2)
-	pool := mustRegister(t, ix, poolReg("pool"))
+	ix, pool := poolOfTwoModels(t)
 	pool.Apply(poolStored("cpu", "be", 1))
 	pool.Apply(poolStored("disk", "be", 2))
 	pool.Apply(poolStored("cpu", "be2", 3))

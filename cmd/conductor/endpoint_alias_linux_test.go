@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -84,19 +83,12 @@ func TestEndpointAliasBattery(t *testing.T) {
 		return
 	}
 	loopbackOnly(t)
-	dir := t.TempDir()
 	const (
 		admin = "alias-admin-token-0123456789"
 		teamA = "alias-team-a-token-0123456789"
 		teamB = "alias-team-b-token-0123456789"
 	)
-	adminFile, clientsFile := filepath.Join(dir, "admin.token"), filepath.Join(dir, "clients")
-	if err := os.WriteFile(adminFile, []byte(admin), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(clientsFile, []byte("team-a "+teamA+"\nteam-b "+teamB+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	adminFile, clientsFile := tokenFiles(t, admin, "team-a", teamA, "team-b", teamB)
 	prompts := makePrompts(t, 1, 40)
 	e := newEngine(t, "real", prompts, bench.PublisherOptions{Endpoint: "tcp://*:*", ReplayEndpoint: "tcp://*:*", IPv6: true})
 	port := e.pub.Endpoint()[strings.LastIndexByte(e.pub.Endpoint(), ':')+1:]
@@ -105,20 +97,8 @@ func TestEndpointAliasBattery(t *testing.T) {
 
 	register := func(tok, inst, ep, replay string) (int, string) {
 		t.Helper()
-		body := fmt.Sprintf(`{"endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","instance_id":%q,"block_size":16,"dp_rank":0,
-		  "hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`, ep, replay, inst)
-		req, err := http.NewRequest("POST", p.url("/register"), strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := boundedClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return p.authDo(tok, "POST", "/register", fmt.Sprintf(`{"endpoint":%q,"replay_endpoint":%q,"type":"vLLM","modelname":"m","instance_id":%q,"block_size":16,"dp_rank":0,
+		  "hash_profile":{"strategy":"vllm_v1","algorithm":"sha256_cbor","python_hash_seed":"0","index_projection":"low64_be"}}`, ep, replay, inst))
 	}
 	holder := "tcp://127.0.0.1:" + port
 	if code, body := register(teamA, "real", holder, "tcp://127.0.0.1:"+replayPort); code != 200 {

@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -146,6 +148,44 @@ func startFaultProc(t *testing.T, args ...string) *faultProc {
 }
 
 func (p *faultProc) url(path string) string { return "http://" + p.addr + path }
+
+// authDo sends one request to the child with the bearer token tok and
+// returns the status and body.
+func (p *faultProc) authDo(tok, method, path, body string) (int, string) {
+	p.t.Helper()
+	req, err := http.NewRequest(method, p.url(path), strings.NewReader(body))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := boundedClient.Do(req)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// tokenFiles writes the admin token and the client identities (name,
+// token pairs) as --admin-token-file and --client-tokens-file take them,
+// and returns the two paths.
+func tokenFiles(t *testing.T, admin string, clients ...string) (adminFile, clientsFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	adminFile, clientsFile = filepath.Join(dir, "admin.token"), filepath.Join(dir, "clients")
+	var lines strings.Builder
+	for i := 0; i+1 < len(clients); i += 2 {
+		lines.WriteString(clients[i] + " " + clients[i+1] + "\n")
+	}
+	if err := os.WriteFile(adminFile, []byte(admin), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(clientsFile, []byte(lines.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return adminFile, clientsFile
+}
 
 func (p *faultProc) register(e *engine, replay string) {
 	p.t.Helper()

@@ -2,10 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -16,38 +12,16 @@ import (
 // (400 limit_exceeded naming the flag, counted in /metrics), which leaves
 // team-b its two; the admin is bound by --max-registrations alone.
 func TestClientQuotaShare(t *testing.T) {
-	dir := t.TempDir()
 	const (
 		admin = "quota-admin-token-0123456789"
 		teamA = "quota-team-a-token-0123456789"
 		teamB = "quota-team-b-token-0123456789"
 	)
-	adminFile, clientsFile := filepath.Join(dir, "admin.token"), filepath.Join(dir, "clients")
-	if err := os.WriteFile(adminFile, []byte(admin), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(clientsFile, []byte("team-a "+teamA+"\nteam-b "+teamB+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	adminFile, clientsFile := tokenFiles(t, admin, "team-a", teamA, "team-b", teamB)
 	p := startFaultProc(t, "--admin-token-file", adminFile, "--client-tokens-file", clientsFile, "--max-registrations", "4")
-	do := func(tok, method, path, body string) (int, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, p.url(path), strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+tok)
-		resp, err := boundedClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	register := func(tok, inst string, port int) (int, string) {
 		t.Helper()
-		return do(tok, "POST", "/register", fmt.Sprintf(`{"endpoint":"tcp://127.0.0.1:%d","type":"vLLM","modelname":"m","instance_id":%q,"block_size":16,"dp_rank":0}`, port, inst))
+		return p.authDo(tok, "POST", "/register", fmt.Sprintf(`{"endpoint":"tcp://127.0.0.1:%d","type":"vLLM","modelname":"m","instance_id":%q,"block_size":16,"dp_rank":0}`, port, inst))
 	}
 	for i, r := range []struct {
 		tok, inst string
@@ -63,7 +37,7 @@ func TestClientQuotaShare(t *testing.T) {
 			t.Fatalf("register %s refused with %s, want limit_exceeded naming --max-registrations-per-client", r.inst, body)
 		}
 	}
-	if _, m := do(admin, "GET", "/metrics", ""); !strings.Contains(m, `conductor_registrations_refused_total{reason="client_quota"} 1`) {
+	if _, m := p.authDo(admin, "GET", "/metrics", ""); !strings.Contains(m, `conductor_registrations_refused_total{reason="client_quota"} 1`) {
 		t.Fatalf("refusal not counted:\n%s", m)
 	}
 	if !strings.Contains(p.logs.String(), "client quota reached") {
