@@ -150,6 +150,11 @@ func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
 	if sc == nil && !poolClear {
 		s.drop(st, DropUnknownContext, "tenant", key.TenantID, "model", clip([]byte(key.ModelName)),
 			"lora", clip([]byte(key.LoraName)), "block_size", key.BlockSize)
+		if ev.HasEventID {
+			// The id is used all the same: a publisher with one counter
+			// continues after it.
+			s.notePubID(ev.EventID)
+		}
 		return
 	}
 	if !ev.HasEventID || sc == nil {
@@ -179,7 +184,7 @@ func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
 	case !rs.hasLast || ev.EventID == rs.last+1 || s.nextInPublisher(ev.EventID):
 		s.applyRFCEvent(sc, ev, rank, st)
 		rs.last, rs.hasLast = ev.EventID, true
-		s.pubLast, s.hasPubLast = ev.EventID, true
+		s.notePubID(ev.EventID)
 		s.drainHeld(rs, st)
 	default:
 		if !s.hold(rs, ev, rank) {
@@ -189,6 +194,16 @@ func (s *Subscription) applyRFC(b *Batch, ev *Event, st *ApplyStats) {
 		if len(rs.held) > s.ix.opts.MaxHeldEvents || s.heldTotal > s.ix.opts.MaxHeldPerSubscription {
 			s.resolveGap(rs, "held events over the limit", st)
 		}
+	}
+}
+
+// notePubID records that the publisher used event id (applied, or consumed
+// by an event dropped for a context nobody registered): pubLast is the
+// highest such id, whatever order held events of several streams are
+// resolved in (TestRFCPublisherCounterSkipsDroppedIDs).
+func (s *Subscription) notePubID(id uint64) {
+	if !s.hasPubLast || id > s.pubLast {
+		s.pubLast, s.hasPubLast = id, true
 	}
 }
 
@@ -261,7 +276,7 @@ func (s *Subscription) drainHeld(rs *rfcStream, st *ApplyStats) {
 		s.heldTotal--
 		s.applyHeld(rs, &h, st)
 		rs.last = h.ev.EventID
-		s.pubLast, s.hasPubLast = h.ev.EventID, true
+		s.notePubID(h.ev.EventID)
 	}
 	if len(rs.held) == 0 {
 		rs.held = nil
@@ -295,7 +310,7 @@ func (s *Subscription) resolveGap(rs *rfcStream, why string, st *ApplyStats) {
 		}
 		s.applyHeld(rs, &h, st)
 		rs.last = h.ev.EventID
-		s.pubLast, s.hasPubLast = h.ev.EventID, true
+		s.notePubID(h.ev.EventID)
 	}
 	rs.held = nil
 }

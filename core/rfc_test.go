@@ -359,3 +359,36 @@ func TestRFCBaseIdxContinuation(t *testing.T) {
 		t.Fatalf("an unrelated prompt starting with the continuation's tokens hits: %d", d)
 	}
 }
+
+// TestRFCPublisherCounterSkipsDroppedIDs: for a publisher numbering all its
+// events with one counter, an id consumed by an event for a context nobody
+// registered, and the ids of held events resolved stream by stream in any
+// order, still count as used: the next id applies at once, with no gap.
+func TestRFCPublisherCounterSkipsDroppedIDs(t *testing.T) {
+	ix := New(Options{})
+	s := mustRegister(t, ix, stdReg("a", "", ""))
+	s.Apply(rfcEv(EventStored, 1, "w", "gpu", 0, 1))
+	other := rfcEv(EventStored, 2, "w", "gpu", 0, 2)
+	other.Events[0].ModelName = []byte("nobody-registered")
+	if st := s.Apply(other); st.Dropped != 1 {
+		t.Fatalf("event for an unregistered context: %+v", st)
+	}
+	if st := s.Apply(rfcEv(EventStored, 3, "w", "gpu", 0, 3)); st.Blocks != 1 || s.heldTotal != 0 {
+		t.Fatalf("id 3 after the dropped id 2 held: %+v, held %d", st, s.heldTotal)
+	}
+	// Streams A, B, C; id 7 lost; 8 (A) and 9 (B) held, then resolved when
+	// idle (in map order): 10 on C follows 9.
+	for trial := 0; trial < 50; trial++ {
+		ix := New(Options{})
+		s := mustRegister(t, ix, stdReg("a", "", ""))
+		s.Apply(rfcEv(EventStored, 4, "A", "gpu", 0, 1))
+		s.Apply(rfcEv(EventStored, 5, "B", "gpu", 0, 2))
+		s.Apply(rfcEv(EventStored, 6, "C", "gpu", 0, 3))
+		s.Apply(rfcEv(EventStored, 8, "A", "gpu", 0, 4))
+		s.Apply(rfcEv(EventStored, 9, "B", "gpu", 0, 5))
+		s.FlushHeld()
+		if st := s.Apply(rfcEv(EventStored, 10, "C", "gpu", 0, 6)); st.Blocks != 1 || s.heldTotal != 0 {
+			t.Fatalf("trial %d: id 10 after the resolved 9 held: %+v, held %d", trial, st, s.heldTotal)
+		}
+	}
+}
