@@ -16,6 +16,7 @@ import contextlib
 import http.client
 import json
 import logging
+import select
 import socket
 import struct
 import sys
@@ -46,6 +47,11 @@ _MAX_LINE = 65536
 
 class _StaleConnection(ConnectionResetError):
     """The server closed a keep-alive connection before answering."""
+
+
+class _SendFailed(ConnectionResetError):
+    """The connection failed before the whole request was sent: the server
+    cannot have carried it out, so any call may be sent again."""
 
 
 # Errors of a reused keep-alive connection that the server closed while idle:
@@ -168,13 +174,13 @@ class _Conn:
             # The server may have answered before it closed the connection
             # (413 for a body past its limit, sent as soon as the headers
             # declare it): that answer is the call's result. Without one,
-            # the connection was closed while idle (stale).
+            # the request never arrived whole.
             try:
                 line = self.rfile.readline(_MAX_LINE)
             except OSError:
                 line = b""
             if not line:
-                raise send_err
+                raise _SendFailed(str(send_err)) from send_err
         else:
             line = self.rfile.readline(_MAX_LINE)
         if not line:
@@ -210,6 +216,15 @@ class _Conn:
                 raise http.client.IncompleteRead(data, length - len(data))
         return status, data, keep
 
+    def closed_by_server(self) -> bool:
+        """Whether an idle connection is readable: the server closed it (its
+        idle timeout, a restart) or sent what no request asked for."""
+        try:
+            readable, _, _ = select.select([self.sock], [], [], 0)
+        except (OSError, ValueError):
+            return True
+        return bool(readable)
+
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.rfile.close()
@@ -241,11 +256,16 @@ class _Transport:
         self._put(self._open())
 
     def _take(self) -> Tuple[_Conn, bool]:
-        with self._lock:
-            if self._idle:
-                return self._idle.pop(), True
-            if self._closed:
-                raise ConnectionAbortedError("client closed")
+        while True:
+            with self._lock:
+                if not self._idle:
+                    if self._closed:
+                        raise ConnectionAbortedError("client closed")
+                    break
+                conn = self._idle.pop()
+            if not conn.closed_by_server():
+                return conn, True
+            conn.close()
         return self._open(), False
 
     def _put(self, conn: _Conn) -> None:
@@ -261,14 +281,18 @@ class _Transport:
         for c in idle:
             c.close()
 
-    def request(self, path: str, body: bytes, ctype: bytes) -> Tuple[int, bytes]:
+    def request(self, path: str, body: bytes, ctype: bytes, idempotent: bool = True) -> Tuple[int, bytes]:
+        """Send one call; a reused connection that fails is replaced by a new
+        one and the call sent once more, unless the call is not idempotent
+        and was sent whole (the server may have carried it out before the
+        connection went: sending it again could change its answer)."""
         conn, reused = self._take()
         for attempt in (0, 1):
             try:
                 status, data, keep = conn.request(path, body, ctype)
-            except _STALE:
+            except _STALE as e:
                 conn.close()
-                if reused and attempt == 0:
+                if reused and attempt == 0 and (idempotent or isinstance(e, _SendFailed)):
                     # The server closed this idle connection, and with it
                     # (a restart, its idle timeout) the other pooled ones
                     # most likely: drop them all and retry once on a new
@@ -432,7 +456,9 @@ class ConductorClient:
         if t is None:
             return CONDUCTOR_UNAVAILABLE, None
         try:
-            status, data = t.request("/rpc/" + method, body, ctype)
+            # Unregister is the one call whose repeat answers otherwise
+            # (SERVICE_NOT_FOUND); Register again is the same registration.
+            status, data = t.request("/rpc/" + method, body, ctype, idempotent=method != "Unregister")
         except socket.timeout:
             return RPC_TIMEOUT, None
         except (OSError, http.client.HTTPException) as e:

@@ -155,6 +155,53 @@ class _Silent(threading.Thread):
             c.close()
 
 
+class _DropsUnregister(threading.Thread):
+    """A keep-alive RPC server that answers every call with no services, except
+    Unregister: it records it (as carried out) and closes the connection
+    without answering."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.unregisters = 0
+        self.start()
+
+    def run(self) -> None:
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self.serve, args=(c,), daemon=True).start()
+
+    def serve(self, c: socket.socket) -> None:
+        f = c.makefile("rb")
+        with contextlib.closing(c), contextlib.suppress(OSError):
+            while True:
+                line = f.readline()
+                if not line:
+                    return
+                length = 0
+                while True:
+                    h = f.readline()
+                    if h in (b"\r\n", b""):
+                        break
+                    if h.lower().startswith(b"content-length:"):
+                        length = int(h.split(b":")[1])
+                f.read(length)
+                if b"/rpc/Unregister" in line:
+                    self.unregisters += 1
+                    return
+                answer = b'{"ret":0,"count":0,"services":[]}'
+                c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(answer), answer))
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 class EncodingTest(unittest.TestCase):
     def test_tokens_are_base64_little_endian_int32(self) -> None:
         for ids in ([], [0], [1, 2, 3], [-1, 2**31 - 1, -(2**31)], list(range(1000))):
@@ -353,13 +400,27 @@ class LifecycleTest(unittest.TestCase):
                 t.join()
             transport = c._transport  # type: ignore[attr-defined]
             self.assertGreaterEqual(len(transport._idle), 3)  # several pooled connections
-            own.stop()
+            own.close()
             own = harness.Conductor(rpc_port=own.rpc_port, http_port=own.http_port)
             self.assertEqual([c.health_check() for _ in range(3)], [HEALTH_OK] * 3)
             self.assertEqual(c.query("m", block_size=16, token_ids=[1])["ret"], OK)
             c.close()
         finally:
             own.close()
+
+    def test_unregister_sent_once(self) -> None:
+        # An Unregister the server carried out on a pooled connection and
+        # then lost the connection before answering is not sent again (a
+        # second one would answer SERVICE_NOT_FOUND for a call that
+        # succeeded): the caller gets RPC_FAIL. Other calls are retried.
+        srv = _DropsUnregister()
+        self.addCleanup(srv.close)
+        c = ConductorClient()
+        self.addCleanup(c.close)
+        self.assertEqual(c.setup("127.0.0.1:%d" % srv.port), OK)
+        self.assertEqual(c.list_services()["ret"], OK)  # a pooled connection
+        self.assertEqual(c.unregister("x"), RPC_FAIL)
+        self.assertEqual(srv.unregisters, 1)
 
     def test_server_gone_then_back(self) -> None:
         own = harness.Conductor()
