@@ -234,7 +234,26 @@ func (s *Subscription) publishExpiry() {
 		s.nextExpiry.Store(0)
 		return
 	}
-	s.nextExpiry.Store(s.marks[0].at.UnixNano())
+	at := s.marks[0].at.UnixNano()
+	if old := s.nextExpiry.Swap(at); old == 0 || at < old {
+		if f := s.expiryWake.Load(); f != nil {
+			(*f)()
+		}
+	}
+}
+
+// SetExpiryWake sets f to be called, under the subscription's lock, when
+// its next gap expiry becomes earlier than the transport last read with
+// NextExpiry: a transport that waits without a timeout (nothing due) learns
+// of a mark made outside its own calls, such as a snapshot's restored ones
+// (TestRestoredMarksExpireOnIdleListener). f must not block nor call into
+// the subscription.
+func (s *Subscription) SetExpiryWake(f func()) {
+	if f == nil {
+		s.expiryWake.Store(nil)
+		return
+	}
+	s.expiryWake.Store(&f)
 }
 
 // NextExpiry reports when the oldest pending GapExpire mark is due, if any,

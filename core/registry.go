@@ -566,6 +566,9 @@ type Subscription struct {
 	// nextExpiry is marks[0].at in Unix nanoseconds (0: none), for
 	// NextExpiry without the lock.
 	nextExpiry atomic.Int64
+	// expiryWake, when set, is called when nextExpiry becomes earlier
+	// (SetExpiryWake).
+	expiryWake atomic.Pointer[func()]
 	// evictLogNext rate-limits the eviction warning; evictedQuiet counts
 	// what was evicted since the last one.
 	evictLogNext time.Time

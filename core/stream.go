@@ -42,6 +42,11 @@ type StreamInfo struct {
 	// (Subscription.FirstLive). False for a peer's dump, taken while this
 	// index's transports were already receiving.
 	Prior bool
+	// Marks are the deadlines (Unix ns) of the subscription's pending gap
+	// marks of the policy expire, oldest first, including marks no block is
+	// held at any more: a replica repeats the relay's expiries one mark at a
+	// time, so both must hold the same marks (StreamRestorer.End).
+	Marks []int64
 }
 
 // Holding is one (block, owner, tier) of a subscription.
@@ -131,6 +136,9 @@ func (s *Subscription) dump(v StreamVisitor) error {
 		return nil
 	}
 	info := StreamInfo{Reg: s.reg, Seq: s.lastSeq, HasSeq: s.hasSeq}
+	for _, m := range s.marks {
+		info.Marks = append(info.Marks, m.at.UnixNano())
+	}
 	if err := v.Stream(&info); err != nil {
 		return err
 	}
@@ -358,7 +366,9 @@ func (d *dumpSection) keys() error {
 type StreamRestorer struct {
 	s                *Subscription
 	Applied, Skipped int
-	// marked: the restored keys held at a gap mark, by deadline (End).
+	// marks: the section's pending gap marks (StreamInfo.Marks); marked:
+	// the restored keys held at one, by deadline (End).
+	marks  []int64
 	marked []restoredMark
 }
 
@@ -396,7 +406,7 @@ func (ix *Index) RestoreStream(info *StreamInfo) (*StreamRestorer, error) {
 		s.skipThrough, s.skipping, s.prior = info.Seq, true, info.Prior
 		s.lastSeq, s.hasSeq = info.Seq, true
 	}
-	return &StreamRestorer{s: s}, nil
+	return &StreamRestorer{s: s, marks: slices.Clone(info.Marks)}, nil
 }
 
 // FirstLive is called by the transport with the sequence of the first live
@@ -501,35 +511,45 @@ func (r *StreamRestorer) Holdings(h *Holding, keys []uint64) int {
 	return len(keys)
 }
 
-// End ends the section: the gap marks its holdings were held at are
-// re-created, one per deadline, oldest first, each behind exactly the keys
-// the dump held at it (and at older ones) in their owners' key sets, so the
-// restored blocks expire when they would have and a store that announces
-// one again keeps it (TestRestoreKeepsGapMarks). The section is restored
-// into a fresh subscription (no marks of its own). Without End, restored
-// holdings are simply kept.
+// End ends the section: its pending gap marks (StreamInfo.Marks, else one
+// per deadline its holdings carry) are re-created, oldest first, each behind
+// exactly the keys the dump held at it (and at older ones) in their owners'
+// key sets, so the restored blocks expire when they would have, a store
+// that announces one again keeps it, and a replica's marks pair one to one
+// with its relay's (TestRestoreKeepsGapMarks,
+// TestReplicaTransferKeepsGapMarks). The section is restored into a fresh
+// subscription (no marks of its own). Without End, restored holdings are
+// simply kept.
 func (r *StreamRestorer) End() {
-	if len(r.marked) == 0 {
+	if len(r.marked) == 0 && len(r.marks) == 0 {
 		return
 	}
 	s := r.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	marked := r.marked
-	r.marked = nil
+	marked, ats := r.marked, r.marks
+	r.marked, r.marks = nil, nil
 	if s.closed {
 		return
 	}
-	var ats []int64
-	for _, m := range marked {
-		ats = append(ats, m.at)
+	listed := make(map[int64]bool, len(ats))
+	for _, at := range ats {
+		listed[at] = true
 	}
+	for _, m := range marked { // deadlines the list lacks (a dump without one)
+		if !listed[m.at] {
+			listed[m.at] = true
+			ats = append(ats, m.at)
+		}
+	}
+	// A no-op for a dump's list: marks are made oldest first.
 	slices.Sort(ats)
-	ats = slices.Compact(ats)
-	ids := make(map[int64]int, len(ats)) // deadline → index of its mark
+	ids := make(map[int64]int, len(ats)) // deadline → index of its first mark
+	for i := len(ats) - 1; i >= 0; i-- {
+		ids[ats[i]] = i
+	}
 	marks := make([]uint64, len(ats))
 	for i, at := range ats {
-		ids[at] = i
 		marks[i] = s.newMark(time.Unix(0, at))
 	}
 	type setKey struct {

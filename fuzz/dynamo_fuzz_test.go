@@ -139,6 +139,7 @@ func FuzzRestoreDump(f *testing.F) {
 	  {"worker_id":1,"storage_tier":"host_pinned","event":{"event_id":3,"data":{"stored":{"parent_hash":null,"start_position":null,"blocks":[{"block_hash":5,"tokens_hash":5,"mm_extra_info":null}]}},"dp_rank":0},"conductor_copies":2},
 	  {"worker_id":1,"storage_tier":"device","event":{"event_id":3,"data":"cleared","dp_rank":0},"conductor_engine_hashes":[[1,2,3]]}]}}`))
 	f.Add([]byte(`{"format":"conductor-dump/1","streams":[{"stream":{"instance_id":"1","dp_rank":0,"tenant_id":"default","model_name":"m","lora_name":"","block_size":4,"event_id":18446744073709551615},"events":[{"event_type":"stored","tenant_id":"default","model_name":"m","lora_name":"","block_size":4,"instance_id":"1","dp_rank":0,"medium":"disk","seq_hashes":[18446744073709551615],"copies":65535}]}]}`))
+	f.Add([]byte(`{"format":"conductor-dump/1","streams":[{"stream":{"instance_id":"1","dp_rank":0,"tenant_id":"default","model_name":"m","lora_name":"","block_size":4,"gap_marks":[1800000000000000000,1800000000000000001]},"events":[{"event_type":"stored","tenant_id":"default","model_name":"m","lora_name":"","block_size":4,"instance_id":"1","dp_rank":0,"medium":"gpu","seq_hashes":[7,8],"copies":1,"gap_expires_ns":1800000000000000001}]}]}`))
 	f.Add([]byte(`{"format":"x"}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, body []byte) {

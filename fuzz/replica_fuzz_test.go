@@ -30,7 +30,7 @@ func FuzzReplicaMessage(f *testing.F) {
 	}
 	f.Add(replica.AppendGap(nil, k, core.GapExpire))
 	f.Add([]byte(`` + "\x01R" + `{"endpoint":"tcp://h:1","type":"vLLM","model_name":"m","tenant_id":"t","instance_id":"i","block_size":16,"dp_rank":0,"hash_profile":{"Strategy":"xxh3","Algorithm":"xxh3_64","PythonHashSeed":"1337","IndexProjection":"seq64"}}`))
-	f.Add(replica.AppendSection(nil, k, &replica.Section{Begin: true, End: true, HasSeq: true, Seq: 9,
+	f.Add(replica.AppendSection(nil, k, &replica.Section{Begin: true, End: true, HasSeq: true, Seq: 9, Marks: []int64{1_800_000_000_000_000_000},
 		Holdings: []replica.SectionHoldings{{H: core.Holding{Context: core.ContextKey{TenantID: "t", ModelName: "m", BlockSize: 16},
 			Name: "vllm-0", Tier: core.TierCPULocal, Copies: 2, Stream: &core.StreamDims{Salt: "s"}, Expires: 1_800_000_000_000_000_000}, Keys: []uint64{1, 2}}},
 		Engine: []core.EngineEntry{{Context: core.ContextKey{TenantID: "t", ModelName: "m", BlockSize: 16}, Hash: 5, Key: 6, Plain: 7, Count: 1}}}))
@@ -86,5 +86,6 @@ func sectionOf(s *replica.Section) replica.Section {
 	c := *s
 	c.Holdings = append([]replica.SectionHoldings(nil), s.Holdings...)
 	c.Engine = append([]core.EngineEntry(nil), s.Engine...)
+	c.Marks = append([]int64(nil), s.Marks...)
 	return c
 }

@@ -458,7 +458,7 @@ func (r *Replica) section(sub *core.Subscription, sec *Section) {
 			r.opts.Logger.Warn("replica: state transfer: re-registration refused", "service", k.String(), "err", err)
 			return
 		}
-		rs, err := r.ix.RestoreStream(&core.StreamInfo{Reg: reg, Seq: sec.Seq, HasSeq: sec.HasSeq})
+		rs, err := r.ix.RestoreStream(&core.StreamInfo{Reg: reg, Seq: sec.Seq, HasSeq: sec.HasSeq, Marks: sec.Marks})
 		if err != nil {
 			r.regErrs.Inc()
 			return

@@ -225,54 +225,78 @@ func TestSnapshotWaitsForTransfer(t *testing.T) {
 }
 
 // TestReplicaTransferKeepsGapMarks: a state transfer taken while gap marks
-// of the policy "expire" are pending carries each holding's deadline; the
-// replica re-creates the marks, so the relay's Expire messages that follow
-// drop on the replica exactly the blocks they drop on the relay.
+// of the policy "expire" are pending carries them all, with each holding's
+// deadline; the replica re-creates the same marks, so the relay's Expire
+// messages that follow drop on the replica exactly the blocks they drop on
+// the relay, mark by mark: also when a mark holds no block (a gap while
+// nothing was held, or every block held at it stored again since).
 func TestReplicaTransferKeepsGapMarks(t *testing.T) {
-	src := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Hour})
-	reg := benchReg(t, "e0")
-	reg.GapPolicy = core.GapExpire
-	sub, _, err := src.Register(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewSource(1))
-	seq := uint64(0)
-	apply := func(n int) {
-		for range n {
-			sub.Apply(benchBatch(rng, seq, 8))
-			seq++
-		}
-	}
-	apply(20)
-	sub.Gap("test: first gap")
-	apply(10)
-	time.Sleep(time.Millisecond)
-	sub.Gap("test: second gap")
-	apply(10)
-	sw := &sectionWriter{key: reg.Key()}
-	if err := src.DumpStreams(nil, sw); err != nil {
-		t.Fatal(err)
-	}
-	dst := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Hour})
-	rep, err := NewReplica(dst, natsOpts("nats://127.0.0.1:1"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep.apply(AppendRegister(nil, &reg))
-	for _, m := range sw.msgs {
-		rep.apply(m)
-	}
-	for step := range 3 {
-		if got, want := state(t, dst), state(t, src); got != want {
-			t.Fatalf("after %d expiries the replica differs from the relay:\n%s\nrelay:\n%s", step, got, want)
-		}
-		if n := sub.ExpireOldest(); (step < 2) != (n > 0) {
-			t.Fatalf("expiry %d dropped %d blocks on the relay", step, n)
-		}
-		rep.apply(AppendKeyMessage(nil, KindExpire, reg.Key()))
-	}
-	if rep.decodeErrs.Get() != 0 {
-		t.Fatalf("decode errors %d", rep.decodeErrs.Get())
+	for _, tc := range []struct {
+		name string
+		// before the first gap, between the gaps, after the second
+		before, between, after int
+		refresh                bool // store the first gap's blocks again before the second
+	}{
+		{"blocks at both", 20, 10, 10, false},
+		{"nothing held at the first", 0, 20, 10, false},
+		{"first's blocks stored again", 20, 0, 10, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Hour})
+			reg := benchReg(t, "e0")
+			reg.GapPolicy = core.GapExpire
+			sub, _, err := src.Register(reg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewSource(1))
+			seq := uint64(0)
+			var first []*core.Batch
+			apply := func(n int) {
+				for range n {
+					b := benchBatch(rng, seq, 8)
+					sub.Apply(b)
+					first = append(first, b)
+					seq++
+				}
+			}
+			apply(tc.before)
+			sub.Gap("test: first gap")
+			if tc.refresh {
+				for _, b := range first {
+					b.Seq, b.HasSeq = seq, true
+					sub.Apply(b)
+					seq++
+				}
+			}
+			apply(tc.between)
+			time.Sleep(time.Millisecond)
+			sub.Gap("test: second gap")
+			apply(tc.after)
+			sw := &sectionWriter{key: reg.Key()}
+			if err := src.DumpStreams(nil, sw); err != nil {
+				t.Fatal(err)
+			}
+			dst := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Hour})
+			rep, err := NewReplica(dst, natsOpts("nats://127.0.0.1:1"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep.apply(AppendRegister(nil, &reg))
+			for _, m := range sw.msgs {
+				rep.apply(m)
+			}
+			dropped := 0
+			for step := range 3 {
+				if got, want := state(t, dst), state(t, src); got != want {
+					t.Fatalf("after %d expiries the replica differs from the relay", step)
+				}
+				dropped += sub.ExpireOldest()
+				rep.apply(AppendKeyMessage(nil, KindExpire, reg.Key()))
+			}
+			if dropped == 0 || rep.decodeErrs.Get() != 0 {
+				t.Fatalf("relay dropped %d blocks; replica decode errors %d", dropped, rep.decodeErrs.Get())
+			}
+		})
 	}
 }

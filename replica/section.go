@@ -20,6 +20,8 @@ import (
 //	record 'H': context, flags (1 shared, 2 stream dims, 4 expires), name,
 //	            rank, stream dims?, tier, copies, expires?, keys
 //	record 'E': context, count, [hash, key, plain, count]...
+//	record 'M': count, [deadline (Unix ns)]...: the pending gap marks, oldest
+//	            first (first section only; core.StreamInfo.Marks)
 //
 // (The same per-subscription state as /dump's sections, in the binary
 // codec; RFC streams' pending event ids are not part of it.)
@@ -43,6 +45,8 @@ type Section struct {
 	Seq                uint64
 	Holdings           []SectionHoldings
 	Engine             []core.EngineEntry
+	// Marks: the subscription's pending gap marks (core.StreamInfo.Marks).
+	Marks []int64
 }
 
 // SectionHoldings is one group of holdings that share everything but the key.
@@ -116,6 +120,7 @@ func appendSectionHead(b []byte, k core.ServiceKey, begin, end, hasSeq bool, seq
 // group, one per run of engine entries of one context).
 func AppendSection(b []byte, k core.ServiceKey, s *Section) []byte {
 	w := &sectionWriter{key: k}
+	w.appendMarks(s.Marks)
 	for i := range s.Holdings {
 		w.grp, w.keys = s.Holdings[i].H, append(w.keys[:0], s.Holdings[i].Keys...)
 		w.appendGroup()
@@ -133,7 +138,21 @@ func AppendSection(b []byte, k core.ServiceKey, s *Section) []byte {
 func (w *sectionWriter) Stream(info *core.StreamInfo) error {
 	w.info = *info
 	w.open()
+	w.appendMarks(info.Marks)
 	return nil
+}
+
+// appendMarks writes the 'M' record of marks (none when there are none).
+func (w *sectionWriter) appendMarks(marks []int64) {
+	if len(marks) == 0 {
+		return
+	}
+	w.cur = append(w.cur, 'M')
+	w.cur = binary.AppendUvarint(w.cur, uint64(len(marks)))
+	for _, at := range marks {
+		w.cur = binary.AppendUvarint(w.cur, uint64(at))
+	}
+	w.n++
 }
 
 func (w *sectionWriter) flushGroup() {
@@ -240,7 +259,7 @@ func (w *sectionWriter) EndStream(*core.StreamInfo) error {
 // section decodes a section message's body after the key.
 func (d *Decoder) section(r *reader) {
 	s := &d.sec
-	s.Holdings, s.Engine = s.Holdings[:0], s.Engine[:0]
+	s.Holdings, s.Engine, s.Marks = s.Holdings[:0], s.Engine[:0], s.Marks[:0]
 	f := r.uvarint("section flags")
 	if f&^7 != 0 {
 		r.fail("section flags")
@@ -312,6 +331,19 @@ func (d *Decoder) section(r *reader) {
 				g.Keys[j] = r.u64("key")
 			}
 			s.Holdings = append(s.Holdings, g)
+		case 'M':
+			nm := r.uvarint("marks")
+			if r.err != nil || nm > uint64(len(r.b)) {
+				r.fail("marks")
+				return
+			}
+			for j := uint64(0); j < nm && r.err == nil; j++ {
+				at := r.uvarint("deadline")
+				if at == 0 || at > math.MaxInt64 {
+					r.fail("deadline")
+				}
+				s.Marks = append(s.Marks, int64(at))
+			}
 		case 'E':
 			ck := r.ctx()
 			ne := r.uvarint("entries")

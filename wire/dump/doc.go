@@ -19,7 +19,8 @@
 //
 //	{"format":"conductor-dump/1","streams":[
 //	 {"stream":{"instance_id","tenant_id","dp_rank","model_name","lora_name",
-//	            "block_size","type","hash_profile":{...},"event_id"?},
+//	            "block_size","type","hash_profile":{...},"event_id"?,
+//	            "gap_marks"?:[ns...]},
 //	  "events":[
 //	   {"event_type":"stored","tenant_id","model_name","lora_name","block_size",
 //	    "instance_id","dp_rank","medium","seq_hashes":[k...],"copies":c,
@@ -36,8 +37,11 @@
 // re-creates the same owner and a later `cleared` of that stream purges
 // exactly these holdings. "gap_expires_ns" is present for holdings that
 // the gap policy "expire" drops at that time (Unix nanoseconds) unless the
-// owner announces them again (core.Holding.Expires): the restore re-creates
-// the pending gap marks. engine_hashes map an engine's own block hash h to
+// owner announces them again (core.Holding.Expires), and a stream's
+// "gap_marks" lists the deadlines of all its pending marks, oldest first
+// (core.StreamInfo.Marks): the restore re-creates the same marks. The
+// Dynamo form carries neither: a peer restoring it keeps those blocks.
+// engine_hashes map an engine's own block hash h to
 // the prefix key k it was filed under and the plain standard hash p behind k
 // (the parent of the engine's next block), with n stores not yet removed, so
 // the replica resolves the engine's later removes and parents ([h,k,n] is

@@ -13,9 +13,10 @@ import (
 
 // TestDumpCarriesGapMarks: under the gap policy "expire", the main form
 // carries the deadline of each holding held at a pending gap mark
-// ("gap_expires_ns"), and an index restored from it expires what the
-// source expires, mark by mark, for the restore of a state directory's
-// snapshot and of a peer's dump alike.
+// ("gap_expires_ns") and every pending mark, one of no block included
+// ("gap_marks"), and an index restored from it expires what the source
+// expires, mark by mark, for the restore of a state directory's snapshot
+// and of a peer's dump alike.
 func TestDumpCarriesGapMarks(t *testing.T) {
 	for _, prior := range []bool{false, true} {
 		rng := rand.New(rand.NewSource(1))
@@ -53,6 +54,7 @@ func TestDumpCarriesGapMarks(t *testing.T) {
 				s.Apply(b)
 			}
 		}
+		s.Gap("test: a gap while nothing is held") // a mark of no block
 		apply(100)
 		s.Gap("test: first gap")
 		apply(40)
@@ -64,8 +66,8 @@ func TestDumpCarriesGapMarks(t *testing.T) {
 		if err := dump.Write(src, w); err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(out.Bytes(), []byte(`"gap_expires_ns":`)) {
-			t.Fatal("no gap_expires_ns in the dump")
+		if !bytes.Contains(out.Bytes(), []byte(`"gap_expires_ns":`)) || !bytes.Contains(out.Bytes(), []byte(`"gap_marks":[`)) {
+			t.Fatal("no gap_expires_ns or gap_marks in the dump")
 		}
 		dst := core.New(opts)
 		d, _, err := dst.Register(reg)
@@ -79,12 +81,12 @@ func TestDumpCarriesGapMarks(t *testing.T) {
 		if _, err := restore(dst, bytes.NewReader(out.Bytes()), nil); err != nil {
 			t.Fatal(err)
 		}
-		for step := range 3 {
+		for step := range 4 {
 			if got, want := dst.TierBlocks(), src.TierBlocks(); got != want {
 				t.Fatalf("prior=%v, after %d expiries: restored %v, source %v", prior, step, got, want)
 			}
 			ns, nd := s.ExpireOldest(), d.ExpireOldest()
-			if ns != nd || (step < 2) != (ns > 0) {
+			if ns != nd || (step == 1 || step == 2) != (ns > 0) {
 				t.Fatalf("prior=%v, expiry %d: source dropped %d, restored %d", prior, step, ns, nd)
 			}
 		}

@@ -155,6 +155,19 @@ func (rs *restoreState) streamHead(raw []byte) {
 		if !ok {
 			break
 		}
+		if string(k) == "gap_marks" {
+			var bad bool
+			if rs.keys, bad = r.uint64s(rs.keys[:0], maxGapMarks); bad {
+				rs.sc.fail("gap_marks: want an array of at most %d deadlines", maxGapMarks)
+				return
+			}
+			for _, at := range rs.keys {
+				if at > 0 && at <= math.MaxInt64 {
+					info.Marks = append(info.Marks, int64(at))
+				}
+			}
+			continue
+		}
 		v := r.value()
 		switch string(k) {
 		case "instance_id":
@@ -180,6 +193,10 @@ func (rs *restoreState) streamHead(raw []byte) {
 	}
 	rs.begin(&info)
 }
+
+// maxGapMarks bounds a stream's gap_marks: a subscription makes one mark
+// per unhealable gap within GapExpireAfter.
+const maxGapMarks = 1 << 16
 
 // endCur ends the section being restored (its gap marks: core.StreamRestorer.End).
 func (rs *restoreState) endCur() {

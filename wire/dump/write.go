@@ -220,6 +220,16 @@ func appendMainStream(b []byte, info *core.StreamInfo) []byte {
 		b = append(b, `,"event_id":`...)
 		b = strconv.AppendUint(b, info.Seq, 10)
 	}
+	if len(info.Marks) > 0 {
+		b = append(b, `,"gap_marks":[`...)
+		for i, at := range info.Marks {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, at, 10)
+		}
+		b = append(b, ']')
+	}
 	return append(b, "},\n\"events\":["...)
 }
 

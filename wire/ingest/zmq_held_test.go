@@ -1,11 +1,16 @@
 package ingest_test
 
 import (
+	"bufio"
+	"bytes"
 	"testing"
+	"time"
 
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/wire/dump"
+	"github.com/seed-c7a81618/conductor/wire/ingest"
 )
 
 // TestZMQIdleFlushesHeldEvents: an RFC #1527 event held for a missing
@@ -35,4 +40,49 @@ func TestZMQIdleFlushesHeldEvents(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRestoredMarksExpireOnIdleListener: gap marks a snapshot restores into
+// a registration whose publisher stays silent expire at their deadline: the
+// listener, waiting with nothing due, is woken to take the new deadline
+// (core.Subscription.SetExpiryWake).
+func TestRestoredMarksExpireOnIdleListener(t *testing.T) {
+	h := newHarness(t, fastOpts(t))
+	pub := newPublisher(t, bench.PublisherOptions{})
+	r := registration("idle-a", core.PublisherStandard, pub, hash.Profile{})
+	r.ReplayEndpoint, r.ProfileExplicit, r.GapPolicy = "", false, core.GapExpire
+	// The snapshot: blocks 11 and 12 held at a gap whose expiry is due in 300 ms.
+	src := core.New(core.Options{GapExpireAfter: 300 * time.Millisecond})
+	s, _, err := src.Register(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &core.Batch{Seq: 0, HasSeq: true}
+	e := b.NextEvent()
+	e.Kind, e.Standard, e.HasEventID, e.EventID = core.EventStored, true, true, 1
+	e.ModelName, e.HasModelName, e.BlockSize, e.HasBlockSize = []byte(testModel), true, testBS, true
+	e.TenantID, e.BackendID, e.Medium, e.Hashes = []byte("default"), []byte("w"), []byte("gpu"), []uint64{11, 12}
+	s.Apply(b)
+	s.Gap("test: a gap")
+	var snap bytes.Buffer
+	w := bufio.NewWriter(&snap)
+	if err := dump.Write(src, w); err != nil {
+		t.Fatal(err)
+	}
+	k := h.register(r)
+	waitFor(t, "the listener connected (then waiting with nothing due)", func() bool {
+		return h.status(k).State == ingest.ListenerActive
+	})
+	time.Sleep(50 * time.Millisecond)
+	release := h.ix.HoldApplies()
+	if _, err := dump.RestorePrior(h.ix, bytes.NewReader(snap.Bytes()), nil); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if !h.holds("idle-a", 11) {
+		t.Fatal("block 11 not restored")
+	}
+	waitFor(t, "the restored blocks to expire without a message", func() bool {
+		return !h.holds("idle-a", 11) && !h.holds("idle-a", 12)
+	})
 }

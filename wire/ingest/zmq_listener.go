@@ -164,6 +164,10 @@ type listener struct {
 
 	cmds chan cmdReq
 	done chan struct{}
+	// expiryWake is set (with a kick) when core's next gap expiry became
+	// earlier than the wait's timeout knew (core.Subscription.SetExpiryWake);
+	// the wait then returns, and the next round sets its timeout afresh.
+	expiryWake atomic.Bool
 	// notify wakes the goroutine's wait (kick): the poller sends when one of
 	// its sockets signals, the controller after queueing a command.
 	notify chan struct{}
@@ -413,6 +417,8 @@ func (l *listener) run(ready chan<- error) {
 		}
 	}
 	rx := &l.rx
+	l.sub.SetExpiryWake(func() { l.expiryWake.Store(true); l.kick() })
+	defer l.sub.SetExpiryWake(nil)
 	if err := l.openSub(); err != nil {
 		ready <- err
 		return

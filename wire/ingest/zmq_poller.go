@@ -262,7 +262,7 @@ func (w *waitSet) poll(l *listener, timeout time.Duration) (int, error) {
 			}
 			rx.check &^= ask &^ uint32(w.rdy) // found empty: asked again once fired
 		}
-		if len(l.cmds) > 0 {
+		if len(l.cmds) > 0 || l.expiryWake.Swap(false) {
 			w.rdy |= 1 << pollWake
 		}
 		if w.rdy != 0 {
