@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -43,11 +44,18 @@ type StreamInfo struct {
 	// index's transports were already receiving.
 	Prior bool
 	// Marks are the deadlines (Unix ns) of the subscription's pending gap
-	// marks of the policy expire, oldest first, including marks no block is
-	// held at any more: a replica repeats the relay's expiries one mark at a
-	// time, so both must hold the same marks (StreamRestorer.End).
+	// marks of the policy expire, in the order they were made (which a
+	// replica's, whose own gaps follow its own clock, need not keep in
+	// time), including marks no block is held at any more: a replica
+	// repeats the relay's expiries one mark at a time, so both must hold the
+	// same marks (StreamRestorer.End). Readers of a dump take at most
+	// MaxGapMarks.
 	Marks []int64
 }
+
+// MaxGapMarks bounds the pending gap marks a dump's section may list: one
+// is made per unhealable gap, and each expires GapExpireAfter later.
+const MaxGapMarks = 1024
 
 // Holding is one (block, owner, tier) of a subscription.
 type Holding struct {
@@ -532,18 +540,22 @@ func (r *StreamRestorer) End() {
 	if s.closed {
 		return
 	}
+	// The marks in the order listed (the order they were made, which a
+	// replica's relay expires them in, whatever their deadlines); without a
+	// list, one per deadline the holdings carry, oldest first.
 	listed := make(map[int64]bool, len(ats))
 	for _, at := range ats {
 		listed[at] = true
 	}
-	for _, m := range marked { // deadlines the list lacks (a dump without one)
+	var extra []int64
+	for _, m := range marked {
 		if !listed[m.at] {
 			listed[m.at] = true
-			ats = append(ats, m.at)
+			extra = append(extra, m.at)
 		}
 	}
-	// A no-op for a dump's list: marks are made oldest first.
-	slices.Sort(ats)
+	slices.Sort(extra)
+	ats = append(ats, extra...)
 	ids := make(map[int64]int, len(ats)) // deadline → index of its first mark
 	for i := len(ats) - 1; i >= 0; i-- {
 		ids[ats[i]] = i
@@ -572,24 +584,29 @@ func (r *StreamRestorer) End() {
 		if set == nil {
 			continue
 		}
-		// The set again in the order [keys of mark 0] mark 0 [keys of
-		// mark 1] mark 1 ... [keys held at no mark].
-		byMark := make([][]uint64, len(marks)+1)
+		// The set again in the order [keys of mark i] mark i [keys of mark
+		// j] mark j ... [keys held at no mark], for the marks i < j ... it
+		// holds keys at: a mark without keys here takes nothing from this
+		// set, and the older ones took theirs before it.
+		byMark := make(map[int][]uint64)
+		var free []uint64
 		set.each(func(k uint64) {
-			i, ok := g[k]
-			if !ok {
-				i = len(marks)
+			if i, ok := g[k]; ok {
+				byMark[i] = append(byMark[i], k)
+			} else {
+				free = append(free, k)
 			}
-			byMark[i] = append(byMark[i], k)
 		})
+		used := slices.Sorted(maps.Keys(byMark))
 		set.reset()
-		for i, keys := range byMark {
-			for _, k := range keys {
+		for _, i := range used {
+			for _, k := range byMark[i] {
 				set.add(k)
 			}
-			if i < len(marks) {
-				set.mark(marks[i])
-			}
+			set.mark(marks[i])
+		}
+		for _, k := range free {
+			set.add(k)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package replica
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"math/rand"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/replica/natstest"
+	"github.com/seed-c7a81618/conductor/wire/dump"
 )
 
 // streamJS connects to url (closed at the test's end) and creates o's
@@ -298,5 +301,70 @@ func TestReplicaTransferKeepsGapMarks(t *testing.T) {
 				t.Fatalf("relay dropped %d blocks; replica decode errors %d", dropped, rep.decodeErrs.Get())
 			}
 		})
+	}
+}
+
+// TestReplicaSnapshotKeepsMarkOrder: a replica's pending marks mix the
+// relay's deadlines (from a state transfer) with its own (a gap it repeats:
+// its own clock and GapExpireAfter), so their deadlines need not be in the
+// order they were made; the relay expires them in that order. A replica
+// warm-started from the first one's snapshot keeps the order, and both
+// expire, message by message, what the relay expires.
+func TestReplicaSnapshotKeepsMarkOrder(t *testing.T) {
+	src := core.New(core.Options{Logger: quietLog(), GapExpireAfter: 10 * time.Hour})
+	reg := benchReg(t, "e0")
+	reg.GapPolicy = core.GapExpire
+	sub, _, err := src.Register(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicaOf := func(ix *core.Index) *Replica {
+		rep, err := NewReplica(ix, natsOpts("nats://127.0.0.1:1"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	ix1 := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Minute})
+	rep1 := replicaOf(ix1)
+	rep1.apply(AppendRegister(nil, &reg))
+	rng := rand.New(rand.NewSource(1))
+	for seq := uint64(0); seq < 20; seq++ {
+		sub.Apply(benchBatch(rng, seq, 8))
+	}
+	sub.Gap("test: first gap")
+	sw := &sectionWriter{key: reg.Key()}
+	if err := src.DumpStreams(nil, sw); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range sw.msgs {
+		rep1.apply(m)
+	}
+	for seq := uint64(20); seq < 30; seq++ {
+		b := benchBatch(rng, seq, 8)
+		sub.Apply(b)
+		rep1.apply(AppendBatch(nil, reg.Key(), b))
+	}
+	sub.Gap("test: second gap")
+	rep1.apply(AppendGap(nil, reg.Key(), core.GapExpire)) // due before the first, on rep1's clock
+	var snap bytes.Buffer
+	w := bufio.NewWriter(&snap)
+	if err := dump.Write(ix1, w); err != nil {
+		t.Fatal(err)
+	}
+	ix2 := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Minute})
+	rep2 := replicaOf(ix2)
+	rep2.apply(AppendRegister(nil, &reg))
+	if _, err := dump.Restore(ix2, bytes.NewReader(snap.Bytes()), nil); err != nil {
+		t.Fatal(err)
+	}
+	for step := range 3 {
+		want := state(t, src)
+		if state(t, ix1) != want || state(t, ix2) != want {
+			t.Fatalf("after %d expiries: replica equal %v, warm-started replica equal %v", step, state(t, ix1) == want, state(t, ix2) == want)
+		}
+		sub.ExpireOldest()
+		rep1.apply(AppendKeyMessage(nil, KindExpire, reg.Key()))
+		rep2.apply(AppendKeyMessage(nil, KindExpire, reg.Key()))
 	}
 }

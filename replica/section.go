@@ -333,7 +333,7 @@ func (d *Decoder) section(r *reader) {
 			s.Holdings = append(s.Holdings, g)
 		case 'M':
 			nm := r.uvarint("marks")
-			if r.err != nil || nm > uint64(len(r.b)) {
+			if r.err != nil || nm > uint64(len(r.b)) || nm > core.MaxGapMarks {
 				r.fail("marks")
 				return
 			}

@@ -218,8 +218,13 @@ class _Conn:
 
     def closed_by_server(self) -> bool:
         """Whether an idle connection is readable: the server closed it (its
-        idle timeout, a restart) or sent what no request asked for."""
+        idle timeout, a restart) or sent what no request asked for. poll()
+        where there is one: select() refuses descriptors from 1024 on."""
         try:
+            if hasattr(select, "poll"):
+                p = select.poll()
+                p.register(self.sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+                return bool(p.poll(0))
             readable, _, _ = select.select([self.sock], [], [], 0)
         except (OSError, ValueError):
             return True

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import io
 import logging
+import os
 import socket
 import struct
 import sys
@@ -167,6 +168,7 @@ class _DropsUnregister(threading.Thread):
         self.sock.listen(64)
         self.port = self.sock.getsockname()[1]
         self.unregisters = 0
+        self.accepted = 0
         self.start()
 
     def run(self) -> None:
@@ -175,6 +177,7 @@ class _DropsUnregister(threading.Thread):
                 c, _ = self.sock.accept()
             except OSError:
                 return
+            self.accepted += 1
             threading.Thread(target=self.serve, args=(c,), daemon=True).start()
 
     def serve(self, c: socket.socket) -> None:
@@ -421,6 +424,31 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(c.list_services()["ret"], OK)  # a pooled connection
         self.assertEqual(c.unregister("x"), RPC_FAIL)
         self.assertEqual(srv.unregisters, 1)
+
+    def test_keep_alive_with_many_descriptors(self) -> None:
+        # A process holding more than 1024 descriptors (a busy serving
+        # engine) still reuses its pooled connection: the check that the
+        # server has not closed it works for any descriptor number.
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 1200
+        if hard != resource.RLIM_INFINITY and hard < want:
+            self.skipTest("RLIMIT_NOFILE hard limit %d: no descriptor numbers above 1024 to test" % hard)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            self.addCleanup(resource.setrlimit, resource.RLIMIT_NOFILE, (soft, hard))
+        held = [open(os.devnull) for _ in range(1100)]
+        self.addCleanup(lambda: [f.close() for f in held])
+        srv = _DropsUnregister()
+        self.addCleanup(srv.close)
+        c = ConductorClient()
+        self.addCleanup(c.close)
+        self.assertEqual(c.setup("127.0.0.1:%d" % srv.port), OK)
+        for _ in range(5):
+            self.assertEqual(c.list_services()["ret"], OK)
+        self.assertGreaterEqual(c._transport._idle[0].sock.fileno(), 1024)  # type: ignore[attr-defined]
+        self.assertEqual(srv.accepted, 1)
 
     def test_server_gone_then_back(self) -> None:
         own = harness.Conductor()

@@ -194,9 +194,8 @@ func (rs *restoreState) streamHead(raw []byte) {
 	rs.begin(&info)
 }
 
-// maxGapMarks bounds a stream's gap_marks: a subscription makes one mark
-// per unhealable gap within GapExpireAfter.
-const maxGapMarks = 1 << 16
+// maxGapMarks bounds a stream's gap_marks (core.MaxGapMarks).
+const maxGapMarks = core.MaxGapMarks
 
 // endCur ends the section being restored (its gap marks: core.StreamRestorer.End).
 func (rs *restoreState) endCur() {
