@@ -69,6 +69,34 @@ func TestDynamoAccessClasses(t *testing.T) {
 	}
 }
 
+// TestDynamoClientQuota: a client identity past the Gate's ClientQuota is
+// refused on the Dynamo port too (429 naming the flag), and this port's
+// /metrics counts it as the main port's does.
+func TestDynamoClientQuota(t *testing.T) {
+	a, err := server.NewAccess(server.AccessOptions{AdminToken: adminTok,
+		ClientTokens: map[string]string{"team-a": teamATok, "team-b": teamBTok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startDynWith(t, server.Options{Access: a}, Options{})
+	e.d.c.Gate().ClientQuota = 1
+	de := &testEnv{addr: e.addr, client: e.client}
+	reg := func(id int) string {
+		return fmt.Sprintf(`{"instance_id":%d,"endpoint":"tcp://127.0.0.1:%d","model_name":"m","block_size":4}`, id, 21000+id)
+	}
+	if r := de.doAuth(t, "POST", "/register", teamATok, reg(1)); r.status != 201 {
+		t.Fatalf("first registration: %d %s", r.status, r.body)
+	}
+	if r := de.doAuth(t, "POST", "/register", teamATok, reg(2)); r.status != 429 || !strings.Contains(string(r.body), "--max-registrations-per-client") {
+		t.Fatalf("second registration past the quota: %d %s", r.status, r.body)
+	}
+	for _, env := range []*testEnv{de, e.main} {
+		if r := env.doAuth(t, "GET", "/metrics", "", ""); !strings.Contains(string(r.body), `conductor_registrations_refused_total{reason="client_quota"} 1`) {
+			t.Fatalf("%s /metrics lacks the refusal", env.addr)
+		}
+	}
+}
+
 // TestDynamoBodyLimit: a Dynamo body over its own MaxBodyBytes is refused
 // with 413 through the Server's streamed body reader, and the in-flight
 // budget is returned afterwards.

@@ -105,6 +105,7 @@ func (m *dynMetrics) write(ctx *fasthttp.RequestCtx) {
 	m.set.WritePrometheus(ctx)
 	server.WriteIndexMetrics(ctx, m.d.ix)
 	m.d.c.WriteQueryMissMetrics(ctx)
+	m.d.c.WriteRegistrationMetrics(ctx)
 	for _, set := range m.d.opts.ExtraMetrics {
 		set.WritePrometheus(ctx)
 	}

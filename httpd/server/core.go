@@ -70,10 +70,15 @@ func New(ix *core.Index, reg Registrar, opts Options) (*Core, error) {
 	c.pool.New = func() any { return new(State) }
 	c.big = newBigBufs(c.opts.MaxQueryTokens)
 	c.m = newQueryMetrics(ix)
-	c.m.set.RegisterMetricsWriter(func(w io.Writer) {
-		metrics.WriteCounterUint64(w, `conductor_registrations_refused_total{reason="client_quota"}`, c.gate.QuotaRefusals())
-	})
+	c.m.set.RegisterMetricsWriter(c.WriteRegistrationMetrics)
 	return c, nil
+}
+
+// WriteRegistrationMetrics writes the registration refusals every surface
+// counts through the Gate (conductor_registrations_refused_total), for each
+// listener's /metrics.
+func (c *Core) WriteRegistrationMetrics(w io.Writer) {
+	metrics.WriteCounterUint64(w, `conductor_registrations_refused_total{reason="client_quota"}`, c.gate.QuotaRefusals())
 }
 
 // Index is the index every surface serves.
