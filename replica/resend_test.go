@@ -51,12 +51,7 @@ func TestRelayExpireResentOnce(t *testing.T) {
 		return core.New(core.Options{Observer: r, Logger: quietLog(), GapExpireAfter: time.Hour})
 	})
 	rep, repIx := startReplica(t, natsOpts(url))
-	reg := benchReg(t, "e0")
-	reg.GapPolicy = core.GapExpire
-	sub, _, err := src.Register(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sub := registerE0(t, src, core.GapExpire)
 	rng := rand.New(rand.NewSource(1))
 	sub.Apply(benchBatch(rng, 0, 4))
 	sub.Gap("gap 1")

@@ -36,6 +36,18 @@ func streamJS(t testing.TB, url string, o Options) jetstream.JetStream {
 	return js
 }
 
+// registerE0 registers the subscription "e0" in ix with gap policy p.
+func registerE0(t testing.TB, ix *core.Index, p core.GapPolicy) (core.Registration, *core.Subscription) {
+	t.Helper()
+	reg := benchReg(t, "e0")
+	reg.GapPolicy = p
+	sub, _, err := ix.Register(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, sub
+}
+
 // waitCaughtUp waits until rep applied the stream's last message.
 func waitCaughtUp(t testing.TB, url string, rep *Replica) {
 	t.Helper()
@@ -79,12 +91,7 @@ func TestReplicaClearAfterTransfer(t *testing.T) {
 		return core.New(core.Options{Observer: r, Logger: quietLog()})
 	})
 	rep, repIx := startReplica(t, natsOpts(url))
-	reg := benchReg(t, "e0")
-	reg.GapPolicy = core.GapClear
-	sub, _, err := src.Register(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, sub := registerE0(t, src, core.GapClear)
 	rng := rand.New(rand.NewSource(1))
 	transfer := func() {
 		t.Helper()
@@ -246,12 +253,7 @@ func TestReplicaTransferKeepsGapMarks(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := core.New(core.Options{Logger: quietLog(), GapExpireAfter: time.Hour})
-			reg := benchReg(t, "e0")
-			reg.GapPolicy = core.GapExpire
-			sub, _, err := src.Register(reg)
-			if err != nil {
-				t.Fatal(err)
-			}
+			reg, sub := registerE0(t, src, core.GapExpire)
 			rng := rand.New(rand.NewSource(1))
 			seq := uint64(0)
 			var first []*core.Batch
@@ -312,12 +314,7 @@ func TestReplicaTransferKeepsGapMarks(t *testing.T) {
 // expire, message by message, what the relay expires.
 func TestReplicaSnapshotKeepsMarkOrder(t *testing.T) {
 	src := core.New(core.Options{Logger: quietLog(), GapExpireAfter: 10 * time.Hour})
-	reg := benchReg(t, "e0")
-	reg.GapPolicy = core.GapExpire
-	sub, _, err := src.Register(reg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, sub := registerE0(t, src, core.GapExpire)
 	replicaOf := func(ix *core.Index) *Replica {
 		rep, err := NewReplica(ix, natsOpts("nats://127.0.0.1:1"), nil)
 		if err != nil {
