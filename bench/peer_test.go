@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 	"github.com/tinylib/msgp/msgp"
 )
 
@@ -75,7 +76,7 @@ func startCpp(tb testing.TB, cpus []int) *serverProc {
 	}
 	cmd := pinnedCommand(cpus, bin)
 	cmd.Env = append(os.Environ(), "CONDUCTOR_CONFIG_PATH="+cfg, "CONDUCTOR_LOG_LEVEL=WARN", "GLOG_logtostderr=1")
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)

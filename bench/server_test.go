@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 // waitBound bounds this package's tests' waits for something that will
@@ -82,25 +83,8 @@ func conductorBinary(tb testing.TB) string {
 type serverProc struct {
 	cmd  *exec.Cmd
 	addr string // HTTP host:port
-	logs *lockedBuffer
+	logs *syncbuf.Buffer
 	cpp  bool // the C++ Mooncake conductor (peer_test.go): no /metrics
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 var listeningRE = regexp.MustCompile(`HTTP server listening.*addr=(\S+)`)
@@ -123,7 +107,7 @@ func startServerOn(tb testing.TB, cpus []int, args ...string) *serverProc {
 	// conductor only (GOMAXPROCS=3, GODEBUG=…), not for this process or the
 	// publisher.
 	cmd.Env = append(append(os.Environ(), "CONDUCTOR_CONFIG_PATH=/nonexistent/conductor.json"), strings.Fields(os.Getenv("BENCH_CONDUCTOR_ENV"))...)
-	logs := &lockedBuffer{}
+	logs := &syncbuf.Buffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(logs, pw)
 	if err := cmd.Start(); err != nil {

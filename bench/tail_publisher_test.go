@@ -19,6 +19,7 @@ import (
 	zmq "github.com/pebbe/zmq4"
 
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 // The flat-out publishers of the separate-process harnesses: engine-b of
@@ -438,7 +439,7 @@ type procPublisher struct {
 	in     io.WriteCloser
 	out    *bufio.Scanner
 	eps    []publisherEndpoints // one per stream
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 }
 
 // startProcPublisher starts engine-b's process (TAIL_PUBLISHER_NICE: at that
@@ -467,7 +468,7 @@ func startPublisherProc(tb testing.TB, addr string, env []string, cpus []int, ni
 	}
 	cmd := pinnedCommand(cpus, argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), tailPublisherEnv+"="+addr), env...)
-	p := &procPublisher{cmd: cmd, stderr: &lockedBuffer{}}
+	p := &procPublisher{cmd: cmd, stderr: &syncbuf.Buffer{}}
 	cmd.Stderr = p.stderr
 	if p.in, err = cmd.StdinPipe(); err != nil {
 		tb.Fatal(err)

@@ -19,6 +19,9 @@ type ApplyStats struct {
 	// Evicted counts (owner, block) pairs evicted because the subscription
 	// went over its block bound (Registration.MaxBlocks).
 	Evicted int
+	// Held: RFC events wait for missing event ids after this batch; the
+	// transport calls FlushHeld once the stream goes idle.
+	Held bool
 }
 
 // subCtx is a subscription's private state in one context; only the
@@ -183,6 +186,7 @@ func (s *Subscription) Apply(b *Batch) ApplyStats {
 	if o := s.ix.opts.Observer; o != nil {
 		o.Applied(s, b)
 	}
+	st.Held = s.heldTotal > 0
 	return st
 }
 

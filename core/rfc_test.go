@@ -1,13 +1,13 @@
 package core
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 // rfcEv builds a one-event standardized batch for the test context.
@@ -207,9 +207,8 @@ func TestRFCStreamCapBound(t *testing.T) {
 // name), and leave no per-name state (stream cursors stay within
 // MaxStreamsPerSubscription).
 func TestUnknownMediaDoNotGrowState(t *testing.T) {
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	ix := New(Options{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))})
+	var buf syncbuf.Buffer
+	ix := New(Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	s := mustRegister(t, ix, stdReg("a", "", ""))
 	for i := 0; i < 10000; i++ {
 		s.Apply(rfcEv(EventStored, uint64(i+1), "w", fmt.Sprintf("medium-%d", i), 0, 1))
@@ -217,9 +216,7 @@ func TestUnknownMediaDoNotGrowState(t *testing.T) {
 	if got := ix.Counters().UnknownMedia.Load(); got != 10000 {
 		t.Fatalf("unknown media counted %d", got)
 	}
-	mu.Lock()
 	lines := strings.Count(buf.String(), "reason=unknown_medium")
-	mu.Unlock()
 	if lines != 1 {
 		t.Fatalf("%d WARN lines for one reason within the interval, want 1:\n%s", lines, buf.String())
 	}
@@ -228,23 +225,11 @@ func TestUnknownMediaDoNotGrowState(t *testing.T) {
 	}
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // TestEveryDropReasonLogged: each drop class is logged at WARN with its
 // reason (rate-limited per class, not per event).
 func TestEveryDropReasonLogged(t *testing.T) {
-	var buf bytes.Buffer
-	var mu sync.Mutex
-	ix := New(Options{Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))})
+	var buf syncbuf.Buffer
+	ix := New(Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	r := stdReg("v", "", "")
 	r.Type = PublisherVLLM
 	v := mustRegister(t, ix, r)
@@ -263,9 +248,7 @@ func TestEveryDropReasonLogged(t *testing.T) {
 	st.Apply(rfcEv(EventStored, 2, "w", "gpu", 0, 1)) // duplicate id
 	bad := &Batch{Skipped: 1, Errors: []error{fmt.Errorf("msgpack: truncated")}}
 	st.Apply(bad)
-	mu.Lock()
 	out := buf.String()
-	mu.Unlock()
 	for _, reason := range []string{"wrong_lora", "not_full_attention", "unknown_medium", "unknown_context", "duplicate_event_id", "decode"} {
 		if !strings.Contains(out, "level=WARN msg=\"KV events dropped\" reason="+reason) {
 			t.Errorf("no WARN line for %s:\n%s", reason, out)

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 	"io"
 	"net"
 	"net/http"
@@ -12,28 +13,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func envOf(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
@@ -43,7 +25,7 @@ func envOf(m map[string]string) func(string) (string, bool) {
 type proc struct {
 	addr     string
 	stateDir string
-	logs     *syncBuffer
+	logs     *syncbuf.Buffer
 	cancel   context.CancelFunc
 	done     chan int
 }
@@ -59,7 +41,7 @@ func startConductor(t *testing.T, config string, args ...string) *proc {
 			t.Fatal(err)
 		}
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1", "--log-level", "debug", "--shutdown-timeout", "5s",
 		"--state-dir", filepath.Join(dir, "state")}, args...)
 	a, code := newApp(all, envOf(map[string]string{"CONDUCTOR_CONFIG_PATH": path, "HOME": dir}), io.Discard, logs)
@@ -230,7 +212,7 @@ func TestRunExitCodes(t *testing.T) {
 		{"help", []string{"-h"}, 0, "--http-port"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			var out syncBuffer
+			var out syncbuf.Buffer
 			code := run(context.Background(), c.args, envOf(map[string]string{"HOME": dir}), &out, &out)
 			if code != c.code || !strings.Contains(out.String(), c.out) {
 				t.Fatalf("exit %d, want %d; output:\n%s", code, c.code, out.String())

@@ -12,6 +12,7 @@ import (
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/hash"
 	"github.com/seed-c7a81618/conductor/httpd/server"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 func TestParseConfigRejects(t *testing.T) {
@@ -141,14 +142,14 @@ func TestParseConfigTypos(t *testing.T) {
 // missing default file is no error.
 func TestMissingConfigFlag(t *testing.T) {
 	dir := t.TempDir()
-	var out syncBuffer
+	var out syncbuf.Buffer
 	missing := filepath.Join(dir, "conductr.json")
 	if a, code := newApp([]string{"--config", missing, "--http-port", "0", "--rpc-port", "0", "--state-dir", ""},
 		envOf(map[string]string{"HOME": dir}), io.Discard, &out); a != nil || code != 1 ||
 		!strings.Contains(out.String(), "--config names a file that cannot be read") || !strings.Contains(out.String(), missing) {
 		t.Fatalf("exit %d, logs:\n%s", code, out.String())
 	}
-	out = syncBuffer{}
+	out = syncbuf.Buffer{}
 	a, code := newApp([]string{"--http-port", "0", "--rpc-port", "0", "--state-dir", ""}, envOf(map[string]string{"HOME": dir}), io.Discard, &out)
 	if a == nil || code != 0 || !strings.Contains(out.String(), "no configuration file") || strings.Contains(out.String(), "not readable") {
 		t.Fatalf("default path: exit %d, logs:\n%s", code, out.String())

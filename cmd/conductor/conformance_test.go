@@ -15,7 +15,6 @@ package main
 // against an independent implementation of the hashing standard.
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
@@ -28,7 +27,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -37,6 +35,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/seed-c7a81618/conductor/bench"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 const seedWait = 5 * time.Second // every wait in this file is bounded by this
@@ -45,24 +44,7 @@ const seedWait = 5 * time.Second // every wait in this file is bounded by this
 type seedProc struct {
 	base string
 	cmd  *exec.Cmd
-	logs *lockedBuf
-}
-
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs *syncbuf.Buffer
 }
 
 // startSeedProcess builds cmd/conductor and starts it on a free loopback port
@@ -89,7 +71,7 @@ func startSeedProcess(t *testing.T) *seedProc {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	p := &seedProc{base: "http://127.0.0.1:" + strconv.Itoa(port), logs: &lockedBuf{}}
+	p := &seedProc{base: "http://127.0.0.1:" + strconv.Itoa(port), logs: &syncbuf.Buffer{}}
 	p.cmd = exec.Command(bin, "--config", cfg, "--listen", "127.0.0.1", "--http-port", strconv.Itoa(port), "--log-level", "INFO",
 		"--rpc-port", "0", "--state-dir", filepath.Join(dir, "state"))
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs

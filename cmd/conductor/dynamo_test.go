@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/httpd/dynamo"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 func TestParseWorkers(t *testing.T) {
@@ -116,7 +117,7 @@ func startDynApp(t *testing.T, env map[string]string, args ...string) *dynApp {
 	for k, v := range env {
 		e[k] = v
 	}
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	all := append([]string{"--http-port", "0", "--rpc-port", "0", "--dynamo-port", "0", "--listen", "127.0.0.1", "--shutdown-timeout", "2s",
 		"--state-dir", filepath.Join(dir, "state")}, args...)
 	a, code := newApp(all, envOf(e), io.Discard, logs)

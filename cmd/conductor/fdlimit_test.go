@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 	"io"
 	"net"
 	"net/http"
@@ -43,7 +44,7 @@ func TestMain(m *testing.M) {
 type child struct {
 	cmd  *exec.Cmd
 	addr string
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	done chan error
 }
 
@@ -69,7 +70,7 @@ func startChild(t *testing.T, nofile int, args ...string) *child {
 // for its HTTP address. It is killed at cleanup.
 func runChild(t *testing.T, cmd *exec.Cmd) *child {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	pr, pw := io.Pipe()
 	cmd.Stderr = io.MultiWriter(logs, pw)
 	if err := cmd.Start(); err != nil {

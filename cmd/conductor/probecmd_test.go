@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed-c7a81618/conductor/bench"
 	"github.com/seed-c7a81618/conductor/hash"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 	"github.com/seed-c7a81618/conductor/probe"
 )
 
@@ -25,7 +26,7 @@ import (
 // output.
 func probeOut(t *testing.T, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb syncbuf.Buffer
 	code = run(context.Background(), append([]string{"probe"}, args...), envOf(nil), &out, &errb)
 	return code, out.String(), errb.String()
 }

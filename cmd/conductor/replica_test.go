@@ -18,6 +18,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/seed-c7a81618/conductor/bench"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 // replicaChild is a conductor process started from the test binary
@@ -25,7 +26,7 @@ import (
 type replicaChild struct {
 	cmd        *exec.Cmd
 	main, dyn  string // bound addresses
-	logs       *syncBuffer
+	logs       *syncbuf.Buffer
 	recovered  chan string // the "peer recovery" log line
 	exited     chan struct{}
 	stderrDone chan struct{}
@@ -48,7 +49,7 @@ func startReplica(t *testing.T, config string, args ...string) *replicaChild {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &replicaChild{cmd: cmd, logs: &syncBuffer{}, recovered: make(chan string, 4), exited: make(chan struct{}), stderrDone: make(chan struct{})}
+	c := &replicaChild{cmd: cmd, logs: &syncbuf.Buffer{}, recovered: make(chan string, 4), exited: make(chan struct{}), stderrDone: make(chan struct{})}
 	addrs := make(chan [2]string, 1)
 	go func() {
 		defer close(c.stderrDone)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/bench"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 	"github.com/seed-c7a81618/conductor/statedir"
 )
 
@@ -180,7 +181,7 @@ func TestStateDirOneConductor(t *testing.T) {
 	c2 := exec.Command(os.Args[0], "--http-port", "0", "--rpc-port", "0", "--listen", "127.0.0.1",
 		"--shutdown-timeout", "5s", "--state-dir", dir)
 	c2.Env = append(os.Environ(), "CONDUCTOR_TEST_CHILD=1", "CONDUCTOR_CONFIG_PATH=/nonexistent/conductor.json")
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	c2.Stdout, c2.Stderr = out, out
 	if err := c2.Start(); err != nil {
 		t.Fatal(err)

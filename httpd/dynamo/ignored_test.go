@@ -1,13 +1,11 @@
 package dynamo
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +13,8 @@ import (
 
 	"github.com/seed-c7a81618/conductor/core"
 	"github.com/seed-c7a81618/conductor/httpd/server"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
-
-// lockedBuf is a bytes.Buffer safe for the server's goroutines.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestDynamoIgnoredKeys: a body key the route does not know is ignored, as
 // Dynamo ignores it (the request succeeds as if it were absent), and named
@@ -43,7 +24,7 @@ func (l *lockedBuf) String() string {
 // and ignores (tenant_id on /register) and requests with none are not
 // reported.
 func TestDynamoIgnoredKeys(t *testing.T) {
-	var logs lockedBuf
+	var logs syncbuf.Buffer
 	e := startDyn(t, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	post := func(path, body string) (int, string) {
 		t.Helper()

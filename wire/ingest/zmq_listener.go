@@ -819,7 +819,7 @@ func (l *listener) consume(s uint64, payload []byte, refused refusal) {
 	st := l.sub.Apply(&rx.batch)
 	l.account(&st, rx.batch.Skipped)
 	l.m.batches.Inc()
-	if l.dialect == wire.DialectMooncake || l.dialect == wire.DialectStandard || orderedByID(&rx.batch) {
+	if st.Held { // whatever the dialect: engine registrations may carry RFC maps (TestZMQIdleFlushesHeldEvents)
 		rx.heldDirty = true
 	}
 	if lag, ok := batchLag(&rx.batch, l.dialect); ok {
@@ -828,18 +828,6 @@ func (l *listener) consume(s uint64, payload []byte, refused refusal) {
 	if len(payload) > maxKeptFrameBuf {
 		rx.batch = core.Batch{} // its slices are sized for a rare huge message
 	}
-}
-
-// orderedByID reports whether b carried events core orders by event_id (RFC
-// #1527 maps, which an engine registration may carry too): core may hold
-// some of them for a missing id until FlushHeld (TestZMQIdleFlushesHeldEvents).
-func orderedByID(b *core.Batch) bool {
-	for i := range b.Events {
-		if b.Events[i].HasEventID {
-			return true
-		}
-	}
-	return false
 }
 
 // payloadSum fingerprints a payload so a replayed message can be compared with the

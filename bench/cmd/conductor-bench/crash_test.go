@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed-c7a81618/conductor/bench/sim"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 // TestCrashRestart runs the harness against a conductor binary with
@@ -55,7 +56,7 @@ func TestCrashRestart(t *testing.T) {
 func crashRun(t *testing.T, bin, policy string) *sim.AccuracyPoint {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "crash.json")
-	var stdout, logs syncBuffer
+	var stdout, logs syncbuf.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	args := []string{"-spawn", bin, "-engines", "4", "-device", "4096", "-host", "4096", "-disk", "8192", "-store", "8192",

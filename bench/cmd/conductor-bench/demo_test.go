@@ -1,13 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -27,24 +26,6 @@ func conductorBinary(t *testing.T) string {
 	return bin
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer and a reader goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // TestDemo runs `conductor-bench demo` against a conductor binary: the
 // simulated engines register and publish, the per-second summary shows
 // indexed blocks, both routing policies' hit ratios and an example answer,
@@ -54,7 +35,7 @@ func TestDemo(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("CONDUCTOR_CONFIG_PATH", filepath.Join(dir, "none.json"))
 	t.Setenv("HOME", dir)
-	out, logs := &syncBuffer{}, &syncBuffer{}
+	out, logs := &syncbuf.Buffer{}, &syncbuf.Buffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
 	go func() {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -10,10 +9,10 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/seed-c7a81618/conductor/bench/sim"
+	"github.com/seed-c7a81618/conductor/internal/syncbuf"
 )
 
 const gapsUsage = `Usage: conductor-bench gaps -trace FILE [flags]
@@ -168,7 +167,7 @@ func (o *gapsOptions) one(ctx context.Context, label string, args []string, stde
 	if err != nil {
 		return nil, err
 	}
-	var logs lockedBuffer // also the spawned processes' stderr, copied by exec's goroutines
+	var logs syncbuf.Buffer // also the spawned processes' stderr, copied by exec's goroutines
 	t0 := time.Now()
 	rep, _, err := runBench(ctx, f, io.Discard, &logs)
 	// Disagreeing with the ground truth is what is measured; any other
@@ -305,24 +304,6 @@ func (o *gapsOptions) crashCase(ctx context.Context, b *strings.Builder, stderr 
 		}
 	}
 	return nil
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func policyLabel(p string, expire time.Duration) string {
